@@ -1,0 +1,30 @@
+"""mccloud: the cloud-controller registry for Salt.
+
+The Rust core lives in :mod:`mccloud._native`; this package re-exports it and
+ships the Salt loader shims (``modules/``, ``runners/``, ``states/``) found
+through the ``salt.loader`` entry point.
+"""
+
+from mccloud._native import (
+    AllocationError,
+    Config,
+    InvalidInputError,
+    MccloudError,
+    NotFoundError,
+    Registry,
+    StoreError,
+    gen_id,
+    sha512_crypt,
+)
+
+__all__ = [
+    "AllocationError",
+    "Config",
+    "InvalidInputError",
+    "MccloudError",
+    "NotFoundError",
+    "Registry",
+    "StoreError",
+    "gen_id",
+    "sha512_crypt",
+]

@@ -1,0 +1,26 @@
+//! mccloud: the cloud-controller registry core.
+//!
+//! Pure Rust: settings ([`settings`]), allocators ([`ipam`], [`mac`],
+//! [`ports`], [`secrets`]), the durable store ([`store`]) and the registry
+//! that ties them together ([`registry`]). The Python binding lives in
+//! `python` behind the `python` feature.
+
+pub mod error;
+pub mod ipam;
+pub mod mac;
+pub mod merge;
+pub mod names;
+pub mod pool;
+pub mod ports;
+pub mod proxy;
+pub mod registry;
+pub mod secrets;
+pub mod settings;
+pub mod store;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use error::{Error, ErrorKind, Result};
+pub use registry::Registry;
+pub use settings::{Config, Context};

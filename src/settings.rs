@@ -1,0 +1,887 @@
+//! Pure settings: the defaults of SPEC §3 merged with the pillar. Nothing
+//! here allocates or touches the store.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::OnceLock;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::ipam::{parse_ip, Network};
+use crate::mac;
+use crate::merge::{deep_merge, with_pillar};
+use crate::names::{gen_id, validate};
+use crate::ports::PortRange;
+
+/// Pillar prefix of the global cloud settings.
+pub const CLOUD: &str = "makina-states.cloud";
+/// Pillar prefix of the lxc registry.
+pub const LXC: &str = "makina-states.cloud.lxc";
+/// Pillar prefix of the compute-node settings.
+pub const COMPUTE_NODE: &str = "makina-states.cloud.compute_node";
+/// Pillar prefix of the saltify (bare metal) targets.
+pub const SALTIFY: &str = "makina-states.cloud.saltify";
+/// Pillar prefix of the images.
+pub const IMAGES: &str = "makina-states.cloud.images";
+/// Where VMs are declared, per compute node, from weakest to strongest.
+const VM_PREFIXES: [&str; 2] = ["makina-states.services.cloud.lxc.targets", "makina-states.cloud.lxc.vms"];
+
+/// Size profiles, in the historical order.
+pub const SIZES: [(&str, &str); 11] = [
+    ("xxxtrem", "2000g"),
+    ("xxtrem", "1000g"),
+    ("xtrem", "500g"),
+    ("xxxlarge", "100g"),
+    ("xxlarge", "50g"),
+    ("large", "20g"),
+    ("medium", "10g"),
+    ("small", "5g"),
+    ("xsmall", "3g"),
+    ("xxsmall", "1g"),
+    ("xxxsmall", "500m"),
+];
+/// Accepted profile types.
+pub const PROFILE_TYPES: [&str; 6] = ["lvm", "lvm-scratch", "dir", "dir-scratch", "overlayfs", "overlayfs-scratch"];
+/// Accepted modes.
+pub const MODES: [&str; 2] = ["salt", "mastersalt"];
+/// The virtualisation types this build knows.
+pub const VIRT_TYPES: [&str; 1] = ["lxc"];
+/// Name of the default lxc image (template container).
+pub const DEFAULT_IMAGE: &str = "makina-states-trusty";
+
+/// What the caller's Salt configuration says about where it runs. Read from
+/// `__opts__` by the Salt shims and passed in as plain values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Context {
+    /// Minion id of the caller (the controller for `mastersalt-call` and runners).
+    pub minion_id: String,
+    /// Whether this Salt instance is the mastersalt one.
+    pub mastersalt: bool,
+    /// `pillar_roots.base[0]`, if configured.
+    pub pillar_root: Option<String>,
+    /// `master_port` of the configuration, if set.
+    pub master_port: Option<u16>,
+    /// `default_env` (dev, prod, preprod …), if known.
+    pub default_env: Option<String>,
+}
+
+/// One VM as declared in pillar.
+#[derive(Debug, Clone)]
+pub struct DeclaredVm {
+    /// VM id.
+    pub name: String,
+    /// Virtualisation type.
+    pub vt: &'static str,
+    /// The VM's own pillar mapping.
+    pub pillar: Map<String, Value>,
+}
+
+/// VMs declared per compute node, in name order.
+pub type Declared = BTreeMap<String, Vec<DeclaredVm>>;
+
+/// The settings of a compute node that allocation needs.
+#[derive(Debug, Clone)]
+pub struct NodePlan {
+    /// Compute node id.
+    pub cn: String,
+    /// VM network.
+    pub network: Network,
+    /// ssh reverse-proxy ports.
+    pub ssh: PortRange,
+    /// snmp reverse-proxy ports.
+    pub snmp: PortRange,
+    /// Explicit pillar IPs of the node's VMs, by VM, validated and unique.
+    pub explicit_ips: BTreeMap<String, Ipv4Addr>,
+}
+
+/// An explicit or generated interface request of a VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacRequest {
+    /// Empty for the main interface, the address for an additional IP.
+    pub slot: String,
+    /// Explicit pillar MAC, validated.
+    pub explicit: Option<String>,
+}
+
+/// What a VM asks of the allocators.
+#[derive(Debug, Clone)]
+pub struct VmPlan {
+    /// VM id.
+    pub vm: String,
+    /// Virtualisation type.
+    pub vt: &'static str,
+    /// Merged settings before allocation.
+    pub settings: Map<String, Value>,
+    /// The VM's own pillar mapping.
+    pub own: Map<String, Value>,
+    /// Explicit pillar IP.
+    pub ip: Option<Ipv4Addr>,
+    /// Interfaces: the main one first, then one per additional IP.
+    pub macs: Vec<MacRequest>,
+    /// Explicit pillar password.
+    pub password: Option<String>,
+}
+
+/// Settings computation over one pillar and one context.
+#[derive(Debug, Clone)]
+pub struct Config {
+    ctx: Context,
+    pillar: Map<String, Value>,
+    declared: OnceLock<Declared>,
+}
+
+fn as_str<'a>(v: &'a Value, key: &str) -> Result<&'a str> {
+    v.as_str()
+        .ok_or_else(|| Error::invalid(format!("pillar value {key} must be a string, not {v}")))
+}
+
+fn as_int(v: &Value, key: &str) -> Result<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| Error::invalid(format!("pillar value {key} must be an integer, not {v}")))
+}
+
+/// The string form of a scalar pillar value (numbers included), e.g. `16`.
+fn scalar(v: &Value, key: &str) -> Result<String> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        _ => Err(Error::invalid(format!("pillar value {key} must be a string or a number, not {v}"))),
+    }
+}
+
+fn size_of(name: &str) -> Option<&'static str> {
+    SIZES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// A size literal such as `10g`, `500m`, `1.5t`.
+fn is_size_literal(s: &str) -> bool {
+    let s = s.trim();
+    let body = s.trim_end_matches(|c: char| "kKmMgGtT".contains(c));
+    body.len() + 1 >= s.len() && !body.is_empty() && body.parse::<f64>().is_ok_and(|f| f > 0.0)
+}
+
+impl Config {
+    /// A configuration over `pillar` (only the `makina-states.*` keys and
+    /// `default_env` matter) seen from `ctx`.
+    pub fn new(ctx: Context, pillar: Map<String, Value>) -> Self {
+        Config {
+            ctx,
+            pillar,
+            declared: OnceLock::new(),
+        }
+    }
+
+    /// The context this configuration was built with.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    fn default_env(&self) -> String {
+        self.pillar
+            .get("default_env")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| self.ctx.default_env.clone())
+            .unwrap_or_else(|| "dev".into())
+    }
+
+    /// The pillar root the registry lives under.
+    pub fn pillar_root(&self) -> String {
+        self.ctx.pillar_root.clone().unwrap_or_else(|| {
+            if self.ctx.mastersalt { "/srv/mastersalt-pillar" } else { "/srv/pillar" }.into()
+        })
+    }
+
+    /// Default store directory: `<pillar_roots.base[0]>/cloud-controller`.
+    pub fn default_store_dir(&self) -> String {
+        format!("{}/cloud-controller", self.pillar_root())
+    }
+
+    /// `mc_cloud.settings()` (SPEC §3.1).
+    pub fn cloud_settings(&self) -> Result<Value> {
+        let ms = self.ctx.mastersalt;
+        let root = if ms { "/srv/mastersalt" } else { "/srv/salt" };
+        let all_pillar_dir = self.default_store_dir();
+        let env = self.default_env();
+        let branch = if env == "prod" || env == "preprod" { "stable" } else { "master" };
+        let defaults = json!({
+            "root": root,
+            "prefix": if ms { "/etc/mastersalt" } else { "/etc/salt" },
+            "all_pillar_dir": all_pillar_dir,
+            "compute_node_pillar_dir": format!("{all_pillar_dir}/compute_node"),
+            "mode": "mastersalt",
+            "script": format!("{root}/makina-states/_scripts/boot-salt.sh"),
+            "bootsalt_args": "-C --from-salt-cloud -no-M",
+            "bootsalt_mastersalt_args": "-C --from-salt-cloud --mastersalt-minion",
+            "bootsalt_branch": branch,
+            "default_env": env,
+            "master": self.ctx.minion_id,
+            "master_port": self.ctx.master_port.unwrap_or(if ms { 4606 } else { 4506 }),
+            "ssh_gateway_user": "root",
+            "ssh_gateway_key": "/root/.ssh/id_dsa",
+            "ssh_gateway_port": 22,
+            "ssh_gateway_password": null,
+            "generic": true,
+            "lxc": false,
+            "saltify": false,
+        });
+        let s = with_pillar(&self.pillar, CLOUD, defaults);
+        check_mode(&s["mode"], &format!("{CLOUD}.mode"))?;
+        Ok(s)
+    }
+
+    /// `mc_cloud_controller.settings()`.
+    pub fn controller_settings(&self) -> Result<Value> {
+        let cloud = self.cloud_settings()?;
+        let defaults = json!({
+            "controller": cloud["master"],
+            "vts": VIRT_TYPES,
+            "ssh_key": "/root/.ssh/id_rsa_mccloud",
+            "root": cloud["root"],
+            "all_pillar_dir": cloud["all_pillar_dir"],
+        });
+        Ok(with_pillar(&self.pillar, "makina-states.cloud.controller", defaults))
+    }
+
+    /// VMs declared per compute node (both pillar forms), validated.
+    pub fn declared(&self) -> Result<&Declared> {
+        if let Some(d) = self.declared.get() {
+            return Ok(d);
+        }
+        let d = self.collect_declared()?;
+        Ok(self.declared.get_or_init(|| d))
+    }
+
+    fn collect_declared(&self) -> Result<Declared> {
+        let mut nodes: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+        let mut add = |cn: &str, vms: &Value, key: &str| -> Result<()> {
+            validate("compute node", cn).map_err(|e| Error::invalid(format!("pillar key {key}: {e}")))?;
+            let entry = nodes.entry(cn.to_owned()).or_default();
+            match vms {
+                Value::Null => Ok(()),
+                Value::Object(m) => {
+                    for (vm, conf) in m {
+                        let entry_vm = entry.entry(vm.clone()).or_insert_with(|| json!({}));
+                        match conf {
+                            Value::Null => {}
+                            Value::Object(_) => deep_merge(entry_vm, conf),
+                            other => {
+                                return Err(Error::invalid(format!(
+                                    "pillar key {key}: VM {vm} must map to a mapping of settings, not {other}"
+                                )))
+                            }
+                        }
+                    }
+                    Ok(())
+                }
+                other => Err(Error::invalid(format!(
+                    "pillar key {key} must be a mapping of VM names to settings, not {other}"
+                ))),
+            }
+        };
+        for prefix in VM_PREFIXES {
+            if let Some(nested) = self.pillar.get(prefix) {
+                let Value::Object(m) = nested else {
+                    return Err(Error::invalid(format!(
+                        "pillar key {prefix} must be a mapping of compute nodes, not {nested}"
+                    )));
+                };
+                for (cn, vms) in m {
+                    add(cn, vms, &format!("{prefix}:{cn}"))?;
+                }
+            }
+            let dotted = format!("{prefix}.");
+            for (key, vms) in &self.pillar {
+                if let Some(cn) = key.strip_prefix(&dotted) {
+                    add(cn, vms, key)?;
+                }
+            }
+        }
+        let mut out = Declared::new();
+        for (cn, vms) in nodes {
+            let mut list = Vec::with_capacity(vms.len());
+            for (vm, conf) in vms {
+                validate("VM", &vm).map_err(|e| Error::invalid(format!("compute node {cn}: {e}")))?;
+                let Value::Object(pillar) = conf else { unreachable!("VM entries are mappings") };
+                list.push(DeclaredVm { name: vm, vt: "lxc", pillar });
+            }
+            out.insert(cn, list);
+        }
+        Ok(out)
+    }
+
+    /// The VMs declared on `cn`, or a clear error when the node is unknown.
+    pub fn node_vms(&self, cn: &str) -> Result<&[DeclaredVm]> {
+        validate("compute node", cn)?;
+        self.declared()?.get(cn).map(Vec::as_slice).ok_or_else(|| {
+            Error::NotFound(format!(
+                "compute node {cn} declares no VMs: add pillar key {LXC}.vms.{cn} (a mapping of VMs, {{}} for none)"
+            ))
+        })
+    }
+
+    fn declared_vm(&self, cn: &str, vm: &str) -> Result<&DeclaredVm> {
+        validate("VM", vm)?;
+        self.node_vms(cn)?.iter().find(|d| d.name == vm).ok_or_else(|| {
+            Error::NotFound(format!(
+                "VM {vm} is not declared on compute node {cn}: add it under pillar key {LXC}.vms.{cn}"
+            ))
+        })
+    }
+
+    /// The compute node a VM is declared on.
+    pub fn node_of(&self, vm: &str) -> Result<String> {
+        validate("VM", vm)?;
+        let nodes: Vec<&String> = self
+            .declared()?
+            .iter()
+            .filter(|(_, vms)| vms.iter().any(|d| d.name == vm))
+            .map(|(cn, _)| cn)
+            .collect();
+        match nodes.as_slice() {
+            [cn] => Ok((*cn).clone()),
+            [] => Err(Error::NotFound(format!(
+                "VM {vm} is declared on no compute node: add it under pillar key {LXC}.vms.<compute node>"
+            ))),
+            many => Err(Error::invalid(format!(
+                "VM {vm} is declared on several compute nodes ({}): keep it under one",
+                many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+
+    /// `mc_cloud_lxc.settings()` with `vms` as declared (full mappings).
+    fn lxc_full(&self) -> Result<Value> {
+        let cloud = self.cloud_settings()?;
+        let mut defaults = json!({
+            "autostart": true, "snapshot": false, "size": null, "profile": "medium",
+            "profile_type": "dir", "backing": "dir", "gateway": "10.5.0.1",
+            "network": "10.5.0.0", "netmask": "16", "netmask_full": "255.255.0.0",
+            "bridge": "lxcbr1", "main_bridge": "br0", "use_bridge": true, "image": "ubuntu",
+            "default_container": DEFAULT_IMAGE, "sudo": true, "users": ["root", "sysadmin"],
+            "ssh_username": "ubuntu", "vgname": "lxc", "lvname": null, "lxc_conf": [],
+            "lxc_conf_unset": [], "fstab": null,
+        });
+        for key in ["mode", "master", "master_port", "bootsalt_branch", "script", "ssh_gateway_user",
+                    "ssh_gateway_key", "ssh_gateway_port", "ssh_gateway_password"] {
+            defaults[key] = cloud[key].clone();
+        }
+        let sizes: Map<String, Value> = SIZES.iter().map(|(n, s)| ((*n).into(), json!(s))).collect();
+        let base = json!({
+            "dnsservers": ["8.8.8.8", "4.4.4.4"],
+            "defaults": defaults,
+            "lxc_cloud_profiles": sizes,
+            "profile_types": PROFILE_TYPES,
+            "modes": MODES,
+            "bootsalt_args": cloud["bootsalt_args"],
+            "bootsalt_mastersalt_args": cloud["bootsalt_mastersalt_args"],
+        });
+        let mut s = with_pillar(&self.pillar, LXC, base);
+        if let Some(d) = s.get_mut("defaults") {
+            if let Some(t) = d.get("profile_type").and_then(Value::as_str) {
+                d["profile_type"] = json!(normalise_type(t));
+            }
+        }
+        Ok(s)
+    }
+
+    /// `mc_cloud_lxc.settings()` (SPEC §3.2): `vms` as `{cn: [vm, ...]}`.
+    pub fn lxc_settings(&self) -> Result<Value> {
+        let mut s = self.lxc_full()?;
+        let vms: Map<String, Value> = self
+            .declared()?
+            .iter()
+            .map(|(cn, vms)| (cn.clone(), json!(vms.iter().map(|d| d.name.as_str()).collect::<Vec<_>>())))
+            .collect();
+        s["vms"] = Value::Object(vms);
+        Ok(s)
+    }
+
+    fn compute_node_merged(&self) -> Value {
+        let defaults = json!({
+            "has": {"firewall": true},
+            "ssh_port_range_start": 40000, "ssh_port_range_end": 50000,
+            "snmp_port_range_start": 30000, "snmp_port_range_end": 39999,
+            "conf": {},
+        });
+        with_pillar(&self.pillar, COMPUTE_NODE, defaults)
+    }
+
+    /// `mc_cloud_compute_node.settings()`.
+    pub fn compute_node_settings(&self) -> Result<Value> {
+        let mut s = self.compute_node_merged();
+        self.port_ranges(&s)?;
+        let targets: Map<String, Value> = self
+            .declared()?
+            .iter()
+            .map(|(cn, vms)| {
+                let mut types: Vec<&str> = vms.iter().map(|d| d.vt).collect();
+                types.dedup();
+                if types.is_empty() {
+                    types.push("lxc");
+                }
+                let vms: Map<String, Value> = vms.iter().map(|d| (d.name.clone(), json!(d.vt))).collect();
+                (cn.clone(), json!({"virt_types": types, "vms": vms}))
+            })
+            .collect();
+        s["targets"] = Value::Object(targets);
+        Ok(s)
+    }
+
+    /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping.
+    pub fn node_conf(&self, cn: &str) -> Value {
+        let mut conf = self.compute_node_merged()["conf"].get(cn).cloned().unwrap_or_else(|| json!({}));
+        if let Some(v) = self.pillar.get(&format!("{COMPUTE_NODE}.conf.{cn}")) {
+            deep_merge(&mut conf, v);
+        }
+        conf
+    }
+
+    /// Whether the node's firewall is managed.
+    pub fn firewall(&self) -> bool {
+        self.compute_node_merged()["has"]["firewall"].as_bool().unwrap_or(true)
+    }
+
+    /// The lxc defaults (network, bridge …) after pillar merging.
+    pub fn lxc_defaults(&self) -> Result<Value> {
+        Ok(self.lxc_full()?["defaults"].clone())
+    }
+
+    fn port_ranges(&self, s: &Value) -> Result<(PortRange, PortRange)> {
+        let get = |kind: &'static str| -> Result<PortRange> {
+            let k = |end: &str| format!("{kind}_port_range_{end}");
+            let start = as_int(&s[k("start")], &format!("{COMPUTE_NODE}.{}", k("start")))?;
+            let end = as_int(&s[k("end")], &format!("{COMPUTE_NODE}.{}", k("end")))?;
+            PortRange::new(kind, start, end, COMPUTE_NODE)
+        };
+        Ok((get("ssh")?, get("snmp")?))
+    }
+
+    /// The node-level allocation inputs of `cn`: network, port ranges and the
+    /// validated explicit IPs of all its VMs.
+    pub fn node_plan(&self, cn: &str) -> Result<NodePlan> {
+        let vms = self.node_vms(cn)?;
+        let lxc = self.lxc_full()?;
+        let d = &lxc["defaults"];
+        let network = Network::new(
+            &scalar(&d["network"], &format!("{LXC}.defaults.network"))?,
+            &scalar(&d["netmask"], &format!("{LXC}.defaults.netmask"))?,
+            &scalar(&d["gateway"], &format!("{LXC}.defaults.gateway"))?,
+        )
+        .map_err(|e| Error::invalid(format!("compute node {cn}: {e} (pillar {LXC}.defaults)")))?;
+        let (ssh, snmp) = self.port_ranges(&self.compute_node_merged())?;
+        let mut explicit_ips = BTreeMap::new();
+        let mut owners: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
+        for d in vms {
+            let whose = format!("VM {} on compute node {cn}", d.name);
+            for key in ["network", "netmask", "gateway"] {
+                if let Some(v) = d.pillar.get(key) {
+                    if scalar(v, key)? != scalar(&lxc["defaults"][key], key)? {
+                        return Err(Error::invalid(format!(
+                            "{whose} sets its own {key} {v}: VMs of a node share its network; \
+                             set {LXC}.defaults.{key} instead"
+                        )));
+                    }
+                }
+            }
+            let Some(v) = d.pillar.get("ip").filter(|v| !v.is_null()) else { continue };
+            let ip = parse_ip(&format!("IP of {whose}"), as_str(v, "ip")?)?;
+            network.check_explicit(ip, &whose)?;
+            if let Some(other) = owners.insert(ip, &d.name) {
+                return Err(Error::Conflict(format!(
+                    "IP {ip} is declared for two VMs of compute node {cn}: {other} and {}; give each its own",
+                    d.name
+                )));
+            }
+            explicit_ips.insert(d.name.clone(), ip);
+        }
+        Ok(NodePlan { cn: cn.into(), network, ssh, snmp, explicit_ips })
+    }
+
+    /// The per-VM inputs of `vm` on `cn`: merged settings before allocation
+    /// and the explicit values the allocators must honour.
+    pub fn vm_plan(&self, cn: &str, vm: &str) -> Result<VmPlan> {
+        let d = self.declared_vm(cn, vm)?;
+        let lxc = self.lxc_full()?;
+        self.vm_plan_with(&lxc, cn, d)
+    }
+
+    fn vm_plan_with(&self, lxc: &Value, cn: &str, d: &DeclaredVm) -> Result<VmPlan> {
+        let whose = format!("VM {} on compute node {cn}", d.name);
+        let mut s = lxc["defaults"].clone();
+        s["dnsservers"] = lxc["dnsservers"].clone();
+        deep_merge(&mut s, &Value::Object(d.pillar.clone()));
+        let Value::Object(mut s) = s else { unreachable!("defaults are a mapping") };
+        s.insert("name".into(), json!(d.name));
+        let ip = match s.get("ip").filter(|v| !v.is_null()) {
+            Some(v) => Some(parse_ip(&format!("IP of {whose}"), as_str(v, "ip")?)?),
+            None => None,
+        };
+        let mut macs = vec![MacRequest {
+            slot: String::new(),
+            explicit: match s.get("mac").filter(|v| !v.is_null()) {
+                Some(v) => Some(mac::validate(as_str(v, "mac")?, &whose)?),
+                None => None,
+            },
+        }];
+        for extra in additional_ips(&s, &whose)? {
+            macs.push(extra);
+        }
+        let password = match s.get("password").filter(|v| !v.is_null()) {
+            Some(v) => Some(scalar(v, "password")?),
+            None => None,
+        };
+        if password.as_deref() == Some("") {
+            return Err(Error::invalid(format!(
+                "{whose} has an empty password: remove 'password' to have one generated"
+            )));
+        }
+        Ok(VmPlan { vm: d.name.clone(), vt: d.vt, settings: s, own: d.pillar.clone(), ip, macs, password })
+    }
+
+    /// Every VM plan of a node, in name order.
+    pub fn node_vm_plans(&self, cn: &str) -> Result<Vec<VmPlan>> {
+        let lxc = self.lxc_full()?;
+        self.node_vms(cn)?.iter().map(|d| self.vm_plan_with(&lxc, cn, d)).collect()
+    }
+
+    /// Completes a VM's settings (SPEC §3.3) once its allocations are known.
+    /// Pure: the caller provides the allocated values.
+    pub fn finish_vm(&self, cn: &str, plan: &VmPlan, alloc: &VmAllocation, full: bool) -> Result<Value> {
+        let whose = format!("VM {} on compute node {cn}", plan.vm);
+        let mut s = plan.settings.clone();
+        let ptype = normalise_type(as_str(&s["profile_type"], "profile_type")?).to_owned();
+        let ptype = ptype.as_str();
+        if !PROFILE_TYPES.contains(&ptype) {
+            return Err(Error::invalid(format!(
+                "{whose}: unknown profile_type {ptype:?}; use one of {}",
+                PROFILE_TYPES.join(", ")
+            )));
+        }
+        check_mode(&s["mode"], &format!("mode of {whose}"))?;
+        let mode = s["mode"].as_str().unwrap_or("mastersalt").to_owned();
+        let (size_name, custom) = match s.get("profile").filter(|v| !v.is_null()) {
+            Some(v) => {
+                let p = scalar(v, "profile")?;
+                match size_of(&p) {
+                    Some(_) => (p, None),
+                    None => ("medium".to_string(), Some(p)),
+                }
+            }
+            None => ("medium".to_string(), None),
+        };
+        let lvm = ptype.starts_with("lvm");
+        let size = match s.get("size").filter(|v| !v.is_null()) {
+            Some(v) => {
+                let raw = scalar(v, "size")?;
+                match size_of(&raw) {
+                    Some(sz) => sz.to_string(),
+                    None if is_size_literal(&raw) => raw,
+                    None => {
+                        return Err(Error::invalid(format!(
+                            "{whose}: unknown size {raw:?}; use a size profile ({}) or a literal such as 15g",
+                            SIZES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                        )))
+                    }
+                }
+            }
+            None => size_of(&size_name).unwrap_or("10g").to_string(),
+        };
+        let size_part = if ptype == "lvm" { format!("-{size_name}") } else { String::new() };
+        let profile = custom.unwrap_or_else(|| gen_id(&format!("ms-{cn}{size_part}-{ptype}")));
+        s.insert("profile".into(), json!(profile));
+        s.insert("profile_type".into(), json!(ptype));
+        let backing = if ptype.starts_with("overlayfs") { "overlayfs" } else if lvm { "lvm" } else { "dir" };
+        s.insert("backing".into(), json!(backing));
+        let scratch = ptype.ends_with("-scratch");
+        let from = if scratch { Value::Null } else {
+            s.get("from_container").filter(|v| !v.is_null()).cloned().unwrap_or_else(|| s["default_container"].clone())
+        };
+        s.insert("from_container".into(), from);
+        if ptype == "overlayfs" && !plan.own.contains_key("snapshot") {
+            s.insert("snapshot".into(), json!(true));
+        }
+        if lvm {
+            s.insert("size".into(), json!(size));
+        } else {
+            for k in ["size", "vgname", "lvname"] {
+                s.remove(k);
+            }
+        }
+        if self.ctx.minion_id == cn {
+            s.insert("master".into(), s["gateway"].clone());
+        }
+        let branch = scalar(&s["bootsalt_branch"], "bootsalt_branch")?;
+        let base_args = match s.get("script_args").filter(|v| !v.is_null() && plan.settings_has("script_args")) {
+            Some(v) => scalar(v, "script_args")?,
+            None => {
+                let cloud = self.cloud_settings()?;
+                let key = if mode == "mastersalt" { "bootsalt_mastersalt_args" } else { "bootsalt_args" };
+                scalar(&cloud[key], key)?
+            }
+        };
+        s.insert("script_args".into(), json!(with_branch(&base_args, &branch)));
+        s.insert("bootstrap_shell".into(), json!("bash"));
+        if s.get("ssh_gateway").is_none_or(Value::is_null) {
+            s.insert("ssh_gateway".into(), json!(cn));
+        }
+        if !s["ssh_gateway_password"].is_null() {
+            s.remove("ssh_gateway_key");
+        }
+        s.insert("domains".into(), json!(domains(&s, &plan.vm, &whose)?));
+        if let Some(Value::Array(extra)) = s.get_mut("additional_ips") {
+            for (entry, mac) in extra.iter_mut().zip(alloc.macs.iter().skip(1)) {
+                entry["mac"] = json!(mac);
+            }
+        }
+        s.insert("mac".into(), json!(alloc.macs[0]));
+        s.insert("ip".into(), json!(alloc.ip.to_string()));
+        s.insert("password".into(), json!(alloc.password));
+        let salt = crate::secrets::salt_for(cn, &plan.vm, &alloc.password);
+        s.insert("password_hash".into(), json!(crate::secrets::sha512_crypt(&alloc.password, &salt)));
+        if full {
+            s.insert("ssh_reverse_proxy_port".into(), json!(alloc.ssh));
+            s.insert("snmp_reverse_proxy_port".into(), json!(alloc.snmp));
+        }
+        Ok(Value::Object(s))
+    }
+
+    /// `mc_cloud_saltify.settings()` (SPEC §7).
+    pub fn saltify_settings(&self) -> Result<Value> {
+        let cloud = self.cloud_settings()?;
+        let defaults = json!({
+            "ssh_username": "root",
+            "profile": "ms-salt-minion",
+            "mode": cloud["mode"],
+            "bootsalt_branch": cloud["bootsalt_branch"],
+            "ssh_gateway": null,
+            "ssh_gateway_user": cloud["ssh_gateway_user"],
+            "ssh_gateway_key": cloud["ssh_gateway_key"],
+            "ssh_gateway_port": cloud["ssh_gateway_port"],
+            "ssh_gateway_password": cloud["ssh_gateway_password"],
+            "targets": {},
+        });
+        let mut s = with_pillar(&self.pillar, SALTIFY, defaults);
+        let dotted = format!("{SALTIFY}.targets.");
+        let mut targets = s["targets"].as_object().cloned().unwrap_or_default();
+        for (key, v) in &self.pillar {
+            if let Some(name) = key.strip_prefix(&dotted) {
+                let slot = targets.entry(name.to_owned()).or_insert_with(|| json!({}));
+                deep_merge(slot, v);
+            }
+        }
+        for (name, v) in &targets {
+            validate("saltify target", name)?;
+            if !v.as_object().is_some_and(|m| !m.is_empty()) {
+                return Err(Error::invalid(format!(
+                    "saltify target {name} must be a non-empty mapping (pillar {SALTIFY}.targets.{name}), not {v}"
+                )));
+            }
+        }
+        s["targets"] = Value::Object(targets);
+        Ok(s)
+    }
+
+    /// `mc_cloud_saltify.settings_for_target(name)`.
+    pub fn saltify_target(&self, name: &str) -> Result<Value> {
+        validate("saltify target", name)?;
+        let s = self.saltify_settings()?;
+        let Some(conf) = s["targets"].get(name) else {
+            return Err(Error::NotFound(format!(
+                "saltify target {name} is not declared: add pillar key {SALTIFY}.targets.{name}"
+            )));
+        };
+        let mut t = Map::new();
+        for k in ["ssh_username", "profile", "mode", "bootsalt_branch", "ssh_gateway", "ssh_gateway_user",
+                  "ssh_gateway_key", "ssh_gateway_port", "ssh_gateway_password"] {
+            t.insert(k.into(), s[k].clone());
+        }
+        let mut t = Value::Object(t);
+        deep_merge(&mut t, conf);
+        let Value::Object(mut t) = t else { unreachable!("mapping") };
+        t.insert("name".into(), json!(name));
+        let host = ["ssh_host", "ip"].iter().find_map(|k| t.get(*k).filter(|v| !v.is_null()).cloned());
+        t.insert("ssh_host".into(), host.unwrap_or_else(|| json!(name)));
+        let whose = format!("saltify target {name}");
+        check_mode(&t["mode"], &format!("mode of {whose}"))?;
+        let cloud = self.cloud_settings()?;
+        let key = if t["mode"] == "mastersalt" { "bootsalt_mastersalt_args" } else { "bootsalt_args" };
+        let branch = scalar(&t["bootsalt_branch"], "bootsalt_branch")?;
+        let base = match t.get("script_args").filter(|v| !v.is_null()) {
+            Some(v) => scalar(v, "script_args")?,
+            None => scalar(&cloud[key], key)?,
+        };
+        t.insert("script_args".into(), json!(with_branch(&base, &branch)));
+        t.insert("script".into(), cloud["script"].clone());
+        let password = t.get("password").filter(|v| !v.is_null()).cloned();
+        let keyfile = t.get("ssh_keyfile").cloned();
+        match (&password, keyfile) {
+            (Some(_), Some(k)) if !k.is_null() => {
+                return Err(Error::invalid(format!(
+                    "{whose} sets both 'password' and 'ssh_keyfile': keep one"
+                )))
+            }
+            (None, Some(Value::Null)) => {
+                return Err(Error::invalid(format!(
+                    "{whose} has neither 'password' nor 'ssh_keyfile': set one"
+                )))
+            }
+            (None, None) => {
+                let k = t["ssh_gateway_key"].clone();
+                if k.is_null() {
+                    return Err(Error::invalid(format!(
+                        "{whose} has neither 'password' nor 'ssh_keyfile' (and no gateway key): set one"
+                    )));
+                }
+                t.insert("ssh_keyfile".into(), k);
+            }
+            _ => {}
+        }
+        if !t["ssh_gateway_password"].is_null() {
+            t.remove("ssh_gateway_key");
+        }
+        Ok(Value::Object(t))
+    }
+
+    /// `mc_cloud_images.settings()`: lxc images, the default image first.
+    pub fn images_settings(&self) -> Result<Value> {
+        let defaults = json!({
+            "lxc": {
+                "default": DEFAULT_IMAGE,
+                "images": {
+                    DEFAULT_IMAGE: {
+                        "template": "debian",
+                        "release": "bookworm",
+                        "packages": ["openssh-server", "python3", "iproute2", "ifupdown"],
+                    }
+                },
+            }
+        });
+        let mut s = with_pillar(&self.pillar, IMAGES, defaults);
+        let default = as_str(&s["lxc"]["default"], &format!("{IMAGES}.lxc.default"))?.to_owned();
+        let images = s["lxc"]["images"].as_object().cloned().unwrap_or_default();
+        let Some(first) = images.get(&default) else {
+            return Err(Error::invalid(format!(
+                "default image {default} is not declared under pillar {IMAGES}.lxc.images"
+            )));
+        };
+        let mut ordered = Map::new();
+        ordered.insert(default.clone(), first.clone());
+        for (k, v) in images {
+            validate("image", &k)?;
+            ordered.entry(k).or_insert(v);
+        }
+        s["lxc"]["images"] = Value::Object(ordered);
+        Ok(s)
+    }
+}
+
+/// The allocations of one VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmAllocation {
+    /// Main IP.
+    pub ip: Ipv4Addr,
+    /// MACs, in the order of [`VmPlan::macs`].
+    pub macs: Vec<String>,
+    /// Root password (clear text; also hashed into `password_hash`).
+    pub password: String,
+    /// ssh reverse-proxy port, when allocated.
+    pub ssh: Option<u16>,
+    /// snmp reverse-proxy port, when allocated.
+    pub snmp: Option<u16>,
+}
+
+impl VmPlan {
+    /// The VM's domains: its id first, then the others sorted.
+    pub fn domains(&self, cn: &str) -> Result<Vec<String>> {
+        domains(&self.settings, &self.vm, &format!("VM {} on compute node {cn}", self.vm))
+    }
+
+    fn settings_has(&self, key: &str) -> bool {
+        self.settings.get(key).is_some_and(|v| !v.is_null())
+    }
+}
+
+fn check_mode(v: &Value, what: &str) -> Result<()> {
+    match v.as_str() {
+        Some(m) if MODES.contains(&m) => Ok(()),
+        _ => Err(Error::invalid(format!("{what} is {v}: use one of {}", MODES.join(", ")))),
+    }
+}
+
+/// The historical spelling `lvm-sratch` is accepted for `lvm-scratch`.
+fn normalise_type(t: &str) -> &str {
+    if t == "lvm-sratch" { "lvm-scratch" } else { t }
+}
+
+/// Appends ` -b <branch>` unless the arguments already name a branch.
+fn with_branch(args: &str, branch: &str) -> String {
+    let named = args.split_whitespace().any(|a| a == "-b" || a == "--branch" || a.starts_with("--branch="));
+    if named { args.to_owned() } else { format!("{args} -b {branch}") }
+}
+
+/// The VM id first, then the other domains sorted, without duplicates.
+pub(crate) fn domains(s: &Map<String, Value>, vm: &str, whose: &str) -> Result<Vec<String>> {
+    let mut others: Vec<String> = match s.get("domains") {
+        None | Some(Value::Null) => vec![],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|d| {
+                let d = as_str(d, "domains")?;
+                let host = d.strip_prefix("*.").unwrap_or(d);
+                if d != "*" {
+                    validate("domain", host).map_err(|e| Error::invalid(format!("{whose}: {e}")))?;
+                }
+                Ok(d.to_owned())
+            })
+            .collect::<Result<_>>()?,
+        Some(other) => {
+            return Err(Error::invalid(format!("{whose}: 'domains' must be a list of names, not {other}")))
+        }
+    };
+    others.retain(|d| d != vm);
+    others.sort();
+    others.dedup();
+    others.insert(0, vm.to_owned());
+    Ok(others)
+}
+
+/// Parses `additional_ips`: a list of mappings with an `ip` and an optional
+/// `mac` (and free-form keys such as `gateway`, `netmask`, `link`).
+fn additional_ips(s: &Map<String, Value>, whose: &str) -> Result<Vec<MacRequest>> {
+    let list = match s.get("additional_ips") {
+        None | Some(Value::Null) => return Ok(vec![]),
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "{whose}: 'additional_ips' must be a list of mappings with an 'ip', not {other}"
+            )))
+        }
+    };
+    let mut out: Vec<MacRequest> = Vec::with_capacity(list.len());
+    for entry in list {
+        let ip = entry
+            .get("ip")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::invalid(format!("{whose}: each of 'additional_ips' needs an 'ip', got {entry}")))?;
+        let ip = parse_ip(&format!("additional IP of {whose}"), ip)?.to_string();
+        if out.iter().any(|m| m.slot == ip) {
+            return Err(Error::invalid(format!("{whose}: additional IP {ip} is listed twice")));
+        }
+        let explicit = match entry.get("mac").filter(|v| !v.is_null()) {
+            Some(v) => Some(mac::validate(as_str(v, "mac")?, whose)?),
+            None => None,
+        };
+        out.push(MacRequest { slot: ip, explicit });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
