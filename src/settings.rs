@@ -25,7 +25,10 @@ pub const SALTIFY: &str = "makina-states.cloud.saltify";
 /// Pillar prefix of the images.
 pub const IMAGES: &str = "makina-states.cloud.images";
 /// Where VMs are declared, per compute node, from weakest to strongest.
-const VM_PREFIXES: [&str; 2] = ["makina-states.services.cloud.lxc.targets", "makina-states.cloud.lxc.vms"];
+const VM_PREFIXES: [&str; 2] = [
+    "makina-states.services.cloud.lxc.targets",
+    "makina-states.cloud.lxc.vms",
+];
 
 /// Size profiles, in the historical order.
 pub const SIZES: [(&str, &str); 11] = [
@@ -42,7 +45,14 @@ pub const SIZES: [(&str, &str); 11] = [
     ("xxxsmall", "500m"),
 ];
 /// Accepted profile types.
-pub const PROFILE_TYPES: [&str; 6] = ["lvm", "lvm-scratch", "dir", "dir-scratch", "overlayfs", "overlayfs-scratch"];
+pub const PROFILE_TYPES: [&str; 6] = [
+    "lvm",
+    "lvm-scratch",
+    "dir",
+    "dir-scratch",
+    "overlayfs",
+    "overlayfs-scratch",
+];
 /// Accepted modes.
 pub const MODES: [&str; 2] = ["salt", "mastersalt"];
 /// The virtualisation types this build knows.
@@ -122,6 +132,8 @@ pub struct VmPlan {
     pub macs: Vec<MacRequest>,
     /// Explicit pillar password.
     pub password: Option<String>,
+    /// Validated profile.
+    pub profile: Profile,
 }
 
 /// Settings computation over one pillar and one context.
@@ -151,7 +163,9 @@ fn scalar(v: &Value, key: &str) -> Result<String> {
     match v {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) => Ok(n.to_string()),
-        _ => Err(Error::invalid(format!("pillar value {key} must be a string or a number, not {v}"))),
+        _ => Err(Error::invalid(format!(
+            "pillar value {key} must be a string or a number, not {v}"
+        ))),
     }
 }
 
@@ -194,7 +208,12 @@ impl Config {
     /// The pillar root the registry lives under.
     pub fn pillar_root(&self) -> String {
         self.ctx.pillar_root.clone().unwrap_or_else(|| {
-            if self.ctx.mastersalt { "/srv/mastersalt-pillar" } else { "/srv/pillar" }.into()
+            if self.ctx.mastersalt {
+                "/srv/mastersalt-pillar"
+            } else {
+                "/srv/pillar"
+            }
+            .into()
         })
     }
 
@@ -209,7 +228,11 @@ impl Config {
         let root = if ms { "/srv/mastersalt" } else { "/srv/salt" };
         let all_pillar_dir = self.default_store_dir();
         let env = self.default_env();
-        let branch = if env == "prod" || env == "preprod" { "stable" } else { "master" };
+        let branch = if env == "prod" || env == "preprod" {
+            "stable"
+        } else {
+            "master"
+        };
         let defaults = json!({
             "root": root,
             "prefix": if ms { "/etc/mastersalt" } else { "/etc/salt" },
@@ -246,7 +269,11 @@ impl Config {
             "root": cloud["root"],
             "all_pillar_dir": cloud["all_pillar_dir"],
         });
-        Ok(with_pillar(&self.pillar, "makina-states.cloud.controller", defaults))
+        Ok(with_pillar(
+            &self.pillar,
+            "makina-states.cloud.controller",
+            defaults,
+        ))
     }
 
     /// VMs declared per compute node (both pillar forms), validated.
@@ -261,7 +288,8 @@ impl Config {
     fn collect_declared(&self) -> Result<Declared> {
         let mut nodes: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
         let mut add = |cn: &str, vms: &Value, key: &str| -> Result<()> {
-            validate("compute node", cn).map_err(|e| Error::invalid(format!("pillar key {key}: {e}")))?;
+            validate("compute node", cn)
+                .map_err(|e| Error::invalid(format!("pillar key {key}: {e}")))?;
             let entry = nodes.entry(cn.to_owned()).or_default();
             match vms {
                 Value::Null => Ok(()),
@@ -307,10 +335,18 @@ impl Config {
         for (cn, vms) in nodes {
             let mut list = Vec::with_capacity(vms.len());
             for (vm, conf) in vms {
-                validate("VM", &vm).map_err(|e| Error::invalid(format!("compute node {cn}: {e}")))?;
-                let Value::Object(pillar) = conf else { unreachable!("VM entries are mappings") };
-                list.push(DeclaredVm { name: vm, vt: "lxc", pillar });
+                validate("VM", &vm)
+                    .map_err(|e| Error::invalid(format!("compute node {cn}: {e}")))?;
+                let Value::Object(pillar) = conf else {
+                    unreachable!("VM entries are mappings")
+                };
+                list.push(DeclaredVm {
+                    name: vm,
+                    vt: "lxc",
+                    pillar,
+                });
             }
+            list.sort_by(|a, b| a.name.cmp(&b.name));
             out.insert(cn, list);
         }
         Ok(out)
@@ -368,11 +404,21 @@ impl Config {
             "ssh_username": "ubuntu", "vgname": "lxc", "lvname": null, "lxc_conf": [],
             "lxc_conf_unset": [], "fstab": null,
         });
-        for key in ["mode", "master", "master_port", "bootsalt_branch", "script", "ssh_gateway_user",
-                    "ssh_gateway_key", "ssh_gateway_port", "ssh_gateway_password"] {
+        for key in [
+            "mode",
+            "master",
+            "master_port",
+            "bootsalt_branch",
+            "script",
+            "ssh_gateway_user",
+            "ssh_gateway_key",
+            "ssh_gateway_port",
+            "ssh_gateway_password",
+        ] {
             defaults[key] = cloud[key].clone();
         }
-        let sizes: Map<String, Value> = SIZES.iter().map(|(n, s)| ((*n).into(), json!(s))).collect();
+        let sizes: Map<String, Value> =
+            SIZES.iter().map(|(n, s)| ((*n).into(), json!(s))).collect();
         let base = json!({
             "dnsservers": ["8.8.8.8", "4.4.4.4"],
             "defaults": defaults,
@@ -397,7 +443,12 @@ impl Config {
         let vms: Map<String, Value> = self
             .declared()?
             .iter()
-            .map(|(cn, vms)| (cn.clone(), json!(vms.iter().map(|d| d.name.as_str()).collect::<Vec<_>>())))
+            .map(|(cn, vms)| {
+                (
+                    cn.clone(),
+                    json!(vms.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()),
+                )
+            })
             .collect();
         s["vms"] = Value::Object(vms);
         Ok(s)
@@ -426,7 +477,8 @@ impl Config {
                 if types.is_empty() {
                     types.push("lxc");
                 }
-                let vms: Map<String, Value> = vms.iter().map(|d| (d.name.clone(), json!(d.vt))).collect();
+                let vms: Map<String, Value> =
+                    vms.iter().map(|d| (d.name.clone(), json!(d.vt))).collect();
                 (cn.clone(), json!({"virt_types": types, "vms": vms}))
             })
             .collect();
@@ -436,7 +488,10 @@ impl Config {
 
     /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping.
     pub fn node_conf(&self, cn: &str) -> Value {
-        let mut conf = self.compute_node_merged()["conf"].get(cn).cloned().unwrap_or_else(|| json!({}));
+        let mut conf = self.compute_node_merged()["conf"]
+            .get(cn)
+            .cloned()
+            .unwrap_or_else(|| json!({}));
         if let Some(v) = self.pillar.get(&format!("{COMPUTE_NODE}.conf.{cn}")) {
             deep_merge(&mut conf, v);
         }
@@ -445,7 +500,9 @@ impl Config {
 
     /// Whether the node's firewall is managed.
     pub fn firewall(&self) -> bool {
-        self.compute_node_merged()["has"]["firewall"].as_bool().unwrap_or(true)
+        self.compute_node_merged()["has"]["firewall"]
+            .as_bool()
+            .unwrap_or(true)
     }
 
     /// The lxc defaults (network, bridge …) after pillar merging.
@@ -490,7 +547,9 @@ impl Config {
                     }
                 }
             }
-            let Some(v) = d.pillar.get("ip").filter(|v| !v.is_null()) else { continue };
+            let Some(v) = d.pillar.get("ip").filter(|v| !v.is_null()) else {
+                continue;
+            };
             let ip = parse_ip(&format!("IP of {whose}"), as_str(v, "ip")?)?;
             network.check_explicit(ip, &whose)?;
             if let Some(other) = owners.insert(ip, &d.name) {
@@ -501,7 +560,13 @@ impl Config {
             }
             explicit_ips.insert(d.name.clone(), ip);
         }
-        Ok(NodePlan { cn: cn.into(), network, ssh, snmp, explicit_ips })
+        Ok(NodePlan {
+            cn: cn.into(),
+            network,
+            ssh,
+            snmp,
+            explicit_ips,
+        })
     }
 
     /// The per-VM inputs of `vm` on `cn`: merged settings before allocation
@@ -517,7 +582,9 @@ impl Config {
         let mut s = lxc["defaults"].clone();
         s["dnsservers"] = lxc["dnsservers"].clone();
         deep_merge(&mut s, &Value::Object(d.pillar.clone()));
-        let Value::Object(mut s) = s else { unreachable!("defaults are a mapping") };
+        let Value::Object(mut s) = s else {
+            unreachable!("defaults are a mapping")
+        };
         s.insert("name".into(), json!(d.name));
         let ip = match s.get("ip").filter(|v| !v.is_null()) {
             Some(v) => Some(parse_ip(&format!("IP of {whose}"), as_str(v, "ip")?)?),
@@ -542,66 +609,65 @@ impl Config {
                 "{whose} has an empty password: remove 'password' to have one generated"
             )));
         }
-        Ok(VmPlan { vm: d.name.clone(), vt: d.vt, settings: s, own: d.pillar.clone(), ip, macs, password })
+        let profile = profile_of(&s, cn, &whose)?;
+        Ok(VmPlan {
+            vm: d.name.clone(),
+            vt: d.vt,
+            settings: s,
+            own: d.pillar.clone(),
+            ip,
+            macs,
+            password,
+            profile,
+        })
     }
 
     /// Every VM plan of a node, in name order.
     pub fn node_vm_plans(&self, cn: &str) -> Result<Vec<VmPlan>> {
         let lxc = self.lxc_full()?;
-        self.node_vms(cn)?.iter().map(|d| self.vm_plan_with(&lxc, cn, d)).collect()
+        self.node_vms(cn)?
+            .iter()
+            .map(|d| self.vm_plan_with(&lxc, cn, d))
+            .collect()
     }
 
     /// Completes a VM's settings (SPEC §3.3) once its allocations are known.
     /// Pure: the caller provides the allocated values.
-    pub fn finish_vm(&self, cn: &str, plan: &VmPlan, alloc: &VmAllocation, full: bool) -> Result<Value> {
+    pub fn finish_vm(
+        &self,
+        cn: &str,
+        plan: &VmPlan,
+        alloc: &VmAllocation,
+        full: bool,
+    ) -> Result<Value> {
         let whose = format!("VM {} on compute node {cn}", plan.vm);
         let mut s = plan.settings.clone();
-        let ptype = normalise_type(as_str(&s["profile_type"], "profile_type")?).to_owned();
+        let Profile {
+            ptype,
+            size,
+            name: profile,
+            mode,
+        } = plan.profile.clone();
         let ptype = ptype.as_str();
-        if !PROFILE_TYPES.contains(&ptype) {
-            return Err(Error::invalid(format!(
-                "{whose}: unknown profile_type {ptype:?}; use one of {}",
-                PROFILE_TYPES.join(", ")
-            )));
-        }
-        check_mode(&s["mode"], &format!("mode of {whose}"))?;
-        let mode = s["mode"].as_str().unwrap_or("mastersalt").to_owned();
-        let (size_name, custom) = match s.get("profile").filter(|v| !v.is_null()) {
-            Some(v) => {
-                let p = scalar(v, "profile")?;
-                match size_of(&p) {
-                    Some(_) => (p, None),
-                    None => ("medium".to_string(), Some(p)),
-                }
-            }
-            None => ("medium".to_string(), None),
-        };
         let lvm = ptype.starts_with("lvm");
-        let size = match s.get("size").filter(|v| !v.is_null()) {
-            Some(v) => {
-                let raw = scalar(v, "size")?;
-                match size_of(&raw) {
-                    Some(sz) => sz.to_string(),
-                    None if is_size_literal(&raw) => raw,
-                    None => {
-                        return Err(Error::invalid(format!(
-                            "{whose}: unknown size {raw:?}; use a size profile ({}) or a literal such as 15g",
-                            SIZES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                        )))
-                    }
-                }
-            }
-            None => size_of(&size_name).unwrap_or("10g").to_string(),
-        };
-        let size_part = if ptype == "lvm" { format!("-{size_name}") } else { String::new() };
-        let profile = custom.unwrap_or_else(|| gen_id(&format!("ms-{cn}{size_part}-{ptype}")));
         s.insert("profile".into(), json!(profile));
         s.insert("profile_type".into(), json!(ptype));
-        let backing = if ptype.starts_with("overlayfs") { "overlayfs" } else if lvm { "lvm" } else { "dir" };
+        let backing = if ptype.starts_with("overlayfs") {
+            "overlayfs"
+        } else if lvm {
+            "lvm"
+        } else {
+            "dir"
+        };
         s.insert("backing".into(), json!(backing));
         let scratch = ptype.ends_with("-scratch");
-        let from = if scratch { Value::Null } else {
-            s.get("from_container").filter(|v| !v.is_null()).cloned().unwrap_or_else(|| s["default_container"].clone())
+        let from = if scratch {
+            Value::Null
+        } else {
+            s.get("from_container")
+                .filter(|v| !v.is_null())
+                .cloned()
+                .unwrap_or_else(|| s["default_container"].clone())
         };
         s.insert("from_container".into(), from);
         if ptype == "overlayfs" && !plan.own.contains_key("snapshot") {
@@ -618,15 +684,25 @@ impl Config {
             s.insert("master".into(), s["gateway"].clone());
         }
         let branch = scalar(&s["bootsalt_branch"], "bootsalt_branch")?;
-        let base_args = match s.get("script_args").filter(|v| !v.is_null() && plan.settings_has("script_args")) {
+        let base_args = match s
+            .get("script_args")
+            .filter(|v| !v.is_null() && plan.settings_has("script_args"))
+        {
             Some(v) => scalar(v, "script_args")?,
             None => {
                 let cloud = self.cloud_settings()?;
-                let key = if mode == "mastersalt" { "bootsalt_mastersalt_args" } else { "bootsalt_args" };
+                let key = if mode == "mastersalt" {
+                    "bootsalt_mastersalt_args"
+                } else {
+                    "bootsalt_args"
+                };
                 scalar(&cloud[key], key)?
             }
         };
-        s.insert("script_args".into(), json!(with_branch(&base_args, &branch)));
+        s.insert(
+            "script_args".into(),
+            json!(with_branch(&base_args, &branch)),
+        );
         s.insert("bootstrap_shell".into(), json!("bash"));
         if s.get("ssh_gateway").is_none_or(Value::is_null) {
             s.insert("ssh_gateway".into(), json!(cn));
@@ -644,7 +720,10 @@ impl Config {
         s.insert("ip".into(), json!(alloc.ip.to_string()));
         s.insert("password".into(), json!(alloc.password));
         let salt = crate::secrets::salt_for(cn, &plan.vm, &alloc.password);
-        s.insert("password_hash".into(), json!(crate::secrets::sha512_crypt(&alloc.password, &salt)));
+        s.insert(
+            "password_hash".into(),
+            json!(crate::secrets::sha512_crypt(&alloc.password, &salt)),
+        );
         if full {
             s.insert("ssh_reverse_proxy_port".into(), json!(alloc.ssh));
             s.insert("snmp_reverse_proxy_port".into(), json!(alloc.snmp));
@@ -698,20 +777,37 @@ impl Config {
             )));
         };
         let mut t = Map::new();
-        for k in ["ssh_username", "profile", "mode", "bootsalt_branch", "ssh_gateway", "ssh_gateway_user",
-                  "ssh_gateway_key", "ssh_gateway_port", "ssh_gateway_password"] {
+        for k in [
+            "ssh_username",
+            "profile",
+            "mode",
+            "bootsalt_branch",
+            "ssh_gateway",
+            "ssh_gateway_user",
+            "ssh_gateway_key",
+            "ssh_gateway_port",
+            "ssh_gateway_password",
+        ] {
             t.insert(k.into(), s[k].clone());
         }
         let mut t = Value::Object(t);
         deep_merge(&mut t, conf);
-        let Value::Object(mut t) = t else { unreachable!("mapping") };
+        let Value::Object(mut t) = t else {
+            unreachable!("mapping")
+        };
         t.insert("name".into(), json!(name));
-        let host = ["ssh_host", "ip"].iter().find_map(|k| t.get(*k).filter(|v| !v.is_null()).cloned());
+        let host = ["ssh_host", "ip"]
+            .iter()
+            .find_map(|k| t.get(*k).filter(|v| !v.is_null()).cloned());
         t.insert("ssh_host".into(), host.unwrap_or_else(|| json!(name)));
         let whose = format!("saltify target {name}");
         check_mode(&t["mode"], &format!("mode of {whose}"))?;
         let cloud = self.cloud_settings()?;
-        let key = if t["mode"] == "mastersalt" { "bootsalt_mastersalt_args" } else { "bootsalt_args" };
+        let key = if t["mode"] == "mastersalt" {
+            "bootsalt_mastersalt_args"
+        } else {
+            "bootsalt_args"
+        };
         let branch = scalar(&t["bootsalt_branch"], "bootsalt_branch")?;
         let base = match t.get("script_args").filter(|v| !v.is_null()) {
             Some(v) => scalar(v, "script_args")?,
@@ -782,6 +878,70 @@ impl Config {
     }
 }
 
+/// A VM's validated profile: type, size, generated (or verbatim) name, mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// Profile type (`lvm-sratch` normalised).
+    pub ptype: String,
+    /// Disk size (lvm types).
+    pub size: String,
+    /// salt-cloud profile name.
+    pub name: String,
+    /// `salt` or `mastersalt`.
+    pub mode: String,
+}
+
+fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Result<Profile> {
+    let ptype = normalise_type(as_str(&s["profile_type"], "profile_type")?).to_owned();
+    let ptype = ptype.as_str();
+    if !PROFILE_TYPES.contains(&ptype) {
+        return Err(Error::invalid(format!(
+            "{whose}: unknown profile_type {ptype:?}; use one of {}",
+            PROFILE_TYPES.join(", ")
+        )));
+    }
+    check_mode(&s["mode"], &format!("mode of {whose}"))?;
+    let mode = s["mode"].as_str().unwrap_or("mastersalt").to_owned();
+    let (size_name, custom) = match s.get("profile").filter(|v| !v.is_null()) {
+        Some(v) => {
+            let p = scalar(v, "profile")?;
+            match size_of(&p) {
+                Some(_) => (p, None),
+                None => ("medium".to_string(), Some(p)),
+            }
+        }
+        None => ("medium".to_string(), None),
+    };
+    let size = match s.get("size").filter(|v| !v.is_null()) {
+        Some(v) => {
+            let raw = scalar(v, "size")?;
+            match size_of(&raw) {
+                    Some(sz) => sz.to_string(),
+                    None if is_size_literal(&raw) => raw,
+                    None => {
+                        return Err(Error::invalid(format!(
+                            "{whose}: unknown size {raw:?}; use a size profile ({}) or a literal such as 15g",
+                            SIZES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                        )))
+                    }
+                }
+        }
+        None => size_of(&size_name).unwrap_or("10g").to_string(),
+    };
+    let size_part = if ptype == "lvm" {
+        format!("-{size_name}")
+    } else {
+        String::new()
+    };
+    let profile = custom.unwrap_or_else(|| gen_id(&format!("ms-{cn}{size_part}-{ptype}")));
+    Ok(Profile {
+        ptype: ptype.to_owned(),
+        size,
+        name: profile,
+        mode,
+    })
+}
+
 /// The allocations of one VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmAllocation {
@@ -800,7 +960,11 @@ pub struct VmAllocation {
 impl VmPlan {
     /// The VM's domains: its id first, then the others sorted.
     pub fn domains(&self, cn: &str) -> Result<Vec<String>> {
-        domains(&self.settings, &self.vm, &format!("VM {} on compute node {cn}", self.vm))
+        domains(
+            &self.settings,
+            &self.vm,
+            &format!("VM {} on compute node {cn}", self.vm),
+        )
     }
 
     fn settings_has(&self, key: &str) -> bool {
@@ -811,19 +975,32 @@ impl VmPlan {
 fn check_mode(v: &Value, what: &str) -> Result<()> {
     match v.as_str() {
         Some(m) if MODES.contains(&m) => Ok(()),
-        _ => Err(Error::invalid(format!("{what} is {v}: use one of {}", MODES.join(", ")))),
+        _ => Err(Error::invalid(format!(
+            "{what} is {v}: use one of {}",
+            MODES.join(", ")
+        ))),
     }
 }
 
 /// The historical spelling `lvm-sratch` is accepted for `lvm-scratch`.
 fn normalise_type(t: &str) -> &str {
-    if t == "lvm-sratch" { "lvm-scratch" } else { t }
+    if t == "lvm-sratch" {
+        "lvm-scratch"
+    } else {
+        t
+    }
 }
 
 /// Appends ` -b <branch>` unless the arguments already name a branch.
 fn with_branch(args: &str, branch: &str) -> String {
-    let named = args.split_whitespace().any(|a| a == "-b" || a == "--branch" || a.starts_with("--branch="));
-    if named { args.to_owned() } else { format!("{args} -b {branch}") }
+    let named = args
+        .split_whitespace()
+        .any(|a| a == "-b" || a == "--branch" || a.starts_with("--branch="));
+    if named {
+        args.to_owned()
+    } else {
+        format!("{args} -b {branch}")
+    }
 }
 
 /// The VM id first, then the other domains sorted, without duplicates.
@@ -836,13 +1013,16 @@ pub(crate) fn domains(s: &Map<String, Value>, vm: &str, whose: &str) -> Result<V
                 let d = as_str(d, "domains")?;
                 let host = d.strip_prefix("*.").unwrap_or(d);
                 if d != "*" {
-                    validate("domain", host).map_err(|e| Error::invalid(format!("{whose}: {e}")))?;
+                    validate("domain", host)
+                        .map_err(|e| Error::invalid(format!("{whose}: {e}")))?;
                 }
                 Ok(d.to_owned())
             })
             .collect::<Result<_>>()?,
         Some(other) => {
-            return Err(Error::invalid(format!("{whose}: 'domains' must be a list of names, not {other}")))
+            return Err(Error::invalid(format!(
+                "{whose}: 'domains' must be a list of names, not {other}"
+            )))
         }
     };
     others.retain(|d| d != vm);
@@ -866,13 +1046,16 @@ fn additional_ips(s: &Map<String, Value>, whose: &str) -> Result<Vec<MacRequest>
     };
     let mut out: Vec<MacRequest> = Vec::with_capacity(list.len());
     for entry in list {
-        let ip = entry
-            .get("ip")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::invalid(format!("{whose}: each of 'additional_ips' needs an 'ip', got {entry}")))?;
+        let ip = entry.get("ip").and_then(Value::as_str).ok_or_else(|| {
+            Error::invalid(format!(
+                "{whose}: each of 'additional_ips' needs an 'ip', got {entry}"
+            ))
+        })?;
         let ip = parse_ip(&format!("additional IP of {whose}"), ip)?.to_string();
         if out.iter().any(|m| m.slot == ip) {
-            return Err(Error::invalid(format!("{whose}: additional IP {ip} is listed twice")));
+            return Err(Error::invalid(format!(
+                "{whose}: additional IP {ip} is listed twice"
+            )));
         }
         let explicit = match entry.get("mac").filter(|v| !v.is_null()) {
             Some(v) => Some(mac::validate(as_str(v, "mac")?, whose)?),

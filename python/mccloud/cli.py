@@ -1,0 +1,148 @@
+"""Command-line entry points.
+
+- ``mastersalt-call`` / ``mastersalt-run``: ``salt-call`` / ``salt-run`` on the
+  mastersalt configuration directory (``$MASTERSALT_CONFIG_DIR``, default
+  ``/etc/mastersalt``).
+- ``mccloud demo``: the quick start — a throw-away masterless mastersalt
+  configuration with the sample pillar, queried through the real
+  ``mastersalt-call``.
+- ``mccloud inventory``: compute nodes, VMs and free capacity, without Salt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from importlib import resources
+from typing import Any, Sequence
+
+import mccloud
+from mccloud import saltsupport
+
+DEFAULT_MASTERSALT_DIR = "/etc/mastersalt"
+
+
+def _mastersalt(script: str) -> None:
+    conf = os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
+    os.environ[saltsupport.MASTERSALT_ENV] = conf
+    sys.argv = [sys.argv[0], "-c", conf, *sys.argv[1:]]
+    import salt.scripts
+
+    getattr(salt.scripts, script)()
+
+
+def mastersalt_call() -> None:
+    """``salt-call -c $MASTERSALT_CONFIG_DIR …``"""
+    _mastersalt("salt_call")
+
+
+def mastersalt_run() -> None:
+    """``salt-run -c $MASTERSALT_CONFIG_DIR …``"""
+    _mastersalt("salt_run")
+
+
+def sample_pillar() -> str:
+    """The sample pillar shipped with mccloud (YAML text)."""
+    return resources.files("mccloud").joinpath("data/sample_pillar.sls").read_text()
+
+
+def write_masterless_config(base: str, pillar_text: str, minion_id: str = "controller") -> str:
+    """Writes a throw-away masterless Salt configuration under ``base`` with
+    ``pillar_text`` as its only pillar; returns the configuration directory."""
+    conf, root, pillar = (os.path.join(base, d) for d in ("mastersalt", "root", "pillar"))
+    for d in (conf, root, pillar, os.path.join(base, "states")):
+        os.makedirs(d, exist_ok=True)
+    with open(os.path.join(pillar, "top.sls"), "w") as f:
+        f.write("base:\n  '*':\n    - cloud\n")
+    with open(os.path.join(pillar, "cloud.sls"), "w") as f:
+        f.write(pillar_text)
+    settings = {
+        "id": minion_id,
+        "file_client": "local",
+        "root_dir": root,
+        "pillar_roots": {"base": [pillar]},
+        "file_roots": {"base": [os.path.join(base, "states")]},
+        "master_port": 4606,
+        "log_level_logfile": "warning",
+    }
+    with open(os.path.join(conf, "minion"), "w") as f:
+        json.dump(settings, f, indent=2)
+    with open(os.path.join(conf, "master"), "w") as f:
+        json.dump({**settings, "interface": "127.0.0.1", "ret_port": 4606, "publish_port": 4605}, f, indent=2)
+    return conf
+
+
+def _run(conf: str, *args: str) -> Any:
+    env = {**os.environ, saltsupport.MASTERSALT_ENV: conf}
+    cmd = [sys.executable, "-c", "from mccloud.cli import mastersalt_call; mastersalt_call()",
+           "--local", "--out=json", *args]
+    print(f"$ mastersalt-call --local {' '.join(args)}", flush=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"mastersalt-call failed with exit code {proc.returncode}")
+    return json.loads(proc.stdout)["local"]
+
+
+def demo(args: argparse.Namespace) -> int:
+    """Runs the registry on the sample pillar through the real ``mastersalt-call``."""
+    base = args.dir or tempfile.mkdtemp(prefix="mccloud-demo-")
+    conf = write_masterless_config(base, sample_pillar())
+    print(f"throw-away mastersalt configuration: {conf}")
+    cn, vm = "devhost10.local", "mysupertest3.foo.com"
+    first = _run(conf, "mc_cloud_lxc.get_settings_for_vm", cn, vm)
+    print(json.dumps(first, indent=2, sort_keys=True))
+    again = _run(conf, "mc_cloud_lxc.get_settings_for_vm", cn, vm)
+    keys = ("ip", "mac", "password", "ssh_reverse_proxy_port", "snmp_reverse_proxy_port")
+    same = all(first[k] == again[k] for k in keys)
+    print(f"second call returns the same {', '.join(keys)}: {same}")
+    target = _run(conf, "mc_cloud_compute_node.get_settings_for_target", cn)
+    print(json.dumps({k: target[k] for k in ("target", "domains", "vms")}, indent=2, sort_keys=True))
+    print(f"store: {os.path.join(root_store(base), 'registry.sqlite')}")
+    return 0 if same else 1
+
+
+def root_store(base: str) -> str:
+    """Store directory of a configuration written by :func:`write_masterless_config`."""
+    return os.path.join(base, "pillar", "cloud-controller")
+
+
+def inventory(args: argparse.Namespace) -> int:
+    """Prints the inventory of a store, with VM settings from a pillar file."""
+    import yaml
+
+    pillar: dict[str, Any] = {}
+    for path in args.pillar or []:
+        with open(path) as f:
+            pillar.update(yaml.safe_load(f) or {})
+    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(pillar))
+    reg = mccloud.Registry(cfg, args.store)
+    print(json.dumps(reg.inventory(), indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mccloud", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("demo", help="run the registry on the sample pillar (masterless, throw-away)")
+    p.add_argument("--dir", help="where to write the throw-away configuration (default: a new temp dir)")
+    p.set_defaults(func=demo)
+    p = sub.add_parser("inventory", help="compute nodes, VMs, access info and free capacity")
+    p.add_argument("--store", required=True, help="the store directory (…/cloud-controller)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the VMs")
+    p.add_argument("--id", default="controller", help="controller minion id")
+    p.set_defaults(func=inventory)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except mccloud.MccloudError as exc:
+        print(f"mccloud: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Bare-metal targets provisioned with the saltify driver."""
+
+import mccloud.saltsupport as _ms
+
+__virtualname__ = "mc_cloud_saltify"
+
+
+def __virtual__():
+    return __virtualname__
+
+
+@_ms.salt_errors
+def settings():
+    """Saltify defaults and ``targets`` (``makina-states.cloud.saltify.targets``).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_saltify.settings
+    """
+    return _ms.config(__opts__, __pillar__).saltify_settings()
+
+
+@_ms.salt_errors
+def settings_for_target(name):
+    """The settings of one bare-metal target: ssh host, user, key or
+    password, bootstrap arguments, gateway.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_saltify.settings_for_target baremetal1.foo.com
+    """
+    return _ms.config(__opts__, __pillar__).saltify_target(str(name))

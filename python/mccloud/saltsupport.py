@@ -1,0 +1,107 @@
+"""Glue between Salt's loader dunders and the core.
+
+The shims in ``modules/`` and ``runners/`` read ``__opts__`` and
+``__pillar__`` and call these helpers with plain values; nothing here keeps
+state between calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable, Mapping, TypeVar
+
+import mccloud
+from mccloud import InvalidInputError, MccloudError
+
+#: Environment variable overriding the store directory.
+STORE_ENV = "MCCLOUD_STORE_DIR"
+#: Environment variable naming the mastersalt configuration directory.
+MASTERSALT_ENV = "MASTERSALT_CONFIG_DIR"
+#: Salt configuration key overriding the store directory.
+STORE_OPT = "mccloud_store_dir"
+#: Pillar keys the registry reads.
+PILLAR_PREFIX = "makina-states."
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_dir(opts: Mapping[str, Any]) -> str:
+    """The configuration directory of the Salt instance behind ``opts``."""
+    conf_dir = opts.get("config_dir")
+    if not conf_dir:
+        conf_dir = os.path.dirname(opts.get("conf_file") or "")
+    return str(conf_dir or "")
+
+
+def is_mastersalt(opts: Mapping[str, Any]) -> bool:
+    """Whether ``opts`` belong to the mastersalt instance.
+
+    ``mccloud_mastersalt`` in the configuration decides when set; otherwise a
+    configuration directory named ``mastersalt``, or the one named by
+    ``$MASTERSALT_CONFIG_DIR``, is mastersalt.
+    """
+    if "mccloud_mastersalt" in opts:
+        return bool(opts["mccloud_mastersalt"])
+    conf_dir = os.path.realpath(config_dir(opts) or ".")
+    env_dir = os.environ.get(MASTERSALT_ENV)
+    if env_dir and os.path.realpath(env_dir) == conf_dir:
+        return True
+    return os.path.basename(conf_dir) == "mastersalt"
+
+
+def context(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> dict[str, Any]:
+    """The plain-value context the core needs from Salt's configuration."""
+    roots = (opts.get("pillar_roots") or {}).get("base") or []
+    port = opts.get("master_port")
+    env = pillar.get("default_env") or opts.get("default_env")
+    return {
+        "minion_id": str(opts.get("id") or ""),
+        "mastersalt": is_mastersalt(opts),
+        "pillar_root": str(roots[0]) if roots else None,
+        "master_port": int(port) if port else None,
+        "default_env": str(env) if env else None,
+    }
+
+
+def cloud_pillar(pillar: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the pillar the registry reads (``makina-states.*``)."""
+    out = {k: v for k, v in pillar.items() if isinstance(k, str) and k.startswith(PILLAR_PREFIX)}
+    if "default_env" in pillar:
+        out["default_env"] = pillar["default_env"]
+    return out
+
+
+def config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
+    """A :class:`mccloud.Config` over Salt's opts and pillar."""
+    return mccloud.Config(context(opts, pillar), cloud_pillar(pillar))
+
+
+def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:
+    """Store directory: ``$MCCLOUD_STORE_DIR``, else the ``mccloud_store_dir``
+    configuration key, else ``<pillar_roots.base[0]>/cloud-controller``."""
+    return os.environ.get(STORE_ENV) or opts.get(STORE_OPT) or cfg.default_store_dir()
+
+
+def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Registry:
+    """The registry of the controller behind ``opts``."""
+    cfg = config(opts, pillar)
+    return mccloud.Registry(cfg, store_dir(opts, cfg))
+
+
+def salt_errors(func: F) -> F:
+    """Turns mccloud errors into Salt's: bad input becomes
+    ``SaltInvocationError``, anything else ``CommandExecutionError``."""
+    from salt.exceptions import CommandExecutionError, SaltInvocationError
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs = {k: v for k, v in kwargs.items() if not k.startswith("__")}
+        try:
+            return func(*args, **kwargs)
+        except InvalidInputError as exc:
+            raise SaltInvocationError(str(exc)) from None
+        except MccloudError as exc:
+            raise CommandExecutionError(str(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
