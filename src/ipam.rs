@@ -180,7 +180,10 @@ mod tests {
     #[test]
     fn default_sequence_matches_the_spec() {
         let net = default_net();
-        let seq: Vec<String> = candidates_from(&net, 0).take(254).map(|v| net.show(v)).collect();
+        let seq: Vec<String> = candidates_from(&net, 0)
+            .take(254)
+            .map(|v| net.show(v))
+            .collect();
         assert_eq!(seq[0], "10.5.0.2");
         assert_eq!(seq[252], "10.5.0.254");
         assert_eq!(seq[253], "10.5.1.1");
@@ -224,6 +227,7 @@ mod tests {
             assert!(err.to_string().contains(bad), "{err}");
             assert!(err.to_string().contains(who), "{err}");
         }
-        net.check_explicit("10.5.10.16".parse().unwrap(), who).unwrap();
+        net.check_explicit("10.5.10.16".parse().unwrap(), who)
+            .unwrap();
     }
 }

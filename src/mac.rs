@@ -78,12 +78,28 @@ mod tests {
 
     #[test]
     fn validates_explicit_macs() {
-        assert_eq!(validate("00:16:3E:AA:bb:01", "x").unwrap(), "00:16:3e:aa:bb:01");
-        assert_eq!(validate("00-16-3e-aa-bb-01", "x").unwrap(), "00:16:3e:aa:bb:01");
-        for bad in ["", "00:16:3e:aa:bb", "00:16:3e:aa:bb:zz", "0:16:3e:aa:bb:01", "01:00:5e:00:00:01", "00:00:00:00:00:00"] {
+        assert_eq!(
+            validate("00:16:3E:AA:bb:01", "x").unwrap(),
+            "00:16:3e:aa:bb:01"
+        );
+        assert_eq!(
+            validate("00-16-3e-aa-bb-01", "x").unwrap(),
+            "00:16:3e:aa:bb:01"
+        );
+        for bad in [
+            "",
+            "00:16:3e:aa:bb",
+            "00:16:3e:aa:bb:zz",
+            "0:16:3e:aa:bb:01",
+            "01:00:5e:00:00:01",
+            "00:00:00:00:00:00",
+        ] {
             let err = validate(bad, "VM v on node n").unwrap_err().to_string();
             assert!(err.contains("VM v on node n"), "{err}");
         }
-        assert!(validate("01:00:5e:00:00:01", "x").unwrap_err().to_string().contains("multicast"));
+        assert!(validate("01:00:5e:00:00:01", "x")
+            .unwrap_err()
+            .to_string()
+            .contains("multicast"));
     }
 }

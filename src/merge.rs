@@ -60,7 +60,10 @@ mod tests {
             "p",
             json!({"a": 0, "b": "", "c": [1], "d": {"x": 0, "y": 0}}),
         );
-        assert_eq!(got, json!({"a": 1, "b": "flat", "c": [1], "d": {"x": 1, "y": 2}}));
+        assert_eq!(
+            got,
+            json!({"a": 1, "b": "flat", "c": [1], "d": {"x": 1, "y": 2}})
+        );
     }
 
     #[test]

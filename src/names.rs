@@ -50,14 +50,22 @@ mod tests {
 
     #[test]
     fn accepts_minion_ids() {
-        for ok in ["devhost10.local", "Dev_Box.lan", "a", "mysupertest3.foo.com", "x-1_2"] {
+        for ok in [
+            "devhost10.local",
+            "Dev_Box.lan",
+            "a",
+            "mysupertest3.foo.com",
+            "x-1_2",
+        ] {
             validate("VM", ok).unwrap();
         }
     }
 
     #[test]
     fn rejects_path_tricks_and_controls() {
-        for bad in ["", "a/b", "..", "../etc", "a..b", ".hidden", "a b", "a\nb", "a\u{7}", "é"] {
+        for bad in [
+            "", "a/b", "..", "../etc", "a..b", ".hidden", "a b", "a\nb", "a\u{7}", "é",
+        ] {
             let err = validate("VM", bad).unwrap_err().to_string();
             assert!(err.contains("invalid VM name"), "{bad:?}: {err}");
         }

@@ -47,8 +47,12 @@ fn frontend(vms: &[ProxiedVm], conf: &Value, proxy: &str, bind: &str, prefix: &s
     let mut backends: BTreeMap<String, (String, Vec<Value>)> = BTreeMap::new();
     for v in vms {
         for d in v.domains {
-            let entry = backends.entry(d.clone()).or_insert_with(|| (format!("{prefix}_{}", ident(d)), vec![]));
-            entry.1.push(json!({"name": format!("srv_{}", ident(v.vm)), "address": format!("{}:80", v.ip)}));
+            let entry = backends
+                .entry(d.clone())
+                .or_insert_with(|| (format!("{prefix}_{}", ident(d)), vec![]));
+            entry.1.push(
+                json!({"name": format!("srv_{}", ident(v.vm)), "address": format!("{}:80", v.ip)}),
+            );
         }
     }
     let mut domains: Vec<&String> = backends.keys().collect();
@@ -105,8 +109,18 @@ mod tests {
         let a = vec!["a.com".to_string(), "*.shared.com".to_string()];
         let b = vec!["b.com".to_string(), "*.shared.com".to_string()];
         let vms = [
-            ProxiedVm { vm: "a.com", ip: "10.5.0.2".parse().unwrap(), domains: &a, ssh_port: 40000 },
-            ProxiedVm { vm: "b.com", ip: "10.5.0.3".parse().unwrap(), domains: &b, ssh_port: 40001 },
+            ProxiedVm {
+                vm: "a.com",
+                ip: "10.5.0.2".parse().unwrap(),
+                domains: &a,
+                ssh_port: 40000,
+            },
+            ProxiedVm {
+                vm: "b.com",
+                ip: "10.5.0.3".parse().unwrap(),
+                domains: &b,
+                ssh_port: 40001,
+            },
         ];
         let conf = json!({"http_proxy": {"raw_opts_pre": ["timeout client 1m"]}});
         let p = reverse_proxies(&vms, &conf);
@@ -114,10 +128,16 @@ mod tests {
         let shared = &http["backends"]["bck_star.shared.com"]["servers"];
         assert_eq!(shared.as_array().unwrap().len(), 2);
         let acls = http["acls"].as_array().unwrap();
-        assert_eq!(acls.last().unwrap()["condition"], "hdr_end(host) -i shared.com");
+        assert_eq!(
+            acls.last().unwrap()["condition"],
+            "hdr_end(host) -i shared.com"
+        );
         assert_eq!(acls[0]["condition"], "hdr(host) -i a.com");
         assert_eq!(http["raw_opts_pre"], json!(["timeout client 1m"]));
-        assert_eq!(p["https_proxy"]["backends"]["securebck_a.com"]["servers"][0]["address"], "10.5.0.2:80");
+        assert_eq!(
+            p["https_proxy"]["backends"]["securebck_a.com"]["servers"][0]["address"],
+            "10.5.0.2:80"
+        );
         assert_eq!(p["ssh_proxies"][1]["server"], "10.5.0.3:22");
         assert_eq!(p["ssh_proxies"][1]["port"], 40001);
     }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 
@@ -27,6 +27,8 @@ const MAC_PROBES: u32 = 4096;
 pub struct Registry {
     config: Config,
     store: Mutex<Store>,
+    /// Node plans depend only on the configuration, which never changes.
+    plans: Mutex<HashMap<String, Arc<NodePlan>>>,
 }
 
 /// What a cleanup or a destruction freed.
@@ -56,14 +58,22 @@ fn allocate_number(tx: &Tx, kind: &str, cn: &str, vm: &str, pool: &dyn Pool) -> 
             return Ok(v);
         }
     }
-    let what = if kind == "ip" { "IP".to_string() } else { format!("{kind} port") };
+    let what = if kind == "ip" {
+        "IP".to_string()
+    } else {
+        format!("{kind} port")
+    };
     Err(Error::Exhausted(format!(
         "no free {what} left for {}: all {} of pool {} are allocated; free those of VMs no longer \
          declared with mc_cloud_compute_node.cleanup_{} {cn}, or widen {}",
         who(cn, vm),
         pool.capacity(),
         &key[kind.len() + 1..],
-        if kind == "ip" { "allocated_ips".into() } else { format!("{kind}_ports") },
+        if kind == "ip" {
+            "allocated_ips".into()
+        } else {
+            format!("{kind}_ports")
+        },
         pool_keys(kind),
     )))
 }
@@ -117,8 +127,19 @@ fn vm_mac(tx: &Tx, cn: &str, vm: &str, req: &MacRequest) -> Result<String> {
         if active.as_ref() == Some(explicit) {
             return Ok(explicit.clone());
         }
-        if let Some(o) = tx.mac_owner(explicit)? {
-            let state = if o.retired { "was retired from" } else { "is already used by" };
+        let owner = tx.mac_owner(explicit)?;
+        let own_retired = owner
+            .as_ref()
+            .is_some_and(|o| o.retired && o.cn == cn && o.vm == vm && o.slot == req.slot);
+        if own_retired {
+            // A VM re-created with its declared MAC takes it back.
+            tx.forget_mac(explicit)?;
+        } else if let Some(o) = owner {
+            let state = if o.retired {
+                "was retired from"
+            } else {
+                "is already used by"
+            };
             return Err(Error::Conflict(format!(
                 "MAC {explicit} declared for {} {state} VM {} on compute node {}: declare another MAC, \
                  or leave 'mac' out to have one generated",
@@ -172,26 +193,53 @@ fn vm_port(tx: &Tx, node: &NodePlan, kind: &str, vm: &str) -> Result<u16> {
 fn allocate_vm(tx: &Tx, node: &NodePlan, plan: &VmPlan, ports: bool) -> Result<VmAllocation> {
     let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
     let ip = vm_ip(tx, node, vm)?;
-    let macs = plan.macs.iter().map(|r| vm_mac(tx, cn, vm, r)).collect::<Result<Vec<_>>>()?;
+    let macs = plan
+        .macs
+        .iter()
+        .map(|r| vm_mac(tx, cn, vm, r))
+        .collect::<Result<Vec<_>>>()?;
     let password = vm_password(tx, cn, vm, plan.password.as_deref())?;
     let (ssh, snmp) = if ports {
-        (Some(vm_port(tx, node, "ssh", vm)?), Some(vm_port(tx, node, "snmp", vm)?))
+        (
+            Some(vm_port(tx, node, "ssh", vm)?),
+            Some(vm_port(tx, node, "snmp", vm)?),
+        )
     } else {
         (None, None)
     };
-    Ok(VmAllocation { ip, macs, password, ssh, snmp })
+    Ok(VmAllocation {
+        ip,
+        macs,
+        password,
+        ssh,
+        snmp,
+    })
 }
 
 impl Registry {
     /// Opens the registry whose store lives in `store_dir`.
     pub fn open(config: Config, store_dir: &Path) -> Result<Self> {
         let store = Store::open(store_dir)?;
-        Ok(Registry { config, store: Mutex::new(store) })
+        Ok(Registry {
+            config,
+            store: Mutex::new(store),
+            plans: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The settings this registry computes with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    fn node_plan(&self, cn: &str) -> Result<Arc<NodePlan>> {
+        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = plans.get(cn) {
+            return Ok(Arc::clone(p));
+        }
+        let plan = Arc::new(self.config.node_plan(cn)?);
+        plans.insert(cn.to_owned(), Arc::clone(&plan));
+        Ok(plan)
     }
 
     fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
@@ -209,13 +257,16 @@ impl Registry {
 
     /// The store file.
     pub fn store_path(&self) -> String {
-        self.with_store(|s| Ok(s.path().display().to_string())).unwrap_or_default()
+        self.with_store(|s| Ok(s.path().display().to_string()))
+            .unwrap_or_default()
     }
 
     /// Allocates (on first use) and returns a VM's allocations. `ports`
     /// also allocates the ssh and snmp reverse-proxy ports.
     pub fn allocate(&self, cn: &str, vm: &str, ports: bool) -> Result<VmAllocation> {
-        let node = self.config.node_plan(cn)?;
+        validate("compute node", cn)?;
+        validate("VM", vm)?;
+        let node = self.node_plan(cn)?;
         let plan = self.config.vm_plan(cn, vm)?;
         self.write(|tx| {
             reserve_explicit_ips(tx, &node)?;
@@ -234,7 +285,7 @@ impl Registry {
     /// Registers every VM of a node in one transaction (allocating what is
     /// missing) and returns their allocations in name order.
     pub fn register_node(&self, cn: &str) -> Result<Vec<(VmPlan, VmAllocation)>> {
-        let node = self.config.node_plan(cn)?;
+        let node = self.node_plan(cn)?;
         let plans = self.config.node_vm_plans(cn)?;
         let allocs = self.write(|tx| {
             reserve_explicit_ips(tx, &node)?;
@@ -252,17 +303,27 @@ impl Registry {
                         let m = macs.get(&(p.vm.clone(), slot.slot.clone()));
                         m.is_some() && (slot.explicit.is_none() || slot.explicit.as_ref() == m)
                     };
-                    let complete = ips.contains_key(&p.vm)
+                    // An IP outside the network goes through vm_ip, which reports it.
+                    let complete = ips
+                        .get(&p.vm)
+                        .is_some_and(|ip| node.network.includes(Ipv4Addr::from(*ip)))
                         && ssh.contains_key(&p.vm)
                         && snmp.contains_key(&p.vm)
                         && p.macs.iter().all(known)
-                        && !node.explicit_ips.get(&p.vm).is_some_and(|ip| ips.get(&p.vm) != Some(&u32::from(*ip)));
+                        && node
+                            .explicit_ips
+                            .get(&p.vm)
+                            .is_none_or(|ip| ips.get(&p.vm) == Some(&u32::from(*ip)));
                     if !complete {
                         return allocate_vm(tx, &node, p, true);
                     }
                     Ok(VmAllocation {
                         ip: Ipv4Addr::from(ips[&p.vm]),
-                        macs: p.macs.iter().map(|r| macs[&(p.vm.clone(), r.slot.clone())].clone()).collect(),
+                        macs: p
+                            .macs
+                            .iter()
+                            .map(|r| macs[&(p.vm.clone(), r.slot.clone())].clone())
+                            .collect(),
                         // Passwords are not part of the node view.
                         password: String::new(),
                         ssh: Some(ssh[&p.vm] as u16),
@@ -298,9 +359,14 @@ impl Registry {
         let proxied: Vec<ProxiedVm> = registered
             .iter()
             .zip(&domains_of)
-            .map(|((p, a), d)| ProxiedVm { vm: &p.vm, ip: a.ip, domains: d, ssh_port: a.ssh.unwrap_or(0) })
+            .map(|((p, a), d)| ProxiedVm {
+                vm: &p.vm,
+                ip: a.ip,
+                domains: d,
+                ssh_port: a.ssh.unwrap_or(0),
+            })
             .collect();
-        let node = self.config.node_plan(cn)?;
+        let node = self.node_plan(cn)?;
         let lxc = self.config.lxc_defaults()?;
         let mut vts: Vec<&str> = registered.iter().map(|(p, _)| p.vt).collect();
         vts.dedup();
@@ -347,7 +413,16 @@ impl Registry {
         let rows = self.read(|tx| tx.numbers(kind, cn))?;
         Ok(rows
             .into_iter()
-            .map(|(vm, v)| (vm, if kind == "ip" { json!(Ipv4Addr::from(v).to_string()) } else { json!(v) }))
+            .map(|(vm, v)| {
+                (
+                    vm,
+                    if kind == "ip" {
+                        json!(Ipv4Addr::from(v).to_string())
+                    } else {
+                        json!(v)
+                    },
+                )
+            })
             .collect())
     }
 
@@ -355,7 +430,7 @@ impl Registry {
     /// previous one).
     pub fn set_allocated_ip(&self, cn: &str, vm: &str, ip: &str) -> Result<String> {
         validate("VM", vm)?;
-        let node = self.config.node_plan(cn)?;
+        let node = self.node_plan(cn)?;
         let ip = parse_ip(&format!("IP for {}", who(cn, vm)), ip)?;
         node.network.check_explicit(ip, &who(cn, vm))?;
         self.write(|tx| match tx.number_owner("ip", cn, u32::from(ip))? {
@@ -381,7 +456,12 @@ impl Registry {
     /// node. The node itself must be declared (with `{}` for no VMs), so a
     /// pillar that failed to render never wipes a node.
     pub fn cleanup(&self, cn: &str, kind: &str) -> Result<BTreeMap<String, Value>> {
-        let declared: Vec<String> = self.config.node_vms(cn)?.iter().map(|d| d.name.clone()).collect();
+        let declared: Vec<String> = self
+            .config
+            .node_vms(cn)?
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
         let freed = self.write(|tx| {
             let mut freed = BTreeMap::new();
             for (vm, v) in tx.numbers(kind, cn)? {
@@ -394,7 +474,16 @@ impl Registry {
         })?;
         Ok(freed
             .into_iter()
-            .map(|(vm, v)| (vm, if kind == "ip" { json!(Ipv4Addr::from(v).to_string()) } else { json!(v) }))
+            .map(|(vm, v)| {
+                (
+                    vm,
+                    if kind == "ip" {
+                        json!(Ipv4Addr::from(v).to_string())
+                    } else {
+                        json!(v)
+                    },
+                )
+            })
             .collect())
     }
 
@@ -407,7 +496,11 @@ impl Registry {
             let mut f = Freed::new();
             for kind in ["ip", "ssh", "snmp"] {
                 if let Some(v) = tx.remove_number(kind, cn, vm)? {
-                    let shown = if kind == "ip" { json!(Ipv4Addr::from(v).to_string()) } else { json!(v) };
+                    let shown = if kind == "ip" {
+                        json!(Ipv4Addr::from(v).to_string())
+                    } else {
+                        json!(v)
+                    };
                     f.insert(kind.into(), shown);
                 }
             }
@@ -446,9 +539,17 @@ impl Registry {
                         pws.insert(vm, p);
                     }
                 }
-                Ok((tx.numbers("ip", &cn)?, tx.numbers("ssh", &cn)?, tx.numbers("snmp", &cn)?, tx.macs(&cn)?, pws))
+                Ok((
+                    tx.numbers("ip", &cn)?,
+                    tx.numbers("ssh", &cn)?,
+                    tx.numbers("snmp", &cn)?,
+                    tx.macs(&cn)?,
+                    pws,
+                ))
             })?;
-            let find = |rows: &[(String, u32)], vm: &str| rows.iter().find(|(v, _)| v == vm).map(|(_, x)| *x);
+            let find = |rows: &[(String, u32)], vm: &str| {
+                rows.iter().find(|(v, _)| v == vm).map(|(_, x)| *x)
+            };
             let mut vms = Map::new();
             let decl = declared.get(&cn).cloned().unwrap_or_default();
             let mut names: Vec<String> = decl.iter().map(|d| d.name.clone()).collect();
@@ -458,7 +559,10 @@ impl Registry {
             for vm in names {
                 let d = decl.iter().find(|d| d.name == vm);
                 let plan = d.and_then(|_| self.config.vm_plan(&cn, &vm).ok());
-                let password = plan.as_ref().and_then(|p| p.password.clone()).or_else(|| pws.get(&vm).cloned());
+                let password = plan
+                    .as_ref()
+                    .and_then(|p| p.password.clone())
+                    .or_else(|| pws.get(&vm).cloned());
                 vms.insert(vm.clone(), json!({
                     "declared": d.is_some(),
                     "vt": d.map(|d| d.vt),
@@ -473,18 +577,33 @@ impl Registry {
                 }));
             }
             let mut free = Map::new();
-            if let Ok(node) = self.config.node_plan(&cn) {
-                let used = |rows: &[(String, u32)], pool: &dyn Pool| rows.iter().filter(|(_, v)| pool.contains(*v)).count() as u64;
-                free.insert("ips".into(), json!(node.network.capacity() - used(&ips, &node.network)));
-                free.insert("ssh_ports".into(), json!(node.ssh.capacity() - used(&ssh, &node.ssh)));
-                free.insert("snmp_ports".into(), json!(node.snmp.capacity() - used(&snmp, &node.snmp)));
+            if declared.contains_key(&cn) {
+                let node = self.node_plan(&cn)?;
+                let used = |rows: &[(String, u32)], pool: &dyn Pool| {
+                    rows.iter().filter(|(_, v)| pool.contains(*v)).count() as u64
+                };
+                free.insert(
+                    "ips".into(),
+                    json!(node.network.capacity() - used(&ips, &node.network)),
+                );
+                free.insert(
+                    "ssh_ports".into(),
+                    json!(node.ssh.capacity() - used(&ssh, &node.ssh)),
+                );
+                free.insert(
+                    "snmp_ports".into(),
+                    json!(node.snmp.capacity() - used(&snmp, &node.snmp)),
+                );
             }
-            out.insert(cn.clone(), json!({
-                "declared": declared.contains_key(&cn),
-                "virt_types": ["lxc"],
-                "vms": vms,
-                "free": free,
-            }));
+            out.insert(
+                cn.clone(),
+                json!({
+                    "declared": declared.contains_key(&cn),
+                    "virt_types": ["lxc"],
+                    "vms": vms,
+                    "free": free,
+                }),
+            );
         }
         Ok(Value::Object(out))
     }

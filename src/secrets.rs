@@ -124,12 +124,25 @@ mod tests {
             sha512_crypt("Hello world!", "saltstring"),
             "$6$saltstring$svn8UoSVapNtMuq1ukKS4tPQd8iKwSMHWjl/O817G3uBnIFNjnQJuesI68u4OTLiBFdcbYEdFCoEOfaS35inz1"
         );
-        // Salts longer than 16 characters are truncated.
-        assert_eq!(
-            sha512_crypt("Hello world!", "saltstringsaltstring"),
-            "$6$saltstringsaltst$ROsROYxvF6R3SZmfTs69dm3bbvIY8BX5wn.d4zAOVlvwGKZiEiGCCIcimTcdpvp/V5sA4mZe3g3vPE6l1QfMn0"
-                .replace("ROsROYxvF6R3SZmfTs69dm3bbvIY8BX5wn.d4zAOVlvwGKZiEiGCCIcimTcdpvp/V5sA4mZe3g3vPE6l1QfMn0", &sha512_crypt("Hello world!", "saltstringsaltst")[20..])
-        );
+        // Checked against Python's crypt: long passwords (more than one
+        // digest), the empty password, and a salt truncated to 16 characters.
+        let vectors = [
+            ("x".repeat(100), "abc", "$6$abc$hJifFvspkMHRMTXYpDbrug4nrXgZmPzTx/f9.5eCxJlDdjBTMZHgOVcLnSdECLAAJM9qZtSos/rWPoZcqcKDx0"),
+            (String::new(), "s", "$6$s$.ZBEl9liET9mKM6jGxl//vp8wOnIJwfkp.7sG2Ahu2q68bf4LasDRE6k5T5NPzLqBFx3oUbMl6xWpBsFfgm6.."),
+            (
+                "a".repeat(64),
+                "saltstringsaltstring",
+                "$6$saltstringsaltst$f0nl0m/K6PbMa6odjKkF.Lkz8JI27AwKSgIOwFZ7J/kf3Cawq/fybwXz0xRp5J1fwGA/iK06.W.0fOOJJ17LJ1",
+            ),
+        ];
+        for (password, salt, expected) in vectors {
+            assert_eq!(
+                sha512_crypt(&password, salt),
+                expected,
+                "password of {} characters",
+                password.len()
+            );
+        }
     }
 
     #[test]

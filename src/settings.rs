@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ipam::{parse_ip, Network};
+use crate::ipam::{parse_ip, parse_prefix, Network};
 use crate::mac;
 use crate::merge::{deep_merge, with_pillar};
 use crate::names::{gen_id, validate};
@@ -142,6 +142,7 @@ pub struct Config {
     ctx: Context,
     pillar: Map<String, Value>,
     declared: OnceLock<Declared>,
+    lxc: OnceLock<Value>,
 }
 
 fn as_str<'a>(v: &'a Value, key: &str) -> Result<&'a str> {
@@ -188,6 +189,7 @@ impl Config {
             ctx,
             pillar,
             declared: OnceLock::new(),
+            lxc: OnceLock::new(),
         }
     }
 
@@ -364,7 +366,10 @@ impl Config {
 
     fn declared_vm(&self, cn: &str, vm: &str) -> Result<&DeclaredVm> {
         validate("VM", vm)?;
-        self.node_vms(cn)?.iter().find(|d| d.name == vm).ok_or_else(|| {
+        let vms = self.node_vms(cn)?;
+        // VMs are kept sorted by name.
+        let found = vms.binary_search_by(|d| d.name.as_str().cmp(vm)).ok();
+        found.map(|i| &vms[i]).ok_or_else(|| {
             Error::NotFound(format!(
                 "VM {vm} is not declared on compute node {cn}: add it under pillar key {LXC}.vms.{cn}"
             ))
@@ -392,8 +397,16 @@ impl Config {
         }
     }
 
-    /// `mc_cloud_lxc.settings()` with `vms` as declared (full mappings).
+    /// `mc_cloud_lxc.settings()` without `vms`, computed once per configuration.
     fn lxc_full(&self) -> Result<Value> {
+        if let Some(v) = self.lxc.get() {
+            return Ok(v.clone());
+        }
+        let v = self.compute_lxc()?;
+        Ok(self.lxc.get_or_init(|| v).clone())
+    }
+
+    fn compute_lxc(&self) -> Result<Value> {
         let cloud = self.cloud_settings()?;
         let mut defaults = json!({
             "autostart": true, "snapshot": false, "size": null, "profile": "medium",
@@ -517,7 +530,15 @@ impl Config {
             let end = as_int(&s[k("end")], &format!("{COMPUTE_NODE}.{}", k("end")))?;
             PortRange::new(kind, start, end, COMPUTE_NODE)
         };
-        Ok((get("ssh")?, get("snmp")?))
+        let (ssh, snmp) = (get("ssh")?, get("snmp")?);
+        if ssh.start <= snmp.end && snmp.start <= ssh.end {
+            return Err(Error::invalid(format!(
+                "ssh port range {}-{} overlaps snmp port range {}-{}: a port would serve two VMs; \
+                 make {COMPUTE_NODE}.ssh_port_range_start/_end and snmp_port_range_start/_end disjoint",
+                ssh.start, ssh.end, snmp.start, snmp.end
+            )));
+        }
+        Ok((ssh, snmp))
     }
 
     /// The node-level allocation inputs of `cn`: network, port ranges and the
@@ -535,11 +556,12 @@ impl Config {
         let (ssh, snmp) = self.port_ranges(&self.compute_node_merged())?;
         let mut explicit_ips = BTreeMap::new();
         let mut owners: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
-        for d in vms {
+        for d in vms.iter().filter(|d| !d.pillar.is_empty()) {
             let whose = format!("VM {} on compute node {cn}", d.name);
             for key in ["network", "netmask", "gateway"] {
                 if let Some(v) = d.pillar.get(key) {
-                    if scalar(v, key)? != scalar(&lxc["defaults"][key], key)? {
+                    let what = format!("{key} of {whose}");
+                    if canonical(key, v, &what)? != canonical(key, &lxc["defaults"][key], &what)? {
                         return Err(Error::invalid(format!(
                             "{whose} sets its own {key} {v}: VMs of a node share its network; \
                              set {LXC}.defaults.{key} instead"
@@ -550,7 +572,10 @@ impl Config {
             let Some(v) = d.pillar.get("ip").filter(|v| !v.is_null()) else {
                 continue;
             };
-            let ip = parse_ip(&format!("IP of {whose}"), as_str(v, "ip")?)?;
+            let ip = parse_ip(
+                &format!("IP of {whose}"),
+                as_str(v, &format!("ip of {whose}"))?,
+            )?;
             network.check_explicit(ip, &whose)?;
             if let Some(other) = owners.insert(ip, &d.name) {
                 return Err(Error::Conflict(format!(
@@ -587,13 +612,19 @@ impl Config {
         };
         s.insert("name".into(), json!(d.name));
         let ip = match s.get("ip").filter(|v| !v.is_null()) {
-            Some(v) => Some(parse_ip(&format!("IP of {whose}"), as_str(v, "ip")?)?),
+            Some(v) => Some(parse_ip(
+                &format!("IP of {whose}"),
+                as_str(v, &format!("ip of {whose}"))?,
+            )?),
             None => None,
         };
         let mut macs = vec![MacRequest {
             slot: String::new(),
             explicit: match s.get("mac").filter(|v| !v.is_null()) {
-                Some(v) => Some(mac::validate(as_str(v, "mac")?, &whose)?),
+                Some(v) => Some(mac::validate(
+                    as_str(v, &format!("mac of {whose}"))?,
+                    &whose,
+                )?),
                 None => None,
             },
         }];
@@ -601,7 +632,7 @@ impl Config {
             macs.push(extra);
         }
         let password = match s.get("password").filter(|v| !v.is_null()) {
-            Some(v) => Some(scalar(v, "password")?),
+            Some(v) => Some(scalar(v, &format!("password of {whose}"))?),
             None => None,
         };
         if password.as_deref() == Some("") {
@@ -683,12 +714,15 @@ impl Config {
         if self.ctx.minion_id == cn {
             s.insert("master".into(), s["gateway"].clone());
         }
-        let branch = scalar(&s["bootsalt_branch"], "bootsalt_branch")?;
+        let branch = scalar(
+            &s["bootsalt_branch"],
+            &format!("bootsalt_branch of {whose}"),
+        )?;
         let base_args = match s
             .get("script_args")
             .filter(|v| !v.is_null() && plan.settings_has("script_args"))
         {
-            Some(v) => scalar(v, "script_args")?,
+            Some(v) => scalar(v, &format!("script_args of {whose}"))?,
             None => {
                 let cloud = self.cloud_settings()?;
                 let key = if mode == "mastersalt" {
@@ -757,7 +791,7 @@ impl Config {
         }
         for (name, v) in &targets {
             validate("saltify target", name)?;
-            if !v.as_object().is_some_and(|m| !m.is_empty()) {
+            if v.as_object().is_none_or(|m| m.is_empty()) {
                 return Err(Error::invalid(format!(
                     "saltify target {name} must be a non-empty mapping (pillar {SALTIFY}.targets.{name}), not {v}"
                 )));
@@ -808,9 +842,12 @@ impl Config {
         } else {
             "bootsalt_args"
         };
-        let branch = scalar(&t["bootsalt_branch"], "bootsalt_branch")?;
+        let branch = scalar(
+            &t["bootsalt_branch"],
+            &format!("bootsalt_branch of {whose}"),
+        )?;
         let base = match t.get("script_args").filter(|v| !v.is_null()) {
-            Some(v) => scalar(v, "script_args")?,
+            Some(v) => scalar(v, &format!("script_args of {whose}"))?,
             None => scalar(&cloud[key], key)?,
         };
         t.insert("script_args".into(), json!(with_branch(&base, &branch)));
@@ -892,7 +929,11 @@ pub struct Profile {
 }
 
 fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Result<Profile> {
-    let ptype = normalise_type(as_str(&s["profile_type"], "profile_type")?).to_owned();
+    let ptype = normalise_type(as_str(
+        &s["profile_type"],
+        &format!("profile_type of {whose}"),
+    )?)
+    .to_owned();
     let ptype = ptype.as_str();
     if !PROFILE_TYPES.contains(&ptype) {
         return Err(Error::invalid(format!(
@@ -904,7 +945,7 @@ fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Result<Profile> 
     let mode = s["mode"].as_str().unwrap_or("mastersalt").to_owned();
     let (size_name, custom) = match s.get("profile").filter(|v| !v.is_null()) {
         Some(v) => {
-            let p = scalar(v, "profile")?;
+            let p = scalar(v, &format!("profile of {whose}"))?;
             match size_of(&p) {
                 Some(_) => (p, None),
                 None => ("medium".to_string(), Some(p)),
@@ -914,7 +955,7 @@ fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Result<Profile> 
     };
     let size = match s.get("size").filter(|v| !v.is_null()) {
         Some(v) => {
-            let raw = scalar(v, "size")?;
+            let raw = scalar(v, &format!("size of {whose}"))?;
             match size_of(&raw) {
                     Some(sz) => sz.to_string(),
                     None if is_size_literal(&raw) => raw,
@@ -982,6 +1023,16 @@ fn check_mode(v: &Value, what: &str) -> Result<()> {
     }
 }
 
+/// A network setting in one notation, so `16`, `"16"` and `255.255.0.0`
+/// (or two spellings of one address) compare equal.
+fn canonical(key: &str, v: &Value, what: &str) -> Result<String> {
+    let s = scalar(v, what)?;
+    Ok(match key {
+        "netmask" => parse_prefix(&s).map_or(s, |p| p.to_string()),
+        _ => parse_ip(what, &s).map_or(s, |ip| ip.to_string()),
+    })
+}
+
 /// The historical spelling `lvm-sratch` is accepted for `lvm-scratch`.
 fn normalise_type(t: &str) -> &str {
     if t == "lvm-sratch" {
@@ -1010,7 +1061,7 @@ pub(crate) fn domains(s: &Map<String, Value>, vm: &str, whose: &str) -> Result<V
         Some(Value::Array(a)) => a
             .iter()
             .map(|d| {
-                let d = as_str(d, "domains")?;
+                let d = as_str(d, &format!("domains of {whose}"))?;
                 let host = d.strip_prefix("*.").unwrap_or(d);
                 if d != "*" {
                     validate("domain", host)
@@ -1058,7 +1109,10 @@ fn additional_ips(s: &Map<String, Value>, whose: &str) -> Result<Vec<MacRequest>
             )));
         }
         let explicit = match entry.get("mac").filter(|v| !v.is_null()) {
-            Some(v) => Some(mac::validate(as_str(v, "mac")?, whose)?),
+            Some(v) => Some(mac::validate(
+                as_str(v, &format!("mac of {whose}"))?,
+                whose,
+            )?),
             None => None,
         };
         out.push(MacRequest { slot: ip, explicit });

@@ -72,9 +72,12 @@ fn map_err(path: &Path, e: rusqlite::Error) -> Error {
             path,
             format!("the store stayed locked by another process ({e}); retry when it has finished"),
         ),
-        Some(ErrorCode::ReadOnly) | Some(ErrorCode::PermissionDenied) | Some(ErrorCode::CannotOpen) => {
-            Error::store(path, format!("cannot write the store ({e}): run as the controller's Salt user (root)"))
-        }
+        Some(ErrorCode::ReadOnly)
+        | Some(ErrorCode::PermissionDenied)
+        | Some(ErrorCode::CannotOpen) => Error::store(
+            path,
+            format!("cannot write the store ({e}): run as the controller's Salt user (root)"),
+        ),
         _ => Error::store(path, e.to_string()),
     }
 }
@@ -99,19 +102,36 @@ impl Store {
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)
-                .map_err(|e| Error::store(dir, format!("cannot create the store directory: {e}")))?;
+                .map_err(|e| {
+                    Error::store(dir, format!("cannot create the store directory: {e}"))
+                })?;
         }
-        match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::store(&path, format!("cannot create the store file: {e}"))),
+            Err(e) => {
+                return Err(Error::store(
+                    &path,
+                    format!("cannot create the store file: {e}"),
+                ))
+            }
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).at(&path)?;
         conn.busy_timeout(Duration::from_secs(120)).at(&path)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).at(&path)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .at(&path)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::store(&path, format!("cannot switch the store to WAL mode (got {mode})")));
+            return Err(Error::store(
+                &path,
+                format!("cannot switch the store to WAL mode (got {mode})"),
+            ));
         }
         conn.execute_batch("PRAGMA synchronous=FULL;").at(&path)?;
         let mut store = Store { conn, path };
@@ -120,7 +140,10 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<()> {
-        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).at(&self.path)?;
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .at(&self.path)?;
         if version == SCHEMA_VERSION {
             return Ok(());
         }
@@ -132,7 +155,9 @@ impl Store {
         }
         self.write(|tx| {
             tx.conn.execute_batch(SCHEMA).at(tx.path)?;
-            tx.conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")).at(tx.path)
+            tx.conn
+                .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
+                .at(tx.path)
         })
     }
 
@@ -152,10 +177,17 @@ impl Store {
         self.run(TransactionBehavior::Deferred, f)
     }
 
-    fn run<T>(&mut self, behavior: TransactionBehavior, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+    fn run<T>(
+        &mut self,
+        behavior: TransactionBehavior,
+        f: impl FnOnce(&Tx) -> Result<T>,
+    ) -> Result<T> {
         let path = self.path.clone();
         let tx = self.conn.transaction_with_behavior(behavior).at(&path)?;
-        let out = f(&Tx { conn: &tx, path: &path })?;
+        let out = f(&Tx {
+            conn: &tx,
+            path: &path,
+        })?;
         tx.commit().at(&path)?;
         Ok(out)
     }
@@ -185,7 +217,10 @@ impl Tx<'_> {
     pub fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
         self.conn
             .prepare_cached("SELECT vm FROM numbers WHERE kind=?1 AND cn=?2 AND value=?3")
-            .and_then(|mut s| s.query_row(params![kind, cn, value], |r| r.get(0)).optional())
+            .and_then(|mut s| {
+                s.query_row(params![kind, cn, value], |r| r.get(0))
+                    .optional()
+            })
             .at(self.path)
     }
 
@@ -195,7 +230,9 @@ impl Tx<'_> {
             .conn
             .prepare_cached("SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 ORDER BY vm")
             .at(self.path)?;
-        let rows = s.query_map(params![kind, cn], |r| Ok((r.get(0)?, r.get(1)?))).at(self.path)?;
+        let rows = s
+            .query_map(params![kind, cn], |r| Ok((r.get(0)?, r.get(1)?)))
+            .at(self.path)?;
         rows.collect::<rusqlite::Result<_>>().at(self.path)
     }
 
@@ -276,7 +313,12 @@ impl Tx<'_> {
             .prepare_cached("SELECT cn, vm, slot, retired FROM macs WHERE mac=?1")
             .and_then(|mut s| {
                 s.query_row(params![mac], |r| {
-                    Ok(MacOwner { cn: r.get(0)?, vm: r.get(1)?, slot: r.get(2)?, retired: r.get(3)? })
+                    Ok(MacOwner {
+                        cn: r.get(0)?,
+                        vm: r.get(1)?,
+                        slot: r.get(2)?,
+                        retired: r.get(3)?,
+                    })
                 })
                 .optional()
             })
@@ -291,8 +333,20 @@ impl Tx<'_> {
             .and_then(|mut s| s.execute(params![cn, vm, slot]))
             .at(self.path)?;
         self.conn
-            .prepare_cached("INSERT INTO macs(mac, cn, vm, slot, retired) VALUES (?1, ?2, ?3, ?4, 0)")
+            .prepare_cached(
+                "INSERT INTO macs(mac, cn, vm, slot, retired) VALUES (?1, ?2, ?3, ?4, 0)",
+            )
             .and_then(|mut s| s.execute(params![mac, cn, vm, slot]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    /// Forgets a MAC record entirely (only for a VM taking back its own
+    /// retired, explicitly declared MAC).
+    pub fn forget_mac(&self, mac: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM macs WHERE mac=?1")
+            .and_then(|mut s| s.execute(params![mac]))
             .at(self.path)?;
         Ok(())
     }
@@ -301,9 +355,13 @@ impl Tx<'_> {
     pub fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
         let mut s = self
             .conn
-            .prepare_cached("SELECT vm, slot, mac FROM macs WHERE cn=?1 AND retired=0 ORDER BY vm, slot")
+            .prepare_cached(
+                "SELECT vm, slot, mac FROM macs WHERE cn=?1 AND retired=0 ORDER BY vm, slot",
+            )
             .at(self.path)?;
-        let rows = s.query_map(params![cn], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).at(self.path)?;
+        let rows = s
+            .query_map(params![cn], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .at(self.path)?;
         rows.collect::<rusqlite::Result<_>>().at(self.path)
     }
 
@@ -312,7 +370,9 @@ impl Tx<'_> {
     pub fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
         let mut s = self
             .conn
-            .prepare_cached("UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND retired=0 RETURNING mac")
+            .prepare_cached(
+                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND retired=0 RETURNING mac",
+            )
             .at(self.path)?;
         let rows = s.query_map(params![cn, vm], |r| r.get(0)).at(self.path)?;
         let mut out: Vec<String> = rows.collect::<rusqlite::Result<_>>().at(self.path)?;
@@ -394,7 +454,10 @@ mod tests {
         let sub = dir.path().join("cloud-controller");
         let mut s = Store::open(&sub).unwrap();
         s.write(|tx| tx.put_number("ip", "cn", "vm", 42)).unwrap();
-        let mode = std::fs::metadata(sub.join(FILE_NAME)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(sub.join(FILE_NAME))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let dmode = std::fs::metadata(&sub).unwrap().permissions().mode();
         assert_eq!(dmode & 0o777, 0o700);
@@ -412,8 +475,11 @@ mod tests {
         assert!(err.to_string().contains("UNIQUE"), "{err}");
         // Same value on another node is fine.
         s.write(|tx| tx.put_number("ip", "cn2", "b", 7)).unwrap();
-        s.write(|tx| tx.put_mac("cn", "a", "", "00:16:3e:00:00:01")).unwrap();
-        assert!(s.write(|tx| tx.put_mac("cn2", "z", "", "00:16:3e:00:00:01")).is_err());
+        s.write(|tx| tx.put_mac("cn", "a", "", "00:16:3e:00:00:01"))
+            .unwrap();
+        assert!(s
+            .write(|tx| tx.put_mac("cn2", "z", "", "00:16:3e:00:00:01"))
+            .is_err());
     }
 
     #[test]

@@ -10,11 +10,36 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorKind};
 
-create_exception!(mccloud._native, MccloudError, PyException, "Base class of every mccloud error.");
-create_exception!(mccloud._native, InvalidInputError, MccloudError, "Bad input: a pillar value, a name, a range.");
-create_exception!(mccloud._native, AllocationError, MccloudError, "A conflicting explicit value or an exhausted pool.");
-create_exception!(mccloud._native, NotFoundError, MccloudError, "An unknown compute node, VM or target.");
-create_exception!(mccloud._native, StoreError, MccloudError, "The store cannot be opened, read or written.");
+create_exception!(
+    mccloud._native,
+    MccloudError,
+    PyException,
+    "Base class of every mccloud error."
+);
+create_exception!(
+    mccloud._native,
+    InvalidInputError,
+    MccloudError,
+    "Bad input: a pillar value, a name, a range."
+);
+create_exception!(
+    mccloud._native,
+    AllocationError,
+    MccloudError,
+    "A conflicting explicit value or an exhausted pool."
+);
+create_exception!(
+    mccloud._native,
+    NotFoundError,
+    MccloudError,
+    "An unknown compute node, VM or target."
+);
+create_exception!(
+    mccloud._native,
+    StoreError,
+    MccloudError,
+    "The store cannot be opened, read or written."
+);
 
 /// The one place core errors become Python exceptions.
 fn to_py(e: Error) -> PyErr {
@@ -29,7 +54,9 @@ fn to_py(e: Error) -> PyErr {
 
 fn out<T: serde::Serialize>(py: Python<'_>, r: crate::Result<T>) -> PyResult<Py<PyAny>> {
     let v = r.map_err(to_py)?;
-    Ok(pythonize(py, &v).map_err(|e| InvalidInputError::new_err(e.to_string()))?.unbind())
+    Ok(pythonize(py, &v)
+        .map_err(|e| InvalidInputError::new_err(e.to_string()))?
+        .unbind())
 }
 
 fn input<T: serde::de::DeserializeOwned>(what: &str, obj: &Bound<'_, PyAny>) -> PyResult<T> {
@@ -48,7 +75,9 @@ impl Config {
     fn new(context: &Bound<'_, PyDict>, pillar: &Bound<'_, PyAny>) -> PyResult<Self> {
         let ctx: crate::Context = input("context", context.as_any())?;
         let pillar: Map<String, Value> = input("pillar", pillar)?;
-        Ok(Config { inner: crate::Config::new(ctx, pillar) })
+        Ok(Config {
+            inner: crate::Config::new(ctx, pillar),
+        })
     }
 
     fn cloud_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -99,7 +128,9 @@ impl Registry {
     #[new]
     fn new(py: Python<'_>, config: &Config, store_dir: &str) -> PyResult<Self> {
         let cfg = config.inner.clone();
-        let inner = py.detach(|| crate::Registry::open(cfg, std::path::Path::new(store_dir))).map_err(to_py)?;
+        let inner = py
+            .detach(|| crate::Registry::open(cfg, std::path::Path::new(store_dir)))
+            .map_err(to_py)?;
         Ok(Registry { inner })
     }
 
@@ -128,26 +159,34 @@ impl Registry {
     }
 
     fn find_password(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
-        py.detach(|| self.inner.find_password(cn, vm)).map_err(to_py)
+        py.detach(|| self.inner.find_password(cn, vm))
+            .map_err(to_py)
     }
 
     fn port(&self, py: Python<'_>, cn: &str, vm: &str, kind: &str) -> PyResult<u16> {
         if kind != "ssh" && kind != "snmp" {
-            return Err(InvalidInputError::new_err(format!("port kind {kind:?} is neither 'ssh' nor 'snmp'")));
+            return Err(InvalidInputError::new_err(format!(
+                "port kind {kind:?} is neither 'ssh' nor 'snmp'"
+            )));
         }
         py.detach(|| self.inner.port(cn, vm, kind)).map_err(to_py)
     }
 
     fn allocated(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
-        out(py, kind_checked(kind).and_then(|k| self.inner.allocated(cn, k)))
+        out(
+            py,
+            kind_checked(kind).and_then(|k| self.inner.allocated(cn, k)),
+        )
     }
 
     fn set_allocated_ip(&self, py: Python<'_>, cn: &str, vm: &str, ip: &str) -> PyResult<String> {
-        py.detach(|| self.inner.set_allocated_ip(cn, vm, ip)).map_err(to_py)
+        py.detach(|| self.inner.set_allocated_ip(cn, vm, ip))
+            .map_err(to_py)
     }
 
     fn remove_allocated_ip(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Option<String>> {
-        py.detach(|| self.inner.remove_allocated_ip(cn, vm)).map_err(to_py)
+        py.detach(|| self.inner.remove_allocated_ip(cn, vm))
+            .map_err(to_py)
     }
 
     fn cleanup(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
@@ -169,7 +208,9 @@ impl Registry {
 fn kind_checked(kind: &str) -> crate::Result<&str> {
     match kind {
         "ip" | "ssh" | "snmp" => Ok(kind),
-        _ => Err(Error::invalid(format!("allocation kind {kind:?} is not one of ip, ssh, snmp"))),
+        _ => Err(Error::invalid(format!(
+            "allocation kind {kind:?} is not one of ip, ssh, snmp"
+        ))),
     }
 }
 
@@ -190,7 +231,7 @@ fn sha512_crypt(password: &str, salt: &str) -> String {
 mod _native {
     #[pymodule_export]
     use super::{
-        gen_id, sha512_crypt, AllocationError, Config, InvalidInputError, MccloudError, NotFoundError, Registry,
-        StoreError,
+        gen_id, sha512_crypt, AllocationError, Config, InvalidInputError, MccloudError,
+        NotFoundError, Registry, StoreError,
     };
 }

@@ -1,0 +1,807 @@
+//! The registry as a user sees it: allocation rules of SPEC §4 over a real
+//! store, checked by examples, properties and a model of first-free
+//! allocation.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use proptest::prelude::*;
+use proptest::test_runner::Config as ProptestConfig;
+use serde_json::{json, Map, Value};
+use tempfile::TempDir;
+
+use super::*;
+use crate::settings::Context;
+
+const CN: &str = "cn1.local";
+const CN2: &str = "cn2.local";
+
+/// The pools of a test node: a small VM network and small port ranges.
+#[derive(Debug, Clone, Copy)]
+struct Pools {
+    prefix: u8,
+    gateway: Ipv4Addr,
+    ssh: (u16, u16),
+    snmp: (u16, u16),
+}
+
+impl Pools {
+    /// 10.5.0.0/27 (gateway 10.5.0.1) and 32 ports of each kind.
+    fn small() -> Self {
+        Pools {
+            prefix: 27,
+            gateway: Ipv4Addr::new(10, 5, 0, 1),
+            ssh: (40000, 40031),
+            snmp: (30000, 30031),
+        }
+    }
+
+    fn pillar(&self) -> Map<String, Value> {
+        let keys = json!({
+            format!("{LXC}.defaults.network"): "10.5.0.0",
+            format!("{LXC}.defaults.netmask"): self.prefix.to_string(),
+            format!("{LXC}.defaults.gateway"): self.gateway.to_string(),
+            format!("{COMPUTE_NODE}.ssh_port_range_start"): self.ssh.0,
+            format!("{COMPUTE_NODE}.ssh_port_range_end"): self.ssh.1,
+            format!("{COMPUTE_NODE}.snmp_port_range_start"): self.snmp.0,
+            format!("{COMPUTE_NODE}.snmp_port_range_end"): self.snmp.1,
+        });
+        let Value::Object(m) = keys else {
+            unreachable!()
+        };
+        m
+    }
+
+    /// The automatic IPs in allocation order, straight from SPEC §4: walk up
+    /// from the network address, skipping the first two and last two
+    /// addresses, those ending in .0 or .255, and the gateway.
+    fn ips(&self) -> Vec<Ipv4Addr> {
+        let start = u32::from(Ipv4Addr::new(10, 5, 0, 0));
+        let size = 1u32 << (32 - self.prefix);
+        (start + 2..=start + size - 3)
+            .map(Ipv4Addr::from)
+            .filter(|ip| ![0, 255].contains(&ip.octets()[3]) && *ip != self.gateway)
+            .collect()
+    }
+
+    fn ports(range: (u16, u16)) -> Vec<u16> {
+        (range.0..=range.1).collect()
+    }
+}
+
+/// A pillar declaring `vms` (a mapping) on every node of `nodes`.
+fn pillar(pools: &Pools, nodes: &[&str], vms: &Value) -> Map<String, Value> {
+    let mut p = pools.pillar();
+    for cn in nodes {
+        p.insert(format!("{LXC}.vms.{cn}"), vms.clone());
+    }
+    p
+}
+
+/// `{name: {}}` for every name.
+fn plain_vms<S: AsRef<str>>(names: &[S]) -> Value {
+    Value::Object(
+        names
+            .iter()
+            .map(|n| (n.as_ref().to_owned(), json!({})))
+            .collect(),
+    )
+}
+
+fn open_at(dir: &TempDir, pillar: Map<String, Value>) -> Registry {
+    let ctx = Context {
+        minion_id: "ctl".into(),
+        mastersalt: true,
+        ..Default::default()
+    };
+    Registry::open(Config::new(ctx, pillar), dir.path()).unwrap()
+}
+
+fn open(pillar: Map<String, Value>) -> (TempDir, Registry) {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(&dir, pillar);
+    (dir, reg)
+}
+
+/// Every row of every table of the store, sorted: equal dumps mean an
+/// unchanged store.
+fn dump(reg: &Registry) -> Vec<String> {
+    let conn = rusqlite::Connection::open(reg.store_path()).unwrap();
+    let mut rows = vec![];
+    for table in ["meta", "numbers", "macs", "passwords", "hints"] {
+        let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
+        let columns = st.column_count();
+        let mut q = st.query([]).unwrap();
+        while let Some(r) = q.next().unwrap() {
+            let cells: Vec<String> = (0..columns)
+                .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                .collect();
+            rows.push(format!("{table}: {}", cells.join(" | ")));
+        }
+    }
+    rows.sort();
+    rows
+}
+
+fn ip_map(reg: &Registry, cn: &str) -> BTreeMap<String, Value> {
+    reg.allocated(cn, "ip").unwrap()
+}
+
+/// Checks that `r` failed with the error `variant` (such as `Error::Conflict`)
+/// and a message naming each of `parts`.
+fn failed<T: std::fmt::Debug>(r: Result<T>, variant: fn(String) -> Error, parts: &[&str]) {
+    let err = r.expect_err("the call should have failed");
+    let expected = std::mem::discriminant(&variant(String::new()));
+    assert_eq!(
+        std::mem::discriminant(&err),
+        expected,
+        "unexpected error {err:?}"
+    );
+    let msg = err.to_string();
+    for p in parts {
+        assert!(msg.contains(p), "error {msg:?} does not name {p:?}");
+    }
+}
+
+/// The user-visible allocation of a VM, from its settings.
+fn seen(reg: &Registry, cn: &str, vm: &str) -> Value {
+    let s = reg.vm_settings(cn, vm, true).unwrap();
+    let keys = [
+        "ip",
+        "mac",
+        "password",
+        "password_hash",
+        "ssh_reverse_proxy_port",
+        "snmp_reverse_proxy_port",
+        "additional_ips",
+    ];
+    Value::Object(
+        keys.iter()
+            .map(|k| ((*k).to_owned(), s.get(*k).cloned().unwrap_or(Value::Null)))
+            .collect(),
+    )
+}
+
+// --- examples ----------------------------------------------------------------
+
+#[test]
+fn requery_is_idempotent_and_survives_reopening() {
+    let p = pillar(&Pools::small(), &[CN], &plain_vms(&["a.test", "b.test"]));
+    let (dir, reg) = open(p.clone());
+    let first = seen(&reg, CN, "a.test");
+    assert_eq!(first["ip"], "10.5.0.2");
+    assert_eq!(
+        (
+            &first["ssh_reverse_proxy_port"],
+            &first["snmp_reverse_proxy_port"]
+        ),
+        (&json!(40000), &json!(30000))
+    );
+    assert_eq!(first["password"].as_str().unwrap().len(), 32);
+    assert_eq!(seen(&reg, CN, "a.test"), first);
+    assert_eq!(reg.find_ip(CN, "a.test").unwrap(), first["ip"]);
+    assert_eq!(reg.find_mac(CN, "a.test").unwrap(), first["mac"]);
+    assert_eq!(reg.find_password(CN, "a.test").unwrap(), first["password"]);
+    assert_eq!(reg.port(CN, "a.test", "ssh").unwrap(), 40000);
+    assert_eq!(reg.port(CN, "a.test", "snmp").unwrap(), 30000);
+    drop(reg);
+    let reg = open_at(&dir, p);
+    assert_eq!(seen(&reg, CN, "a.test"), first);
+    assert_eq!(reg.find_ip(CN, "b.test").unwrap(), "10.5.0.3");
+}
+
+#[test]
+fn explicit_pillar_values_are_honoured() {
+    let vms = json!({"a.test": {"ip": "10.5.0.20", "mac": "00:16:3E:AA:BB:CC", "password": "pw"}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let s = seen(&reg, CN, "a.test");
+    assert_eq!(
+        (&s["ip"], &s["mac"], &s["password"]),
+        (
+            &json!("10.5.0.20"),
+            &json!("00:16:3e:aa:bb:cc"),
+            &json!("pw")
+        )
+    );
+    let hash = crate::secrets::sha512_crypt("pw", &crate::secrets::salt_for(CN, "a.test", "pw"));
+    assert_eq!(s["password_hash"], hash);
+    assert_eq!(
+        ip_map(&reg, CN),
+        BTreeMap::from([("a.test".to_owned(), json!("10.5.0.20"))])
+    );
+}
+
+#[test]
+fn declared_ips_are_reserved_before_automatic_allocation() {
+    let vms = json!({"auto.test": {}, "fixed.test": {"ip": "10.5.0.2"}, "fixed2.test": {"ip": "10.5.0.3"}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    assert_eq!(reg.find_ip(CN, "auto.test").unwrap(), "10.5.0.4");
+    assert_eq!(
+        ip_map(&reg, CN)["fixed.test"],
+        "10.5.0.2",
+        "reserved by the first allocation on the node"
+    );
+    assert_eq!(reg.find_ip(CN, "fixed.test").unwrap(), "10.5.0.2");
+    assert_eq!(reg.find_ip(CN, "fixed2.test").unwrap(), "10.5.0.3");
+}
+
+#[test]
+fn generated_macs_probe_past_collisions() {
+    let taken = mac::candidate(CN, "b.test", "", 0);
+    let vms = json!({"a.test": {"mac": taken}, "b.test": {}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    assert_eq!(reg.find_mac(CN, "a.test").unwrap(), taken);
+    assert_eq!(
+        reg.find_mac(CN, "b.test").unwrap(),
+        mac::candidate(CN, "b.test", "", 1)
+    );
+}
+
+#[test]
+fn additional_ips_get_persisted_macs_on_the_first_call() {
+    let extra = json!([{"ip": "192.168.1.5"}, {"ip": "192.168.1.6", "mac": "00:16:3e:7f:00:01"}]);
+    let p = pillar(
+        &Pools::small(),
+        &[CN],
+        &json!({"a.test": {"additional_ips": extra}}),
+    );
+    let (dir, reg) = open(p.clone());
+    let first = seen(&reg, CN, "a.test");
+    let macs: Vec<&str> = first["additional_ips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["mac"].as_str().unwrap())
+        .collect();
+    assert_eq!(macs.len(), 2);
+    assert!(macs[0].starts_with("00:16:3e:"), "{macs:?}");
+    assert_eq!(macs[1], "00:16:3e:7f:00:01");
+    let all: BTreeSet<&str> = macs
+        .iter()
+        .copied()
+        .chain([first["mac"].as_str().unwrap()])
+        .collect();
+    assert_eq!(all.len(), 3, "one MAC per interface");
+    drop(reg);
+    assert_eq!(seen(&open_at(&dir, p), CN, "a.test"), first);
+}
+
+#[test]
+fn destroy_frees_ip_and_ports_and_retires_macs() {
+    let vms = plain_vms(&["a.test", "b.test", "c.test"]);
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let a = seen(&reg, CN, "a.test");
+    let b = seen(&reg, CN, "b.test");
+    let freed = reg.destroy_vm(CN, "a.test").unwrap();
+    assert_eq!(
+        Value::Object(freed.into_iter().collect()),
+        json!({"ip": a["ip"], "ssh": a["ssh_reverse_proxy_port"], "snmp": a["snmp_reverse_proxy_port"],
+               "retired_macs": [a["mac"]], "password": "forgotten"})
+    );
+    failed(
+        reg.destroy_vm(CN, "a.test"),
+        Error::NotFound,
+        &[CN, "a.test"],
+    );
+    let c = seen(&reg, CN, "c.test");
+    for key in ["ip", "ssh_reverse_proxy_port", "snmp_reverse_proxy_port"] {
+        assert_eq!(c[key], a[key], "{key} is reused");
+    }
+    let again = seen(&reg, CN, "a.test");
+    assert_ne!(
+        again["mac"], a["mac"],
+        "retired MACs are never handed out again"
+    );
+    assert_ne!(again["password"], a["password"]);
+    assert_eq!(again["ip"], "10.5.0.4");
+    assert_eq!(seen(&reg, CN, "b.test"), b);
+    // A retired MAC cannot be declared for another VM either.
+    let vms = json!({"a.test": {}, "b.test": {}, "c.test": {}, "d.test": {"mac": a["mac"]}});
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
+    failed(
+        reg.find_ip(CN, "d.test"),
+        Error::Conflict,
+        &[CN, "d.test", "a.test", a["mac"].as_str().unwrap()],
+    );
+}
+
+#[test]
+fn a_recreated_vm_takes_back_its_declared_mac() {
+    let mac = "00:16:3e:12:34:56";
+    let vms = json!({"a.test": {"mac": mac}, "b.test": {}});
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    assert_eq!(reg.find_mac(CN, "a.test").unwrap(), mac);
+    reg.destroy_vm(CN, "a.test").unwrap();
+    assert_eq!(reg.find_mac(CN, "a.test").unwrap(), mac);
+    // Another VM still cannot declare it.
+    let vms = json!({"a.test": {"mac": mac}, "b.test": {"mac": mac}});
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
+    failed(
+        reg.find_mac(CN, "b.test"),
+        Error::Conflict,
+        &[mac, "a.test"],
+    );
+}
+
+#[test]
+fn cleanup_frees_only_vms_no_longer_declared() {
+    let (dir, reg) = open(pillar(
+        &Pools::small(),
+        &[CN],
+        &plain_vms(&["a.test", "b.test"]),
+    ));
+    let a = seen(&reg, CN, "a.test");
+    let b = seen(&reg, CN, "b.test");
+    drop(reg);
+    let reg = open_at(
+        &dir,
+        pillar(&Pools::small(), &[CN], &plain_vms(&["a.test", "c.test"])),
+    );
+    let b_only = |v: &Value| BTreeMap::from([("b.test".to_owned(), v.clone())]);
+    assert_eq!(reg.cleanup(CN, "ip").unwrap(), b_only(&b["ip"]));
+    assert_eq!(
+        reg.cleanup(CN, "ssh").unwrap(),
+        b_only(&b["ssh_reverse_proxy_port"])
+    );
+    assert_eq!(
+        reg.cleanup(CN, "snmp").unwrap(),
+        b_only(&b["snmp_reverse_proxy_port"])
+    );
+    assert!(reg.cleanup(CN, "ip").unwrap().is_empty());
+    assert_eq!(
+        ip_map(&reg, CN),
+        BTreeMap::from([("a.test".to_owned(), a["ip"].clone())])
+    );
+    assert_eq!(
+        seen(&reg, CN, "c.test")["ip"],
+        b["ip"],
+        "freed IPs are reused"
+    );
+    // A node the pillar does not declare is never wiped.
+    failed(reg.cleanup(CN2, "ip"), Error::NotFound, &[CN2]);
+}
+
+#[test]
+fn target_settings_registers_every_vm() {
+    let vms = json!({"b.test": {"domains": ["www.b.test"]}, "a.test": {}, "fixed.test": {"ip": "10.5.0.2"}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let t = reg.target_settings(CN).unwrap();
+    assert_eq!(
+        t["domains"],
+        json!(["a.test", "b.test", "fixed.test", "www.b.test"])
+    );
+    let registered = t["vms"].as_object().unwrap();
+    assert_eq!(
+        registered.keys().collect::<Vec<_>>(),
+        ["a.test", "b.test", "fixed.test"]
+    );
+    assert_eq!(ip_map(&reg, CN).len(), 3);
+    for (vm, v) in registered {
+        let s = seen(&reg, CN, vm);
+        assert_eq!(
+            (
+                &v["ip"],
+                &v["mac"],
+                &v["ssh_reverse_proxy_port"],
+                &v["snmp_reverse_proxy_port"]
+            ),
+            (
+                &s["ip"],
+                &s["mac"],
+                &s["ssh_reverse_proxy_port"],
+                &s["snmp_reverse_proxy_port"]
+            ),
+            "{vm}"
+        );
+    }
+    assert_eq!(registered["fixed.test"]["ip"], "10.5.0.2");
+    assert_eq!(
+        reg.target_settings(CN).unwrap(),
+        t,
+        "registering again changes nothing"
+    );
+}
+
+#[test]
+fn automatic_ips_skip_dot_0_and_dot_255() {
+    let pools = Pools {
+        prefix: 23,
+        gateway: Ipv4Addr::new(10, 5, 1, 1),
+        ssh: (40000, 40300),
+        snmp: (30000, 30300),
+    };
+    let names: Vec<String> = (0..260).map(|i| format!("vm{i:03}.test")).collect();
+    let (_dir, reg) = open(pillar(&pools, &[CN], &plain_vms(&names)));
+    reg.target_settings(CN).unwrap();
+    let got: BTreeSet<Ipv4Addr> = ip_map(&reg, CN)
+        .values()
+        .map(|v| v.as_str().unwrap().parse().unwrap())
+        .collect();
+    let expected: BTreeSet<Ipv4Addr> = pools.ips().into_iter().take(260).collect();
+    assert_eq!(got, expected);
+    for skipped in [[10, 5, 0, 255], [10, 5, 1, 0], [10, 5, 1, 1]] {
+        assert!(!got.contains(&Ipv4Addr::from(skipped)), "{skipped:?}");
+    }
+    assert!(got.contains(&Ipv4Addr::new(10, 5, 1, 2)));
+}
+
+#[test]
+fn conflicts_leave_the_store_unchanged() {
+    let (dir, reg) = open(pillar(
+        &Pools::small(),
+        &[CN],
+        &plain_vms(&["a.test", "b.test"]),
+    ));
+    let a = seen(&reg, CN, "a.test");
+    let b = seen(&reg, CN, "b.test");
+    drop(reg);
+    let a_mac = a["mac"].as_str().unwrap();
+    let vms = json!({"a.test": {}, "b.test": {}, "c.test": {"mac": a_mac}});
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
+    let (ips, store) = (ip_map(&reg, CN), dump(&reg));
+    failed(
+        reg.vm_settings(CN, "c.test", true),
+        Error::Conflict,
+        &[CN, "c.test", "a.test", a_mac],
+    );
+    assert_eq!(ip_map(&reg, CN), ips);
+    assert_eq!(dump(&reg), store);
+    // Declaring a VM's IP for another VM is refused on every call on the node.
+    let b_ip = b["ip"].as_str().unwrap();
+    let vms = json!({"a.test": {}, "b.test": {}, "d.test": {}, "c.test": {"ip": b_ip}});
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
+    for vm in ["d.test", "c.test"] {
+        failed(
+            reg.find_ip(CN, vm),
+            Error::Conflict,
+            &[CN, "c.test", "b.test", b_ip],
+        );
+    }
+    failed(
+        reg.target_settings(CN),
+        Error::Conflict,
+        &[CN, "c.test", b_ip],
+    );
+    assert_eq!(dump(&reg), store);
+}
+
+#[test]
+fn set_and_remove_allocated_ip() {
+    let (_dir, reg) = open(pillar(
+        &Pools::small(),
+        &[CN],
+        &plain_vms(&["a.test", "b.test"]),
+    ));
+    assert_eq!(reg.find_ip(CN, "a.test").unwrap(), "10.5.0.2");
+    assert_eq!(
+        reg.set_allocated_ip(CN, "a.test", "10.5.0.9").unwrap(),
+        "10.5.0.9"
+    );
+    assert_eq!(
+        reg.find_ip(CN, "b.test").unwrap(),
+        "10.5.0.2",
+        "the old IP is free again"
+    );
+    failed(
+        reg.set_allocated_ip(CN, "b.test", "10.5.0.9"),
+        Error::Conflict,
+        &[CN, "b.test", "a.test", "10.5.0.9"],
+    );
+    failed(
+        reg.set_allocated_ip(CN, "b.test", "10.6.0.9"),
+        Error::Invalid,
+        &[CN, "b.test", "10.6.0.9"],
+    );
+    assert_eq!(
+        reg.remove_allocated_ip(CN, "a.test").unwrap().as_deref(),
+        Some("10.5.0.9")
+    );
+    assert_eq!(reg.remove_allocated_ip(CN, "a.test").unwrap(), None);
+}
+
+#[test]
+fn bad_names_never_reach_the_store() {
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
+    for bad in ["../x", "a/b", "a b"] {
+        failed(reg.destroy_vm(CN, bad), Error::Invalid, &[bad]);
+        failed(reg.allocated(bad, "ip"), Error::Invalid, &[bad]);
+        failed(reg.find_ip(bad, "a.test"), Error::Invalid, &[bad]);
+    }
+    assert!(dump(&reg).iter().all(|row| !row.starts_with("numbers")));
+}
+
+#[test]
+fn ips_outside_a_changed_network_are_reported_not_served() {
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
+    reg.target_settings(CN).unwrap();
+    drop(reg);
+    let mut moved = pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"]));
+    moved.insert(format!("{LXC}.defaults.network"), json!("10.6.0.0"));
+    moved.insert(format!("{LXC}.defaults.gateway"), json!("10.6.0.1"));
+    let reg = open_at(&dir, moved);
+    failed(
+        reg.vm_settings(CN, "a.test", true),
+        Error::Conflict,
+        &[CN, "a.test", "10.5.0.2"],
+    );
+    failed(
+        reg.target_settings(CN),
+        Error::Conflict,
+        &[CN, "a.test", "10.5.0.2"],
+    );
+}
+
+#[test]
+fn concurrent_registries_never_hand_out_a_value_twice() {
+    let names: Vec<String> = (0..24).map(|i| format!("vm{i:02}.test")).collect();
+    let p = pillar(&Pools::small(), &[CN], &plain_vms(&names));
+    let dir = tempfile::tempdir().unwrap();
+    let regs: Vec<Registry> = (0..4).map(|_| open_at(&dir, p.clone())).collect();
+    let got: Vec<VmAllocation> = std::thread::scope(|s| {
+        let workers: Vec<_> = regs
+            .iter()
+            .enumerate()
+            .map(|(w, reg)| {
+                let mine: Vec<&String> = names.iter().skip(w).step_by(regs.len()).collect();
+                s.spawn(move || {
+                    mine.into_iter()
+                        .map(|vm| reg.allocate(CN, vm, true).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let ips: BTreeSet<Ipv4Addr> = got.iter().map(|a| a.ip).collect();
+    let ssh: BTreeSet<u16> = got.iter().map(|a| a.ssh.unwrap()).collect();
+    let macs: BTreeSet<&String> = got.iter().map(|a| &a.macs[0]).collect();
+    assert_eq!(
+        ips,
+        Pools::small().ips().into_iter().take(names.len()).collect()
+    );
+    assert_eq!((ssh.len(), macs.len()), (names.len(), names.len()));
+}
+
+// --- properties ------------------------------------------------------------
+
+fn cases(n: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: n,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn vm_names(max: usize) -> impl Strategy<Value = Vec<String>> {
+    proptest::collection::btree_set("[a-z][a-z0-9-]{0,5}\\.test", 1..=max)
+        .prop_map(|s| s.into_iter().collect())
+}
+
+/// A /27 whose gateway is any host address.
+fn pools_with_any_gateway() -> impl Strategy<Value = Pools> {
+    (1u8..=30).prop_map(|g| Pools {
+        gateway: Ipv4Addr::new(10, 5, 0, g),
+        ..Pools::small()
+    })
+}
+
+proptest! {
+    #![proptest_config(cases(48))]
+
+    /// Unique per node, first-free, MACs unique across nodes, idempotent.
+    #[test]
+    fn allocation_is_unique_first_free_and_idempotent(
+        pools in pools_with_any_gateway(),
+        (names, order) in vm_names(20).prop_flat_map(|n| {
+            let idx: Vec<usize> = (0..2 * n.len()).collect();
+            (Just(n), Just(idx).prop_shuffle())
+        }),
+    ) {
+        let (dir, reg) = open(pillar(&pools, &[CN, CN2], &plain_vms(&names)));
+        let who = |i: usize| ([CN, CN2][i % 2], names[i / 2].as_str());
+        let mut got = BTreeMap::new();
+        for &i in &order {
+            let (cn, vm) = who(i);
+            got.insert((cn, vm), reg.allocate(cn, vm, true).unwrap());
+        }
+        let n = names.len();
+        for cn in [CN, CN2] {
+            let mine: Vec<&VmAllocation> = got.iter().filter(|((c, _), _)| *c == cn).map(|(_, a)| a).collect();
+            let ips: BTreeSet<Ipv4Addr> = mine.iter().map(|a| a.ip).collect();
+            let ssh: BTreeSet<u16> = mine.iter().map(|a| a.ssh.unwrap()).collect();
+            let snmp: BTreeSet<u16> = mine.iter().map(|a| a.snmp.unwrap()).collect();
+            prop_assert_eq!(ips, pools.ips().into_iter().take(n).collect::<BTreeSet<_>>());
+            prop_assert_eq!(ssh, Pools::ports(pools.ssh).into_iter().take(n).collect::<BTreeSet<_>>());
+            prop_assert_eq!(snmp, Pools::ports(pools.snmp).into_iter().take(n).collect::<BTreeSet<_>>());
+        }
+        let macs: BTreeSet<&str> = got.values().map(|a| a.macs[0].as_str()).collect();
+        prop_assert_eq!(macs.len(), 2 * n, "MACs are unique across nodes");
+        for m in &macs {
+            prop_assert!(m.starts_with("00:16:3e:") && m[9..11] <= *"7f", "{}", m);
+        }
+        for ((cn, vm), a) in &got {
+            prop_assert_eq!(&reg.allocate(cn, vm, true).unwrap(), a);
+        }
+        drop(reg);
+        let reg = open_at(&dir, pillar(&pools, &[CN, CN2], &plain_vms(&names)));
+        for ((cn, vm), a) in &got {
+            prop_assert_eq!(&reg.allocate(cn, vm, true).unwrap(), a);
+        }
+    }
+
+    /// VMs without an IP never take one declared for another VM, whatever
+    /// the order of the calls.
+    #[test]
+    fn declared_ips_are_never_taken(
+        (names, explicit, picks, order) in vm_names(16).prop_flat_map(|n| {
+            let len = n.len();
+            (
+                Just(n),
+                proptest::collection::vec(any::<bool>(), len),
+                Just((0..27usize).collect::<Vec<_>>()).prop_shuffle(),
+                Just((0..len).collect::<Vec<_>>()).prop_shuffle(),
+            )
+        }),
+    ) {
+        let pools = Pools::small();
+        let candidates = pools.ips();
+        let declared: BTreeMap<&str, Ipv4Addr> = names
+            .iter()
+            .zip(&explicit)
+            .zip(&picks)
+            .filter(|((_, e), _)| **e)
+            .map(|((n, _), p)| (n.as_str(), candidates[*p]))
+            .collect();
+        let vms: Map<String, Value> = names
+            .iter()
+            .map(|n| (n.clone(), declared.get(n.as_str()).map_or(json!({}), |ip| json!({"ip": ip.to_string()}))))
+            .collect();
+        let (_dir, reg) = open(pillar(&pools, &[CN], &Value::Object(vms)));
+        let mut auto = BTreeSet::new();
+        for &i in &order {
+            let vm = names[i].as_str();
+            let ip = reg.allocate(CN, vm, false).unwrap().ip;
+            match declared.get(vm) {
+                Some(d) => prop_assert_eq!(ip, *d),
+                None => { auto.insert(ip); }
+            }
+        }
+        let reserved: BTreeSet<Ipv4Addr> = declared.values().copied().collect();
+        let first_free: BTreeSet<Ipv4Addr> =
+            candidates.into_iter().filter(|ip| !reserved.contains(ip)).take(auto.len()).collect();
+        prop_assert_eq!(auto, first_free);
+    }
+
+    /// When a pool runs out, allocation fails with Exhausted and the store
+    /// keeps exactly what it held.
+    #[test]
+    fn exhaustion_is_an_error_and_changes_nothing(
+        ssh_size in 1u16..=14, snmp_size in 1u16..=14, extra in 1usize..=3,
+    ) {
+        let pools = Pools {
+            prefix: 28,
+            ssh: (40000, 40000 + ssh_size - 1),
+            snmp: (30000, 30000 + snmp_size - 1),
+            ..Pools::small()
+        };
+        let capacity = pools.ips().len().min(ssh_size.into()).min(snmp_size.into());
+        let names: Vec<String> = (0..capacity + extra).map(|i| format!("vm{i:02}.test")).collect();
+        let (_dir, reg) = open(pillar(&pools, &[CN], &plain_vms(&names)));
+        let mut held = vec![];
+        for vm in &names[..capacity] {
+            held.push(reg.allocate(CN, vm, true).unwrap());
+        }
+        let before = dump(&reg);
+        for vm in &names[capacity..] {
+            failed(reg.allocate(CN, vm, true), Error::Exhausted, &[CN, vm]);
+            prop_assert_eq!(&dump(&reg), &before);
+        }
+        failed(reg.target_settings(CN), Error::Exhausted, &[CN]);
+        prop_assert_eq!(&dump(&reg), &before);
+        for (vm, a) in names.iter().zip(&held) {
+            prop_assert_eq!(&reg.allocate(CN, vm, true).unwrap(), a);
+        }
+    }
+}
+
+// --- model -------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    Allocate(usize),
+    Destroy(usize),
+}
+
+fn ops(vms: usize) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        3 => (0..vms).prop_map(Op::Allocate),
+        1 => (0..vms).prop_map(Op::Destroy),
+    ];
+    proptest::collection::vec(op, 1..60)
+}
+
+/// First-free allocation as the spec states it: each kind takes the
+/// smallest candidate nobody holds; freed values are therefore reused first.
+#[derive(Debug, Default)]
+struct Model {
+    held: BTreeMap<String, (Ipv4Addr, u16, u16, String)>,
+    macs_ever: BTreeSet<String>,
+}
+
+impl Model {
+    fn first_free<T: Ord + Copy>(candidates: Vec<T>, used: impl Iterator<Item = T>) -> Option<T> {
+        let used: BTreeSet<T> = used.collect();
+        candidates.into_iter().find(|c| !used.contains(c))
+    }
+
+    /// The (ip, ssh, snmp) a new VM gets, or None when a pool is exhausted.
+    fn next(&self, pools: &Pools) -> Option<(Ipv4Addr, u16, u16)> {
+        Some((
+            Self::first_free(pools.ips(), self.held.values().map(|h| h.0))?,
+            Self::first_free(Pools::ports(pools.ssh), self.held.values().map(|h| h.1))?,
+            Self::first_free(Pools::ports(pools.snmp), self.held.values().map(|h| h.2))?,
+        ))
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(48))]
+
+    #[test]
+    fn allocate_and_destroy_follow_the_first_free_model(
+        ssh_size in 4u16..=12,
+        script in ops(14),
+    ) {
+        let pools = Pools { prefix: 28, ssh: (40000, 40000 + ssh_size - 1), ..Pools::small() };
+        let names: Vec<String> = (0..14).map(|i| format!("vm{i:02}.test")).collect();
+        let (_dir, reg) = open(pillar(&pools, &[CN], &plain_vms(&names)));
+        let mut model = Model::default();
+        for op in script {
+            match op {
+                Op::Allocate(i) => {
+                    let vm = &names[i];
+                    let before = dump(&reg);
+                    let got = reg.allocate(CN, vm, true);
+                    match (model.held.get(vm), model.next(&pools)) {
+                        (Some(h), _) => {
+                            let a = got.unwrap();
+                            prop_assert_eq!((a.ip, a.ssh.unwrap(), a.snmp.unwrap(), &a.macs[0]), (h.0, h.1, h.2, &h.3));
+                            prop_assert_eq!(dump(&reg), before, "a re-query changes nothing");
+                        }
+                        (None, None) => {
+                            failed(got, Error::Exhausted, &[CN, vm]);
+                            prop_assert_eq!(dump(&reg), before, "a failed allocation changes nothing");
+                        }
+                        (None, Some((ip, ssh, snmp))) => {
+                            let a = got.unwrap();
+                            prop_assert_eq!((a.ip, a.ssh.unwrap(), a.snmp.unwrap()), (ip, ssh, snmp), "{}", vm);
+                            let mac = a.macs[0].clone();
+                            prop_assert!(model.macs_ever.insert(mac.clone()), "MAC {} handed out twice", mac);
+                            model.held.insert(vm.clone(), (ip, ssh, snmp, mac));
+                        }
+                    }
+                }
+                Op::Destroy(i) => {
+                    let vm = &names[i];
+                    let got = reg.destroy_vm(CN, vm);
+                    match model.held.remove(vm) {
+                        None => failed(got, Error::NotFound, &[CN, vm]),
+                        Some((ip, ssh, snmp, mac)) => {
+                            let freed = got.unwrap();
+                            prop_assert_eq!(&freed["ip"], &json!(ip.to_string()));
+                            prop_assert_eq!(&freed["ssh"], &json!(ssh));
+                            prop_assert_eq!(&freed["snmp"], &json!(snmp));
+                            prop_assert_eq!(&freed["retired_macs"], &json!([mac]));
+                        }
+                    }
+                }
+            }
+        }
+        let ips: BTreeMap<String, Value> =
+            model.held.iter().map(|(vm, h)| (vm.clone(), json!(h.0.to_string()))).collect();
+        prop_assert_eq!(ip_map(&reg, CN), ips);
+    }
+}

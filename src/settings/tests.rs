@@ -1,0 +1,859 @@
+//! Settings as a user sees them: defaults of SPEC §3, pillar merging, the
+//! per-VM settings of §3.3, saltify targets (§7) and the errors bad pillars
+//! give.
+
+use serde_json::{json, Map, Value};
+
+use super::*;
+
+const CN: &str = "devhost10.local";
+const VM: &str = "vm1.test.com";
+
+fn ctx(minion_id: &str) -> Context {
+    Context {
+        minion_id: minion_id.into(),
+        mastersalt: true,
+        ..Default::default()
+    }
+}
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        other => panic!("a pillar must be a mapping, not {other}"),
+    }
+}
+
+/// A configuration seen from the controller `ctl`, on the mastersalt side.
+fn config(pillar: Value) -> Config {
+    Config::new(ctx("ctl"), object(pillar))
+}
+
+/// A pillar declaring `vms` on compute node `cn`, plus `extra` keys.
+fn node_pillar(cn: &str, vms: Value, extra: Value) -> Value {
+    let mut p = object(extra);
+    p.insert(format!("{LXC}.vms.{cn}"), vms);
+    Value::Object(p)
+}
+
+/// The finished settings of `vm` with allocations a registry could have
+/// made: the explicit IP and MACs when given, fixed values otherwise.
+fn finish(cfg: &Config, cn: &str, vm: &str) -> Result<Value> {
+    let plan = cfg.vm_plan(cn, vm)?;
+    let macs = plan
+        .macs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.explicit
+                .clone()
+                .unwrap_or_else(|| format!("00:16:3e:00:00:{i:02x}"))
+        })
+        .collect();
+    let alloc = VmAllocation {
+        ip: plan.ip.unwrap_or(Ipv4Addr::new(10, 5, 0, 2)),
+        macs,
+        password: plan.password.clone().unwrap_or_else(|| "generated".into()),
+        ssh: Some(40000),
+        snmp: Some(30000),
+    };
+    cfg.finish_vm(cn, &plan, &alloc, true)
+}
+
+/// The finished settings of a single VM `VM` declared with `own` on `cn`.
+fn one_vm(cn: &str, own: Value) -> Result<Value> {
+    finish(
+        &config(node_pillar(cn, json!({ VM: own }), json!({}))),
+        cn,
+        VM,
+    )
+}
+
+/// The message of an `Error::Invalid`, after checking it names `parts`.
+fn invalid<T: std::fmt::Debug>(r: Result<T>, parts: &[&str]) -> String {
+    match r {
+        Err(Error::Invalid(msg)) => assert_names(msg, parts),
+        other => panic!("expected Error::Invalid naming {parts:?}, got {other:?}"),
+    }
+}
+
+/// The message of an `Error::Conflict`, after checking it names `parts`.
+fn conflict<T: std::fmt::Debug>(r: Result<T>, parts: &[&str]) -> String {
+    match r {
+        Err(Error::Conflict(msg)) => assert_names(msg, parts),
+        other => panic!("expected Error::Conflict naming {parts:?}, got {other:?}"),
+    }
+}
+
+fn assert_names(msg: String, parts: &[&str]) -> String {
+    for p in parts {
+        assert!(msg.contains(p), "error {msg:?} does not name {p:?}");
+    }
+    msg
+}
+
+// --- the seed sample -------------------------------------------------------
+
+/// The VMs of SPEC §3.2 / seed 003 (gfoobar2 gets its own IP: the seed gives
+/// it gfoobar3's, which `seed_duplicate_ip_is_a_conflict` covers).
+fn seed_vms() -> Value {
+    json!({
+        "mysupertest3.foo.com": {},
+        "gfoobar.test.com": {"profile": "small", "profile_type": "lvm", "password": "foobar", "ip": "10.5.10.16"},
+        "gfoobar4.test.com": {"ip": "10.5.10.15", "profile": "small", "mode": "mastersalt",
+                              "profile_type": "lvm", "password": "foobar"},
+        "gfoobar3.test.com": {"ip": "10.5.10.17", "profile_type": "dir", "mode": "mastersalt",
+                              "password": "foobar", "bootsalt_branch": "stable"},
+        "gfoobar2.test.coma": {"ip": "10.5.10.18", "profile_type": "dir-scratch", "mode": "mastersalt",
+                               "password": "foobar"},
+    })
+}
+
+const SEED_NAMES: [&str; 5] = [
+    "gfoobar.test.com",
+    "gfoobar2.test.coma",
+    "gfoobar3.test.com",
+    "gfoobar4.test.com",
+    "mysupertest3.foo.com",
+];
+
+fn seed_form() -> Config {
+    config(json!({ format!("makina-states.services.cloud.lxc.targets.{CN}"): seed_vms() }))
+}
+
+fn vms_form() -> Config {
+    config(node_pillar(CN, seed_vms(), json!({})))
+}
+
+#[test]
+fn seed_targets_form_reads_like_the_vms_form() {
+    let (seed, vms) = (seed_form(), vms_form());
+    assert_eq!(seed.lxc_settings().unwrap(), vms.lxc_settings().unwrap());
+    assert_eq!(
+        seed.compute_node_settings().unwrap(),
+        vms.compute_node_settings().unwrap()
+    );
+    for vm in SEED_NAMES {
+        assert_eq!(
+            finish(&seed, CN, vm).unwrap(),
+            finish(&vms, CN, vm).unwrap(),
+            "{vm}"
+        );
+    }
+}
+
+#[test]
+fn both_forms_merge_the_vms_form_winning() {
+    let cfg = config(json!({
+        format!("makina-states.services.cloud.lxc.targets.{CN}"): {"a.test": {"profile": "small"}, "b.test": {}},
+        format!("{LXC}.vms.{CN}"): {"a.test": {"profile": "large", "profile_type": "lvm"}},
+    }));
+    assert_eq!(
+        cfg.lxc_settings().unwrap()["vms"],
+        json!({ CN: ["a.test", "b.test"] })
+    );
+    assert_eq!(finish(&cfg, CN, "a.test").unwrap()["size"], "20g");
+}
+
+#[test]
+fn lxc_settings_list_vm_names_sorted_per_node() {
+    let cfg = config(json!({
+        format!("{LXC}.vms.{CN}"): seed_vms(),
+        format!("{LXC}.vms.empty.node"): {},
+        format!("{LXC}.vms"): {"other.node": {"z.test": {}, "a.test": null}},
+    }));
+    assert_eq!(
+        cfg.lxc_settings().unwrap()["vms"],
+        json!({ CN: SEED_NAMES, "empty.node": [], "other.node": ["a.test", "z.test"] })
+    );
+}
+
+#[test]
+fn compute_node_targets_shape() {
+    let cfg = config(json!({
+        format!("{LXC}.vms.{CN}"): {"b.test": {}, "a.test": {}},
+        format!("{LXC}.vms.empty.node"): {},
+    }));
+    let s = cfg.compute_node_settings().unwrap();
+    assert_eq!(
+        s["targets"],
+        json!({
+            CN: {"virt_types": ["lxc"], "vms": {"a.test": "lxc", "b.test": "lxc"}},
+            "empty.node": {"virt_types": ["lxc"], "vms": {}},
+        })
+    );
+    for (key, value) in [
+        ("ssh_port_range_start", 40000),
+        ("ssh_port_range_end", 50000),
+        ("snmp_port_range_start", 30000),
+        ("snmp_port_range_end", 39999),
+    ] {
+        assert_eq!(s[key], value, "{key}");
+    }
+    assert_eq!(s["has"]["firewall"], true);
+}
+
+#[test]
+fn seed_vm_settings_match_the_seed() {
+    let s = finish(&seed_form(), CN, "gfoobar.test.com").unwrap();
+    let expected = json!({
+        "name": "gfoobar.test.com", "domains": ["gfoobar.test.com"],
+        "profile": "ms-devhost10-local-small-lvm", "profile_type": "lvm", "backing": "lvm",
+        "size": "5g", "vgname": "lxc", "lvname": null, "from_container": DEFAULT_IMAGE,
+        "ip": "10.5.10.16", "password": "foobar", "mode": "mastersalt", "master": "ctl", "master_port": 4606,
+        "script_args": "-C --from-salt-cloud --mastersalt-minion -b master", "bootstrap_shell": "bash",
+        "ssh_gateway": CN, "ssh_gateway_user": "root", "ssh_gateway_key": "/root/.ssh/id_dsa",
+        "ssh_gateway_port": 22, "gateway": "10.5.0.1", "network": "10.5.0.0", "netmask": "16",
+        "bridge": "lxcbr1", "dnsservers": ["8.8.8.8", "4.4.4.4"], "image": "ubuntu",
+        "ssh_reverse_proxy_port": 40000, "snmp_reverse_proxy_port": 30000,
+    });
+    for (key, value) in object(expected) {
+        assert_eq!(s[&key], value, "{key}");
+    }
+    assert!(s["password_hash"].as_str().unwrap().starts_with("$6$"));
+    let stable = finish(&seed_form(), CN, "gfoobar3.test.com").unwrap();
+    assert_eq!(
+        stable["script_args"],
+        "-C --from-salt-cloud --mastersalt-minion -b stable"
+    );
+    let scratch = finish(&seed_form(), CN, "gfoobar2.test.coma").unwrap();
+    assert_eq!(
+        (&scratch["backing"], &scratch["from_container"]),
+        (&json!("dir"), &Value::Null)
+    );
+}
+
+#[test]
+fn seed_duplicate_ip_is_a_conflict() {
+    let mut vms = seed_vms();
+    vms["gfoobar2.test.coma"]["ip"] = json!("10.5.10.17");
+    let cfg = config(node_pillar(CN, vms, json!({})));
+    conflict(
+        cfg.node_plan(CN),
+        &[CN, "10.5.10.17", "gfoobar2.test.coma", "gfoobar3.test.com"],
+    );
+}
+
+// --- defaults and merging --------------------------------------------------
+
+#[test]
+fn cloud_defaults_on_mastersalt() {
+    let cfg = Config::new(
+        Context {
+            pillar_root: Some("/srv/p".into()),
+            ..ctx("ctl")
+        },
+        Map::new(),
+    );
+    let expected = json!({
+        "root": "/srv/mastersalt", "prefix": "/etc/mastersalt",
+        "all_pillar_dir": "/srv/p/cloud-controller", "compute_node_pillar_dir": "/srv/p/cloud-controller/compute_node",
+        "mode": "mastersalt", "script": "/srv/mastersalt/makina-states/_scripts/boot-salt.sh",
+        "bootsalt_args": "-C --from-salt-cloud -no-M",
+        "bootsalt_mastersalt_args": "-C --from-salt-cloud --mastersalt-minion",
+        "bootsalt_branch": "master", "master": "ctl", "master_port": 4606,
+        "ssh_gateway_user": "root", "ssh_gateway_key": "/root/.ssh/id_dsa", "ssh_gateway_port": 22,
+        "ssh_gateway_password": null,
+    });
+    let s = cfg.cloud_settings().unwrap();
+    for (key, value) in object(expected) {
+        assert_eq!(s[&key], value, "{key}");
+    }
+    assert_eq!(cfg.default_store_dir(), "/srv/p/cloud-controller");
+}
+
+#[test]
+fn salt_side_uses_salt_paths_and_port() {
+    let salt = Config::new(
+        Context {
+            mastersalt: false,
+            ..ctx("ctl")
+        },
+        Map::new(),
+    )
+    .cloud_settings()
+    .unwrap();
+    assert_eq!(
+        (&salt["root"], &salt["prefix"], &salt["master_port"]),
+        (&json!("/srv/salt"), &json!("/etc/salt"), &json!(4506))
+    );
+    let configured = Config::new(
+        Context {
+            master_port: Some(4999),
+            ..ctx("ctl")
+        },
+        Map::new(),
+    );
+    assert_eq!(configured.cloud_settings().unwrap()["master_port"], 4999);
+    assert_eq!(configured.lxc_defaults().unwrap()["master_port"], 4999);
+}
+
+#[test]
+fn bootsalt_branch_follows_default_env() {
+    let branch_of = |ctx_env: Option<&str>, pillar: Value| {
+        let cfg = Config::new(
+            Context {
+                default_env: ctx_env.map(Into::into),
+                ..ctx("ctl")
+            },
+            object(pillar),
+        );
+        cfg.cloud_settings().unwrap()["bootsalt_branch"].clone()
+    };
+    for env in ["prod", "preprod"] {
+        assert_eq!(branch_of(Some(env), json!({})), "stable", "{env}");
+        assert_eq!(
+            branch_of(None, json!({ "default_env": env })),
+            "stable",
+            "{env}"
+        );
+    }
+    for env in ["dev", "staging"] {
+        assert_eq!(branch_of(Some(env), json!({})), "master", "{env}");
+    }
+    assert_eq!(branch_of(None, json!({})), "master");
+    assert_eq!(
+        branch_of(Some("prod"), json!({ "default_env": "dev" })),
+        "master",
+        "pillar wins"
+    );
+}
+
+#[test]
+fn lxc_defaults() {
+    let s = config(json!({})).lxc_settings().unwrap();
+    let expected = json!({
+        "autostart": true, "snapshot": false, "size": null, "profile": "medium", "profile_type": "dir",
+        "backing": "dir", "gateway": "10.5.0.1", "network": "10.5.0.0", "netmask": "16",
+        "netmask_full": "255.255.0.0", "bridge": "lxcbr1", "main_bridge": "br0", "use_bridge": true,
+        "image": "ubuntu", "default_container": DEFAULT_IMAGE, "sudo": true, "users": ["root", "sysadmin"],
+        "ssh_username": "ubuntu", "vgname": "lxc", "lvname": null, "lxc_conf": [], "lxc_conf_unset": [],
+        "mode": "mastersalt", "master": "ctl", "master_port": 4606, "bootsalt_branch": "master",
+        "ssh_gateway_user": "root", "ssh_gateway_key": "/root/.ssh/id_dsa", "ssh_gateway_port": 22,
+        "ssh_gateway_password": null,
+    });
+    for (key, value) in object(expected) {
+        assert_eq!(s["defaults"][&key], value, "defaults.{key}");
+    }
+    assert_eq!(s["dnsservers"], json!(["8.8.8.8", "4.4.4.4"]));
+    let sizes: Vec<(String, String)> = s["lxc_cloud_profiles"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect();
+    let expected_sizes = [
+        ("xxxtrem", "2000g"),
+        ("xxtrem", "1000g"),
+        ("xtrem", "500g"),
+        ("xxxlarge", "100g"),
+        ("xxlarge", "50g"),
+        ("large", "20g"),
+        ("medium", "10g"),
+        ("small", "5g"),
+        ("xsmall", "3g"),
+        ("xxsmall", "1g"),
+        ("xxxsmall", "500m"),
+    ];
+    assert_eq!(
+        sizes,
+        expected_sizes.map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+    assert_eq!(
+        s["profile_types"],
+        json!([
+            "lvm",
+            "lvm-scratch",
+            "dir",
+            "dir-scratch",
+            "overlayfs",
+            "overlayfs-scratch"
+        ])
+    );
+    assert_eq!(s["modes"], json!(["salt", "mastersalt"]));
+}
+
+#[test]
+fn pillar_deep_merges_nested_and_flat_keys() {
+    let cfg = config(json!({
+        LXC: {"defaults": {"network": "10.6.0.0", "gateway": "10.6.0.1"}, "dnsservers": ["1.1.1.1"]},
+        format!("{LXC}.defaults.bridge"): "lxcbr9",
+        format!("{CLOUD}.ssh_gateway_port"): 2222,
+        CLOUD: {"ssh_gateway_user": "admin"},
+    }));
+    let s = cfg.lxc_settings().unwrap();
+    let d = &s["defaults"];
+    assert_eq!(
+        (&d["network"], &d["gateway"], &d["bridge"]),
+        (&json!("10.6.0.0"), &json!("10.6.0.1"), &json!("lxcbr9"))
+    );
+    assert_eq!(
+        (&d["netmask"], &d["main_bridge"]),
+        (&json!("16"), &json!("br0")),
+        "untouched keys stay"
+    );
+    assert_eq!(s["dnsservers"], json!(["1.1.1.1"]), "lists replace");
+    assert_eq!(
+        (&d["ssh_gateway_port"], &d["ssh_gateway_user"]),
+        (&json!(2222), &json!("admin"))
+    );
+    let cloud = cfg.cloud_settings().unwrap();
+    assert_eq!(
+        (&cloud["ssh_gateway_port"], &cloud["ssh_gateway_key"]),
+        (&json!(2222), &json!("/root/.ssh/id_dsa"))
+    );
+}
+
+#[test]
+fn vm_values_replace_defaults_key_by_key() {
+    let s = one_vm(
+        CN,
+        json!({"users": ["root"], "autostart": false, "lxc_conf": [{"lxc.x": 1}]}),
+    )
+    .unwrap();
+    assert_eq!(s["users"], json!(["root"]));
+    assert_eq!(s["autostart"], false);
+    assert_eq!(s["lxc_conf"], json!([{"lxc.x": 1}]));
+    assert_eq!(s["sudo"], true);
+}
+
+// --- profiles ------------------------------------------------------------
+
+#[test]
+fn profile_names() {
+    for (cn, own, expected) in [
+        (
+            "cn1.example.net",
+            json!({"profile": "small", "profile_type": "lvm"}),
+            "ms-cn1-example-net-small-lvm",
+        ),
+        (
+            "devhost10.local",
+            json!({"profile_type": "overlayfs"}),
+            "ms-devhost10-local-overlayfs",
+        ),
+        (
+            "Dev_Box.lan",
+            json!({"profile_type": "lvm"}),
+            "ms-Dev_Box-lan-medium-lvm",
+        ),
+        (
+            "cn1.example.net",
+            json!({"profile": "small", "profile_type": "lvm-scratch"}),
+            "ms-cn1-example-net-lvm-scratch",
+        ),
+        (
+            "cn1.example.net",
+            json!({"profile_type": "lvm-sratch"}),
+            "ms-cn1-example-net-lvm-scratch",
+        ),
+        (
+            "cn1.example.net",
+            json!({"profile": "large", "profile_type": "dir-scratch"}),
+            "ms-cn1-example-net-dir-scratch",
+        ),
+        ("cn1.example.net", json!({}), "ms-cn1-example-net-dir"),
+        (
+            "cn1.example.net",
+            json!({"profile": "my.own-profile", "profile_type": "lvm"}),
+            "my.own-profile",
+        ),
+    ] {
+        assert_eq!(
+            one_vm(cn, own.clone()).unwrap()["profile"],
+            expected,
+            "{cn} {own}"
+        );
+    }
+}
+
+#[test]
+fn historical_lvm_sratch_is_normalised() {
+    let s = one_vm(CN, json!({"profile_type": "lvm-sratch"})).unwrap();
+    assert_eq!(
+        (&s["profile_type"], &s["backing"]),
+        (&json!("lvm-scratch"), &json!("lvm"))
+    );
+    let cfg = config(json!({ format!("{LXC}.defaults.profile_type"): "lvm-sratch" }));
+    assert_eq!(cfg.lxc_defaults().unwrap()["profile_type"], "lvm-scratch");
+}
+
+#[test]
+fn backing_container_and_size_per_type() {
+    // (type, backing, cloned from the default container, lvm keys present)
+    for (ptype, backing, cloned, lvm) in [
+        ("lvm", "lvm", true, true),
+        ("lvm-scratch", "lvm", false, true),
+        ("dir", "dir", true, false),
+        ("dir-scratch", "dir", false, false),
+        ("overlayfs", "overlayfs", true, false),
+        ("overlayfs-scratch", "overlayfs", false, false),
+    ] {
+        let s = one_vm(CN, json!({"profile": "xsmall", "profile_type": ptype})).unwrap();
+        assert_eq!(s["backing"], backing, "{ptype}");
+        let from = if cloned {
+            json!(DEFAULT_IMAGE)
+        } else {
+            Value::Null
+        };
+        assert_eq!(s["from_container"], from, "{ptype}");
+        for key in ["size", "vgname", "lvname"] {
+            assert_eq!(s.get(key).is_some(), lvm, "{ptype}: {key}");
+        }
+        if lvm {
+            assert_eq!(
+                (&s["size"], &s["vgname"]),
+                (&json!("3g"), &json!("lxc")),
+                "{ptype}"
+            );
+        }
+    }
+}
+
+#[test]
+fn explicit_size_wins_over_the_profile() {
+    let named = one_vm(
+        CN,
+        json!({"profile": "small", "profile_type": "lvm", "size": "large"}),
+    )
+    .unwrap();
+    assert_eq!(named["size"], "20g");
+    let literal = one_vm(CN, json!({"profile_type": "lvm", "size": "15g"})).unwrap();
+    assert_eq!(literal["size"], "15g");
+}
+
+#[test]
+fn unknown_profile_type_or_size_is_invalid() {
+    invalid(one_vm(CN, json!({"profile_type": "zfs"})), &[VM, CN, "zfs"]);
+    invalid(
+        one_vm(CN, json!({"profile_type": "lvm", "size": "huge"})),
+        &[VM, CN, "huge"],
+    );
+    invalid(one_vm(CN, json!({"mode": "puppet"})), &[VM, CN, "puppet"]);
+}
+
+// --- other per-VM settings ------------------------------------------------
+
+#[test]
+fn script_args_per_mode_with_branch() {
+    for (own, expected) in [
+        (
+            json!({}),
+            "-C --from-salt-cloud --mastersalt-minion -b master",
+        ),
+        (
+            json!({"mode": "salt"}),
+            "-C --from-salt-cloud -no-M -b master",
+        ),
+        (
+            json!({"mode": "salt", "bootsalt_branch": "v2"}),
+            "-C --from-salt-cloud -no-M -b v2",
+        ),
+        (json!({"script_args": "-C -b mine"}), "-C -b mine"),
+        (
+            json!({"script_args": "-C --branch=mine"}),
+            "-C --branch=mine",
+        ),
+        (json!({"script_args": "-C"}), "-C -b master"),
+    ] {
+        assert_eq!(
+            one_vm(CN, own.clone()).unwrap()["script_args"],
+            expected,
+            "{own}"
+        );
+    }
+}
+
+#[test]
+fn ssh_gateway_defaults_to_the_node_and_password_drops_key() {
+    let s = one_vm(CN, json!({})).unwrap();
+    assert_eq!(
+        (&s["ssh_gateway"], &s["ssh_gateway_key"]),
+        (&json!(CN), &json!("/root/.ssh/id_dsa"))
+    );
+    let s = one_vm(
+        CN,
+        json!({"ssh_gateway": "gw.example.net", "ssh_gateway_password": "pw"}),
+    )
+    .unwrap();
+    assert_eq!(
+        (&s["ssh_gateway"], &s["ssh_gateway_password"]),
+        (&json!("gw.example.net"), &json!("pw"))
+    );
+    assert!(s.get("ssh_gateway_key").is_none(), "{s}");
+}
+
+#[test]
+fn master_is_the_gateway_when_the_node_asks() {
+    let pillar = node_pillar(CN, json!({ VM: {} }), json!({}));
+    let from_node = Config::new(ctx(CN), object(pillar.clone()));
+    assert_eq!(finish(&from_node, CN, VM).unwrap()["master"], "10.5.0.1");
+    assert_eq!(finish(&config(pillar), CN, VM).unwrap()["master"], "ctl");
+}
+
+#[test]
+fn domains_vm_first_then_sorted() {
+    let s = one_vm(
+        CN,
+        json!({"domains": ["z.test", "*.a.test", VM, "b.test", "z.test"]}),
+    )
+    .unwrap();
+    assert_eq!(s["domains"], json!([VM, "*.a.test", "b.test", "z.test"]));
+    invalid(
+        one_vm(CN, json!({"domains": ["bad/domain"]})),
+        &[VM, CN, "bad/domain"],
+    );
+}
+
+#[test]
+fn additional_ips_carry_their_macs() {
+    let own = json!({"additional_ips": [{"ip": "192.168.1.5", "link": "br0"}, {"ip": "192.168.1.6", "mac": "00:16:3E:AA:00:01"}]});
+    let s = one_vm(CN, own).unwrap();
+    assert_eq!(
+        s["additional_ips"][0],
+        json!({"ip": "192.168.1.5", "link": "br0", "mac": "00:16:3e:00:00:01"})
+    );
+    assert_eq!(s["additional_ips"][1]["mac"], "00:16:3e:aa:00:01");
+    assert_eq!(s["mac"], "00:16:3e:00:00:00");
+}
+
+// --- saltify --------------------------------------------------------------
+
+fn saltify(target: Value) -> Result<Value> {
+    config(json!({ format!("{SALTIFY}.targets.h1.example.net"): target }))
+        .saltify_target("h1.example.net")
+}
+
+#[test]
+fn saltify_ssh_host_precedence() {
+    let host = |t: Value| saltify(t).unwrap()["ssh_host"].clone();
+    assert_eq!(
+        host(json!({"ssh_host": "1.2.3.4", "ip": "5.6.7.8"})),
+        "1.2.3.4"
+    );
+    assert_eq!(host(json!({"ip": "5.6.7.8"})), "5.6.7.8");
+    assert_eq!(host(json!({"ssh_username": "root"})), "h1.example.net");
+}
+
+#[test]
+fn saltify_credentials() {
+    let s = saltify(json!({"ip": "5.6.7.8"})).unwrap();
+    assert_eq!(s["ssh_keyfile"], "/root/.ssh/id_dsa");
+    assert_eq!(
+        (&s["name"], &s["profile"], &s["ssh_username"]),
+        (
+            &json!("h1.example.net"),
+            &json!("ms-salt-minion"),
+            &json!("root")
+        )
+    );
+    assert_eq!(
+        s["script_args"],
+        "-C --from-salt-cloud --mastersalt-minion -b master"
+    );
+    let salt = saltify(json!({"ip": "5.6.7.8", "mode": "salt"})).unwrap();
+    assert_eq!(salt["script_args"], "-C --from-salt-cloud -no-M -b master");
+    let pw = saltify(json!({"password": "secret"})).unwrap();
+    assert!(pw.get("ssh_keyfile").is_none_or(Value::is_null), "{pw}");
+    let own_key = saltify(json!({"ssh_keyfile": "/root/.ssh/other"})).unwrap();
+    assert_eq!(own_key["ssh_keyfile"], "/root/.ssh/other");
+    invalid(
+        saltify(json!({"password": "secret", "ssh_keyfile": "/k"})),
+        &["h1.example.net", "password", "ssh_keyfile"],
+    );
+}
+
+#[test]
+fn saltify_without_any_credential_is_invalid() {
+    let cfg = config(json!({
+        format!("{SALTIFY}.targets.h1"): {"ip": "5.6.7.8"},
+        format!("{CLOUD}.ssh_gateway_key"): null,
+    }));
+    invalid(cfg.saltify_target("h1"), &["h1", "password", "ssh_keyfile"]);
+}
+
+#[test]
+fn saltify_targets_must_be_non_empty() {
+    invalid(saltify(json!({})), &["h1.example.net"]);
+    invalid(saltify(Value::Null), &["h1.example.net"]);
+    assert!(matches!(
+        config(json!({})).saltify_target("nope"),
+        Err(Error::NotFound(_))
+    ));
+}
+
+// --- bad input --------------------------------------------------------------
+
+fn node_plan_of(own: Value) -> Result<NodePlan> {
+    config(node_pillar(
+        CN,
+        json!({ VM: own, "other.test": {} }),
+        json!({}),
+    ))
+    .node_plan(CN)
+}
+
+#[test]
+fn explicit_ip_must_be_a_host_of_the_network() {
+    for ip in ["10.6.0.5", "10.5.0.0", "10.5.0.1", "10.5.255.255"] {
+        invalid(node_plan_of(json!({ "ip": ip })), &[VM, CN, ip]);
+    }
+    invalid(node_plan_of(json!({"ip": "10.5.0"})), &[VM, CN, "10.5.0"]);
+    let plan = node_plan_of(json!({"ip": "10.5.10.16"})).unwrap();
+    assert_eq!(
+        plan.explicit_ips.get(VM),
+        Some(&Ipv4Addr::new(10, 5, 10, 16))
+    );
+}
+
+#[test]
+fn two_vms_declaring_one_ip_conflict() {
+    let cfg = config(node_pillar(
+        CN,
+        json!({"a.test": {"ip": "10.5.0.9"}, "b.test": {"ip": "10.5.0.9"}}),
+        json!({}),
+    ));
+    conflict(cfg.node_plan(CN), &[CN, "a.test", "b.test", "10.5.0.9"]);
+}
+
+#[test]
+fn explicit_mac_must_be_well_formed_unicast() {
+    for mac in ["00:16:3e:zz:00:01", "00:16:3e:00:01", "01:00:5e:00:00:01"] {
+        let cfg = config(node_pillar(CN, json!({ VM: {"mac": mac} }), json!({})));
+        invalid(cfg.vm_plan(CN, VM), &[VM, CN, mac]);
+    }
+    let extra = json!({"additional_ips": [{"ip": "192.168.1.5", "mac": "03:00:00:00:00:01"}]});
+    invalid(one_vm(CN, extra), &[VM, CN, "03:00:00:00:00:01"]);
+}
+
+#[test]
+fn vm_and_node_names_are_minion_ids() {
+    for bad in ["a/b", "../etc", "a..b", "a b", "a\nb", "a\u{7}b"] {
+        let shown = format!("{bad:?}");
+        let vm_cfg = config(node_pillar(CN, json!({ bad: {} }), json!({})));
+        invalid(vm_cfg.lxc_settings(), &[CN, "invalid VM name", &shown]);
+        let node_cfg = config(node_pillar(bad, json!({ VM: {} }), json!({})));
+        invalid(
+            node_cfg.lxc_settings(),
+            &["invalid compute node name", &shown],
+        );
+        invalid(
+            config(json!({})).node_vms(bad),
+            &["invalid compute node name", &shown],
+        );
+    }
+}
+
+#[test]
+fn port_ranges_must_be_ordered_and_valid() {
+    for (start, end, why) in [
+        (50000, 40000, "inverted"),
+        (40000, 70000, "out of range"),
+        (0, 10, "out of range"),
+        (-5, 10, "out of range"),
+    ] {
+        let pillar = node_pillar(
+            CN,
+            json!({}),
+            json!({
+                format!("{COMPUTE_NODE}.ssh_port_range_start"): start,
+                format!("{COMPUTE_NODE}.ssh_port_range_end"): end,
+            }),
+        );
+        let cfg = config(pillar);
+        let range = format!("{start}-{end}");
+        invalid(
+            cfg.compute_node_settings(),
+            &[why, &range, "ssh_port_range_start"],
+        );
+        invalid(cfg.node_plan(CN), &[why, &range]);
+    }
+    let bad_type = config(json!({ format!("{COMPUTE_NODE}.snmp_port_range_end"): "many" }));
+    invalid(
+        bad_type.compute_node_settings(),
+        &["snmp_port_range_end", "many"],
+    );
+}
+
+#[test]
+fn vms_cannot_have_their_own_network() {
+    invalid(
+        node_plan_of(json!({"gateway": "10.5.0.254"})),
+        &[VM, CN, "gateway"],
+    );
+}
+
+#[test]
+fn unknown_node_or_vm_is_not_found() {
+    let cfg = vms_form();
+    assert!(
+        matches!(cfg.node_vms("nope.local"), Err(Error::NotFound(m)) if m.contains("nope.local"))
+    );
+    assert!(
+        matches!(cfg.vm_plan(CN, "nope.test"), Err(Error::NotFound(m)) if m.contains("nope.test") && m.contains(CN))
+    );
+    assert_eq!(cfg.node_of("gfoobar.test.com").unwrap(), CN);
+}
+
+#[test]
+fn overlapping_port_ranges_are_invalid() {
+    let cfg = config(node_pillar(
+        CN,
+        json!({}),
+        json!({
+            format!("{COMPUTE_NODE}.ssh_port_range_start"): 40000,
+            format!("{COMPUTE_NODE}.ssh_port_range_end"): 40010,
+            format!("{COMPUTE_NODE}.snmp_port_range_start"): 40010,
+            format!("{COMPUTE_NODE}.snmp_port_range_end"): 40020,
+        }),
+    ));
+    invalid(cfg.compute_node_settings(), &["40000-40010", "40010-40020"]);
+    invalid(cfg.node_plan(CN), &["40000-40010", "40010-40020"]);
+}
+
+#[test]
+fn vms_may_restate_the_node_network() {
+    for own in [
+        json!({"netmask": "255.255.0.0"}),
+        json!({"netmask": 16}),
+        json!({"network": "10.5.0.0", "gateway": "10.5.0.1"}),
+    ] {
+        node_plan_of(own.clone()).unwrap_or_else(|e| panic!("{own}: {e}"));
+    }
+    invalid(
+        node_plan_of(json!({"netmask": "255.255.255.0"})),
+        &[VM, CN, "netmask"],
+    );
+}
+
+#[test]
+fn malformed_values_name_the_vm() {
+    for own in [
+        json!({"profile_type": null}),
+        json!({"profile_type": ["lvm"]}),
+        json!({"profile": {"a": 1}}),
+        json!({"size": [1]}),
+        json!({"ip": 10}),
+        json!({"mac": 1}),
+        json!({"password": ["x"]}),
+        json!({"mode": 3}),
+        json!({"bootsalt_branch": ["x"]}),
+        json!({"script_args": {"a": 1}}),
+        json!({"domains": [1]}),
+        json!({"additional_ips": [{"ip": "192.168.1.5", "mac": 1}]}),
+    ] {
+        let cfg = config(node_pillar(CN, json!({ VM: own.clone() }), json!({})));
+        let err = cfg
+            .node_plan(CN)
+            .and_then(|_| finish(&cfg, CN, VM))
+            .unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{own}: {err:?}");
+        assert_names(err.to_string(), &[VM, CN]);
+    }
+    for target in [
+        json!({"ip": "1.2.3.4", "bootsalt_branch": {"x": 1}}),
+        json!({"ip": "1.2.3.4", "script_args": [1]}),
+    ] {
+        invalid(saltify(target), &["h1.example.net"]);
+    }
+}

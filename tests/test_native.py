@@ -1,0 +1,114 @@
+"""The binding contract: errors map to their Python classes, results have
+the shapes the ``.pyi`` stub promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mccloud
+from mccloud import AllocationError, InvalidInputError, MccloudError, NotFoundError, StoreError
+
+CN = "cn1.example.net"
+CTX = {"minion_id": "controller", "mastersalt": True}
+
+
+def registry(tmp_path: Path, vms: dict[str, Any], **extra: Any) -> mccloud.Registry:
+    pillar = {f"makina-states.cloud.lxc.vms.{CN}": vms, **extra}
+    return mccloud.Registry(mccloud.Config(CTX, pillar), str(tmp_path / "store"))
+
+
+def test_error_classes_share_a_base() -> None:
+    for cls in (InvalidInputError, AllocationError, NotFoundError, StoreError):
+        assert issubclass(cls, MccloudError)
+
+
+def test_bad_input_is_invalid_input(tmp_path: Path) -> None:
+    reg = registry(tmp_path, {"a.vm": {"ip": "192.168.1.1"}})
+    with pytest.raises(InvalidInputError, match="192.168.1.1.*a.vm.*outside the network"):
+        reg.vm_settings(CN, "a.vm")
+    with pytest.raises(InvalidInputError, match="unknown field"):
+        mccloud.Config({"minion": "x"}, {})
+    with pytest.raises(InvalidInputError, match="invalid VM name"):
+        reg.find_ip(CN, "../../etc/passwd")
+
+
+def test_conflicts_and_exhaustion_are_allocation_errors(tmp_path: Path) -> None:
+    reg = registry(tmp_path, {"a.vm": {}, "b.vm": {}})
+    mac = reg.find_mac(CN, "a.vm")
+    clash = registry(tmp_path, {"a.vm": {}, "b.vm": {"mac": mac}})
+    with pytest.raises(AllocationError, match=f"{mac}.*already used by VM a.vm"):
+        clash.find_mac(CN, "b.vm")
+    tiny = registry(
+        tmp_path,
+        {"a.vm": {}, "b.vm": {}},
+        **{"makina-states.cloud.compute_node.ssh_port_range_end": 40000},
+    )
+    with pytest.raises(AllocationError, match="no free ssh port"):
+        tiny.target_settings(CN)
+
+
+def test_unknown_names_are_not_found(tmp_path: Path) -> None:
+    reg = registry(tmp_path, {"a.vm": {}})
+    with pytest.raises(NotFoundError, match="ghost.vm is not declared"):
+        reg.vm_settings(CN, "ghost.vm")
+    with pytest.raises(NotFoundError, match="holds no allocation"):
+        reg.destroy_vm(CN, "a.vm")
+    with pytest.raises(NotFoundError):
+        mccloud.Config(CTX, {}).saltify_target("metal.example.net")
+
+
+def test_corrupt_store_is_a_store_error(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "registry.sqlite").write_bytes(b"garbage" * 1000)
+    with pytest.raises(StoreError, match="registry.sqlite.*left untouched"):
+        registry(tmp_path, {})
+
+
+def test_vm_settings_shape(tmp_path: Path) -> None:
+    reg = registry(tmp_path, {"a.vm": {"additional_ips": [{"ip": "192.0.2.7"}]}})
+    s = reg.vm_settings(CN, "a.vm")
+    assert all(isinstance(k, str) for k in s)
+    assert isinstance(s["ip"], str) and isinstance(s["mac"], str) and isinstance(s["password"], str)
+    assert isinstance(s["ssh_reverse_proxy_port"], int) and isinstance(s["snmp_reverse_proxy_port"], int)
+    assert isinstance(s["domains"], list) and isinstance(s["autostart"], bool)
+    extra = s["additional_ips"][0]
+    assert extra["ip"] == "192.0.2.7" and extra["mac"].startswith("00:16:3e:") and extra["mac"] != s["mac"]
+    assert reg.vm_settings(CN, "a.vm")["additional_ips"][0]["mac"] == extra["mac"]
+    partial = reg.vm_settings(CN, "a.vm", full=False)
+    assert "ssh_reverse_proxy_port" not in partial and partial["ip"] == s["ip"]
+
+
+def test_target_settings_and_inventory_shape(tmp_path: Path) -> None:
+    reg = registry(tmp_path, {"a.vm": {"domains": ["*.shared.org"]}, "b.vm": {"domains": ["*.shared.org"]}})
+    t = reg.target_settings(CN)
+    assert set(t) >= {"target", "domains", "vms", "reverse_proxies", "has"}
+    assert t["domains"] == ["*.shared.org", "a.vm", "b.vm"]
+    backend = t["reverse_proxies"]["http_proxy"]["backends"]["bck_star.shared.org"]
+    assert len(backend["servers"]) == 2
+    inv = reg.inventory()
+    node = inv[CN]
+    assert node["free"]["ips"] == 65022 - 2 and node["free"]["ssh_ports"] == 10001 - 2
+    assert node["vms"]["a.vm"]["ssh_port"] == t["vms"]["a.vm"]["ssh_reverse_proxy_port"]
+    assert len(node["vms"]["a.vm"]["password"]) == 32
+
+
+def test_destroy_frees_and_retires(tmp_path: Path) -> None:
+    reg = registry(tmp_path, {"a.vm": {}, "b.vm": {}})
+    first = reg.vm_settings(CN, "a.vm")
+    freed = reg.destroy_vm(CN, "a.vm")
+    assert freed["ip"] == first["ip"] and freed["retired_macs"] == [first["mac"]]
+    assert freed["ssh"] == first["ssh_reverse_proxy_port"]
+    b = reg.vm_settings(CN, "b.vm")
+    assert b["ip"] == first["ip"]  # the freed IP is the first free one again
+    again = reg.vm_settings(CN, "a.vm")
+    assert again["mac"] != first["mac"]  # a retired MAC never comes back
+    assert again["password"] != first["password"]
+
+
+def test_gen_id_and_crypt() -> None:
+    assert mccloud.gen_id("a.b.c") == "a-b-c"
+    assert mccloud.sha512_crypt("Hello world!", "saltstring").startswith("$6$saltstring$svn8UoSVap")
