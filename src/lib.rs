@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod ipam;
+pub mod legacy;
 pub mod mac;
 pub mod merge;
 pub mod names;

@@ -4,13 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::ipam::parse_ip;
+use crate::legacy;
 use crate::mac;
 use crate::names::validate;
 use crate::pool::{candidates_from, Pool};
@@ -27,6 +28,7 @@ const MAC_PROBES: u32 = 4096;
 pub struct Registry {
     config: Config,
     store: Mutex<Store>,
+    dir: PathBuf,
     /// Node plans depend only on the configuration, which never changes.
     plans: Mutex<HashMap<String, Arc<NodePlan>>>,
 }
@@ -221,6 +223,7 @@ impl Registry {
     pub fn open(config: Config, store_dir: &Path) -> Result<Self> {
         let store = Store::open(store_dir)?;
         Ok(Registry {
+            dir: store_dir.to_path_buf(),
             config,
             store: Mutex::new(store),
             plans: Mutex::new(HashMap::new()),
@@ -269,6 +272,7 @@ impl Registry {
         let node = self.node_plan(cn)?;
         let plan = self.config.vm_plan(cn, vm)?;
         self.write(|tx| {
+            legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             reserve_explicit_ips(tx, &node)?;
             allocate_vm(tx, &node, &plan, ports)
         })
@@ -288,6 +292,7 @@ impl Registry {
         let node = self.node_plan(cn)?;
         let plans = self.config.node_vm_plans(cn)?;
         let allocs = self.write(|tx| {
+            legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             reserve_explicit_ips(tx, &node)?;
             let ips: HashMap<String, u32> = tx.numbers("ip", cn)?.into_iter().collect();
             let ssh: HashMap<String, u32> = tx.numbers("ssh", cn)?.into_iter().collect();

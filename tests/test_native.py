@@ -112,3 +112,36 @@ def test_destroy_frees_and_retires(tmp_path: Path) -> None:
 def test_gen_id_and_crypt() -> None:
     assert mccloud.gen_id("a.b.c") == "a-b-c"
     assert mccloud.sha512_crypt("Hello world!", "saltstring").startswith("$6$saltstring$svn8UoSVap")
+
+
+def write_pack(path: Path, value: Any) -> None:
+    import msgpack
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(msgpack.packb({"value": value}))
+
+
+def test_the_historical_msgpack_store_is_imported(tmp_path: Path) -> None:
+    old = tmp_path / "store" / "compute_node" / "cn1examplenet"
+    write_pack(old / "settings" / "allocated_ips.pack", {"api": 2, "ips": {"a.vm": "10.5.0.9", "b.vm": "10.5.0.2"}})
+    write_pack(old / "settings" / "ssh_map.pack", {"a.vm": 40007})
+    write_pack(old / "settings" / "snmp_map.pack", {"a.vm": 30007})
+    write_pack(old / "lxc" / "avm" / "settings" / "mac.pack", "00:16:3e:01:02:03")
+    write_pack(old / "lxc" / "avm" / "settings" / "password.pack", "oldsecret")
+    reg = registry(tmp_path, {"a.vm": {}, "b.vm": {}, "c.vm": {}})
+    a = reg.vm_settings(CN, "a.vm")
+    assert (a["ip"], a["mac"], a["password"]) == ("10.5.0.9", "00:16:3e:01:02:03", "oldsecret")
+    assert (a["ssh_reverse_proxy_port"], a["snmp_reverse_proxy_port"]) == (40007, 30007)
+    assert reg.find_ip(CN, "b.vm") == "10.5.0.2"
+    assert reg.find_ip(CN, "c.vm") == "10.5.0.3"  # new allocations step around the old ones
+    assert (old / "settings" / "allocated_ips.pack").exists()  # read, never removed
+
+
+def test_an_unreadable_historical_file_is_reported_not_deleted(tmp_path: Path) -> None:
+    bad = tmp_path / "store" / "compute_node" / "cn1examplenet" / "settings" / "ssh_map.pack"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"\xc1\xc1garbage")
+    reg = registry(tmp_path, {"a.vm": {}})
+    with pytest.raises(StoreError, match="ssh_map.pack.*left untouched"):
+        reg.find_ip(CN, "a.vm")
+    assert bad.read_bytes() == b"\xc1\xc1garbage"
