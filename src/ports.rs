@@ -54,6 +54,34 @@ impl Pool for PortRange {
     }
 }
 
+/// The kernel's `ip_local_reserved_ports` form of some ranges: sorted, with
+/// overlapping and adjacent ranges merged (as the kernel prints them back).
+pub fn reserved_ports(ranges: &[PortRange]) -> String {
+    let mut spans: Vec<(u32, u32)> = ranges
+        .iter()
+        .map(|r| (u32::from(r.start), u32::from(r.end)))
+        .collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = vec![];
+    for (s, e) in spans {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 + 1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+        .iter()
+        .map(|(s, e)| {
+            if s == e {
+                s.to_string()
+            } else {
+                format!("{s}-{e}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +93,15 @@ mod tests {
         let all: Vec<u32> = candidates_from(&r, 0).collect();
         assert_eq!(all, vec![40000, 40001, 40002]);
         assert_eq!(r.capacity(), 3);
+    }
+
+    #[test]
+    fn reserved_ports_merge_like_the_kernel() {
+        let r = |k, s, e| PortRange::new(k, s, e, "p").unwrap();
+        let default = [r("ssh", 40000, 50000), r("snmp", 30000, 39999)];
+        assert_eq!(reserved_ports(&default), "30000-50000");
+        let apart = [r("ssh", 41000, 41010), r("snmp", 31000, 31000)];
+        assert_eq!(reserved_ports(&apart), "31000,41000-41010");
     }
 
     #[test]

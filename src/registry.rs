@@ -373,6 +373,7 @@ impl Registry {
             .collect();
         let node = self.node_plan(cn)?;
         let lxc = self.config.lxc_defaults()?;
+        let conf = self.config.node_conf(cn);
         let mut vts: Vec<&str> = registered.iter().map(|(p, _)| p.vt).collect();
         vts.dedup();
         Ok(json!({
@@ -380,7 +381,7 @@ impl Registry {
             "virt_types": if vts.is_empty() { vec!["lxc"] } else { vts },
             "domains": all_domains,
             "vms": vms,
-            "reverse_proxies": reverse_proxies(&proxied, &self.config.node_conf(cn)),
+            "reverse_proxies": reverse_proxies(&proxied, &conf),
             "has": {"firewall": self.config.firewall()},
             "ssh_port_range": {"start": node.ssh.start, "end": node.ssh.end},
             "snmp_port_range": {"start": node.snmp.start, "end": node.snmp.end},
@@ -388,6 +389,9 @@ impl Registry {
                 "network": node.network.network.to_string(), "netmask": node.network.prefix.to_string(),
                 "gateway": node.network.gateway.to_string(), "bridge": lxc["bridge"],
             },
+            "lxc_path": lxc["lxc_path"],
+            "reserved_ports": crate::ports::reserved_ports(&[node.ssh, node.snmp]),
+            "conf": conf,
         }))
     }
 

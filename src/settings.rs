@@ -415,7 +415,7 @@ impl Config {
             "bridge": "lxcbr1", "main_bridge": "br0", "use_bridge": true, "image": "ubuntu",
             "default_container": DEFAULT_IMAGE, "sudo": true, "users": ["root", "sysadmin"],
             "ssh_username": "ubuntu", "vgname": "lxc", "lvname": null, "lxc_conf": [],
-            "lxc_conf_unset": [], "fstab": null,
+            "lxc_conf_unset": [], "fstab": null, "lxc_path": "/var/lib/lxc",
         });
         for key in [
             "mode",
@@ -500,11 +500,25 @@ impl Config {
     }
 
     /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping.
+    /// Defaults: `bind_address` `*`, `http_port` 80, `https_port` 443,
+    /// `ssl_cert`, `haproxy_config` `/etc/haproxy/haproxy.cfg`,
+    /// `haproxy_service` true, `hosts_file` `/etc/hosts`, `sysctl_file`,
+    /// `firewall_chain` `MCCLOUD-INPUT`.
     pub fn node_conf(&self, cn: &str) -> Value {
-        let mut conf = self.compute_node_merged()["conf"]
-            .get(cn)
-            .cloned()
-            .unwrap_or_else(|| json!({}));
+        let mut conf = json!({
+            "bind_address": "*",
+            "http_port": 80,
+            "https_port": 443,
+            "ssl_cert": crate::proxy::DEFAULT_CERT,
+            "haproxy_config": "/etc/haproxy/haproxy.cfg",
+            "haproxy_service": true,
+            "hosts_file": "/etc/hosts",
+            "sysctl_file": "/etc/sysctl.d/60-mccloud.conf",
+            "firewall_chain": "MCCLOUD-INPUT",
+        });
+        if let Some(v) = self.compute_node_merged()["conf"].get(cn) {
+            deep_merge(&mut conf, v);
+        }
         if let Some(v) = self.pillar.get(&format!("{COMPUTE_NODE}.conf.{cn}")) {
             deep_merge(&mut conf, v);
         }

@@ -1,0 +1,27 @@
+"""Compute-node runners."""
+
+import mccloud.orchestration as _o
+
+__virtualname__ = "mc_cloud_compute_node"
+
+
+def __virtual__():
+    return __virtualname__
+
+
+def _env():
+    return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
+
+
+def deploy(target, **kwargs):
+    """Deploys a compute node: registers it (allocating every VM), driver
+    pre hooks, reverse proxy, firewall, hosts file, port-range reservation,
+    install_vt of each virtualisation type, driver post hooks.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_compute_node.deploy devhost10.local
+    """
+    return _o.run("deploy", _o.compute_node_deploy, _env(), str(target), **kwargs)

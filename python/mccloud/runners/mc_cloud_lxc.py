@@ -1,0 +1,161 @@
+"""lxc driver runners: compute-node installation and the lxc VM steps."""
+
+import mccloud.lxc_driver as _lxc
+import mccloud.orchestration as _o
+
+__virtualname__ = "mc_cloud_lxc"
+
+
+def __virtual__():
+    return __virtualname__
+
+
+def _env():
+    return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
+
+
+def install_vt(target, **kwargs):
+    """Installs lxc on a compute node: registers the node (allocating every
+    VM), applies makina-states.cloud.lxc.compute_node.{grains,install_lxc,images}
+    and synchronises the images.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.install_vt devhost10.local
+    """
+    return _o.run("install_vt", _lxc.install_vt, _env(), str(target), **kwargs)
+
+
+def configure_grains(target, **kwargs):
+    """Sets the lxc host grains of a compute node.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.configure_grains devhost10.local
+    """
+    return _o.run("configure_grains", _lxc.configure, _env(), str(target), "grains", **kwargs)
+
+
+def configure_install_lxc(target, **kwargs):
+    """Installs lxc, the VM bridge, IP forwarding and NAT on a compute node.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.configure_install_lxc devhost10.local
+    """
+    return _o.run("configure_install_lxc", _lxc.configure, _env(), str(target), "install_lxc", **kwargs)
+
+
+def configure_images(target, **kwargs):
+    """Builds the lxc images on the controller when absent.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.configure_images devhost10.local
+    """
+    return _o.run("configure_images", _lxc.configure_images, _env(), str(target), **kwargs)
+
+
+def sync_images(target, **kwargs):
+    """Copies the images from the controller to a compute node (skipping
+    up-to-date ones; nothing to do when the node is the controller).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.sync_images devhost10.local
+    """
+    return _o.run("sync_images", _lxc.sync_images, _env(), str(target), **kwargs)
+
+
+def upgrade_vt(target, **kwargs):
+    """Upgrades the lxc packages of a compute node.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.upgrade_vt devhost10.local
+    """
+    return _o.run("upgrade_vt", _lxc.upgrade_vt, _env(), str(target), **kwargs)
+
+
+def post_deploy_controller(**kwargs):
+    """The lxc driver's controller-side configuration.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.post_deploy_controller
+    """
+    return _o.run("post_deploy_controller", _lxc.post_deploy_controller, _env(), **kwargs)
+
+
+def vm_spawn(vm, target=None, **kwargs):
+    """Creates (clone or from image) and starts the VM's container.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_spawn mysupertest3.foo.com
+    """
+    return _o.run("vm_spawn", _lxc.vm_step, _env(), str(vm), target, "spawn", **kwargs)
+
+
+def vm_reconfigure(vm, target=None, **kwargs):
+    """Applies changed settings to the VM's container (restarting it if needed).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_reconfigure mysupertest3.foo.com
+    """
+    return _o.run("vm_reconfigure", _lxc.vm_step, _env(), str(vm), target, "reconfigure", **kwargs)
+
+
+def vm_volumes(vm, target=None, **kwargs):
+    """Prepares the host side of the VM's bind mounts.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_volumes mysupertest3.foo.com
+    """
+    return _o.run("vm_volumes", _lxc.vm_step, _env(), str(vm), target, "volumes", **kwargs)
+
+
+def vm_preprovision(vm, target=None, **kwargs):
+    """Sets the lxc VM grains in the container.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_preprovision mysupertest3.foo.com
+    """
+    return _o.run("vm_preprovision", _lxc.vm_step, _env(), str(vm), target, "preprovision", **kwargs)
+
+
+def vm_initial_setup(vm, target=None, **kwargs):
+    """Sets root's password in the container from the registry's hash.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_initial_setup mysupertest3.foo.com
+    """
+    return _o.run("vm_initial_setup", _lxc.vm_step, _env(), str(vm), target, "initial_setup", **kwargs)

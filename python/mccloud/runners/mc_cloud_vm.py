@@ -1,0 +1,93 @@
+"""VM runners: provisioning (the step sequence), generic steps, ping."""
+
+import mccloud.orchestration as _o
+
+__virtualname__ = "mc_cloud_vm"
+
+
+def __virtual__():
+    return __virtualname__
+
+
+def _env():
+    return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
+
+
+def provision(vm, steps=None, skip=None, **kwargs):
+    """Provisions a VM declared in pillar: spawn, fix_dns, reconfigure,
+    volumes, preprovision, initial_setup, initial_highstate (each as
+    driver pre, generic, driver post when they exist), then ping and the
+    post-provision hooks. Stops at the first failed step and says which.
+    ``steps``/``skip``: comma-separated step names.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.provision mysupertest3.foo.com
+        mastersalt-run mc_cloud_vm.provision mysupertest3.foo.com skip=spawn,initial_highstate
+    """
+    return _o.run("provision", _o.vm_provision, _env(), str(vm), steps, skip, **kwargs)
+
+
+def orchestrate(target, skip=None, **kwargs):
+    """Provisions every VM of a compute node.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.orchestrate devhost10.local
+    """
+    return _o.run("orchestrate", _o.vm_orchestrate, _env(), str(target), skip, **kwargs)
+
+
+def vm_ping(vm, **kwargs):
+    """Pings the VM's own minion (skipped while the VM is not a minion).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.vm_ping mysupertest3.foo.com
+    """
+    return _o.run("vm_ping", _o.vm_minion_call, _env(), str(vm), "test.ping", **kwargs)
+
+
+def vm_fix_dns(vm, target=None, **kwargs):
+    """Writes the VM's resolvers.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.vm_fix_dns mysupertest3.foo.com
+    """
+    return _o.run("vm_fix_dns", _o.vm_sls, _env(), str(vm), target,
+                  "makina-states.cloud.generic.vm.fix_dns", **kwargs)
+
+
+def vm_preprovision(vm, target=None, **kwargs):
+    """Markers /this_host and /this_port, cloud grains and the controller's
+    ssh key in the VM.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.vm_preprovision mysupertest3.foo.com
+    """
+    return _o.run("vm_preprovision", _o.vm_preprovision, _env(), str(vm), target, **kwargs)
+
+
+def vm_initial_highstate(vm, target=None, **kwargs):
+    """Runs the highstate on the VM's own minion (skipped while the VM is
+    not a minion of this master).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.vm_initial_highstate mysupertest3.foo.com
+    """
+    return _o.run("vm_initial_highstate", _o.vm_minion_call, _env(), str(vm), "state.highstate", **kwargs)

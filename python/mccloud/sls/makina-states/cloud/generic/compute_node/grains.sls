@@ -1,0 +1,4 @@
+mccloud-compute-node-grain:
+  grains.present:
+    - name: makina-states.cloud.is.compute_node
+    - value: true

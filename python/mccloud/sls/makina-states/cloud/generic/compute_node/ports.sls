@@ -1,0 +1,8 @@
+{#- The reverse-proxy port ranges are reserved from the kernel's ephemeral
+    ports, so no outgoing connection can take a VM's port. #}
+{%- set d = pillar['mccloud'] %}
+mccloud-reserved-ports:
+  sysctl.present:
+    - name: net.ipv4.ip_local_reserved_ports
+    - value: "{{ d.reserved_ports }}"
+    - config: {{ d.conf.sysctl_file }}

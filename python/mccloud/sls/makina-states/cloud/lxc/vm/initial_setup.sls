@@ -1,0 +1,10 @@
+{#- Initial setup: root's password from the registry's SHA-512 crypt hash
+    (the clear text never reaches a state). Data: pillar mccloud. #}
+{%- set d = pillar['mccloud'] %}
+mccloud-lxc-vm-root-password:
+  file.replace:
+    - name: {{ d.rootfs }}/etc/shadow
+    - pattern: '^root:[^:]*:'
+    - repl: 'root:{{ d.vm.password_hash }}:'
+    - count: 1
+    - show_changes: false

@@ -1,0 +1,11 @@
+{#- lxc part of preprovisioning: the lxc VM grains. #}
+{%- set d = pillar['mccloud'] %}
+mccloud-lxc-vm-grains:
+  file.serialize:
+    - name: {{ d.rootfs }}/etc/salt/grains
+    - makedirs: true
+    - serializer: yaml
+    - merge_if_exists: true
+    - dataset:
+        makina-states.cloud.is.lxcvm: true
+        makina-states.nodetypes.lxccontainer: true

@@ -1,0 +1,17 @@
+{#- Volumes: the host side of every bind mount of the VM's fstab exists. #}
+{%- set d = pillar['mccloud'] %}
+{%- set sources = [] %}
+{%- for line in d.vm.fstab or [] %}
+{%- set src = line.split()[0] %}
+{%- if src.startswith('/') %}{% do sources.append(src) %}{% endif %}
+{%- endfor %}
+{%- if sources %}
+mccloud-lxc-vm-volume-sources:
+  file.directory:
+    - names: {{ sources | json }}
+    - makedirs: true
+{%- else %}
+mccloud-lxc-vm-no-volumes:
+  test.nop:
+    - name: no bind mounts declared for {{ d.vm.name }}
+{%- endif %}

@@ -1,0 +1,162 @@
+"""A real Salt master and minion on loopback (pytest-salt-factories).
+
+The minion is both the controller's own minion and the compute node. Every
+path, the bridge, the network, the port ranges and the firewall chain are
+overridden in pillar so the tests never touch the defaults; what they do
+change on the machine (a bridge, an iptables chain and NAT rule, sysctls) is
+undone at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from mccloud.orchestration import sls_root
+
+NET = "10.199.7"
+SSH = (41000, 41009)
+SNMP = (31000, 31009)
+CHAIN = "MCCLOUD-TEST"
+
+
+@pytest.fixture(scope="session")
+def salt_factories_config() -> dict[str, Any]:
+    return {"slow_stop": False}
+
+
+@pytest.fixture(scope="package")
+def cloud_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cloud")
+    for d in ("pillar", "store", "lxc", "etc"):
+        (root / d).mkdir()
+    (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    return root
+
+
+@pytest.fixture(scope="package")
+def bridge() -> str:
+    return "mcbr" + uuid.uuid4().hex[:6]
+
+
+def cloud_pillar(root: Path, node: str, bridge: str, vms: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "makina-states.cloud.master": node,
+        "makina-states.cloud.lxc.defaults.network": f"{NET}.0",
+        "makina-states.cloud.lxc.defaults.netmask": "24",
+        "makina-states.cloud.lxc.defaults.gateway": f"{NET}.1",
+        "makina-states.cloud.lxc.defaults.bridge": bridge,
+        "makina-states.cloud.lxc.defaults.lxc_path": str(root / "lxc"),
+        "makina-states.cloud.lxc.vms." + node: vms,
+        "makina-states.cloud.compute_node.ssh_port_range_start": SSH[0],
+        "makina-states.cloud.compute_node.ssh_port_range_end": SSH[1],
+        "makina-states.cloud.compute_node.snmp_port_range_start": SNMP[0],
+        "makina-states.cloud.compute_node.snmp_port_range_end": SNMP[1],
+        "makina-states.cloud.controller.ssh_key": str(root / "etc" / "ssh" / "id_mccloud"),
+        "makina-states.cloud.images.lxc": {
+            "default": "mccloud-test-img",
+            "images": {"mccloud-test-img": {"template": "busybox"}},
+        },
+        "makina-states.cloud.compute_node.conf." + node: {
+            "bind_address": "127.0.0.1",
+            "http_port": 18080,
+            "https_port": 18443,
+            "ssl_cert": str(root / "etc" / "ssl" / "haproxy.pem"),
+            "haproxy_config": str(root / "etc" / "haproxy" / "haproxy.cfg"),
+            "haproxy_service": False,
+            "hosts_file": str(root / "etc" / "hosts"),
+            "sysctl_file": str(root / "etc" / "sysctl-mccloud.conf"),
+            "firewall_chain": CHAIN,
+        },
+    }
+
+
+def write_pillar(root: Path, pillar: dict[str, Any]) -> None:
+    (root / "pillar" / "top.sls").write_text("base:\n  '*':\n    - cloud\n")
+    (root / "pillar" / "cloud.sls").write_text(yaml.safe_dump(pillar))
+
+
+def _sysctl(name: str) -> str:
+    return Path("/proc/sys/" + name.replace(".", "/")).read_text().strip()
+
+
+@pytest.fixture(scope="package")
+def host_state(bridge: str) -> Iterator[None]:
+    """Restores what the states change on this machine."""
+    saved = {k: _sysctl(k) for k in ("net.ipv4.ip_local_reserved_ports", "net.ipv4.ip_forward")}
+    yield
+    for k, v in saved.items():
+        subprocess.run(["sysctl", "-q", "-w", f"{k}={v}"], check=False)
+    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+    subprocess.run(f"iptables -D INPUT -j {CHAIN}; iptables -F {CHAIN}; iptables -X {CHAIN}",
+                   shell=True, capture_output=True)
+    cidr = f"{NET}.0/24"
+    subprocess.run(f"iptables -t nat -D POSTROUTING -s {cidr} ! -d {cidr} -j MASQUERADE",
+                   shell=True, capture_output=True)
+    for f in (f"/etc/network/interfaces.d/mccloud-{bridge}",):
+        if os.path.exists(f):
+            os.remove(f)
+
+
+@pytest.fixture(scope="package")
+def salt_master(salt_factories: Any, cloud_root: Path, host_state: None) -> Iterator[Any]:
+    overrides = {
+        "interface": "127.0.0.1",
+        "file_roots": {"base": [sls_root()]},
+        "pillar_roots": {"base": [str(cloud_root / "pillar")]},
+        "mccloud_store_dir": str(cloud_root / "store"),
+        "mccloud_sls_timeout": 600,
+    }
+    write_pillar(cloud_root, {})
+    factory = salt_factories.salt_master_daemon("mccloud-master", overrides=overrides)
+    with factory.started(start_timeout=120):
+        yield factory
+
+
+@pytest.fixture(scope="package")
+def salt_minion(salt_master: Any, cloud_root: Path) -> Iterator[Any]:
+    overrides = {"mccloud_store_dir": str(cloud_root / "store")}
+    factory = salt_master.salt_minion_daemon("mccloud-node", overrides=overrides)
+    with factory.started(start_timeout=120):
+        yield factory
+
+
+@pytest.fixture(scope="package")
+def cloud(salt_master: Any, salt_minion: Any, cloud_root: Path, bridge: str) -> "Cloud":
+    return Cloud(salt_master, salt_minion, cloud_root, bridge)
+
+
+class Cloud:
+    """The running master and minion, and helpers to drive them."""
+
+    def __init__(self, master: Any, minion: Any, root: Path, bridge: str) -> None:
+        self.master, self.minion, self.root, self.bridge = master, minion, root, bridge
+        self.node = minion.id
+        self.run_cli = master.salt_run_cli(timeout=900)
+        self.call_cli = minion.salt_call_cli(timeout=300)
+
+    def set_vms(self, vms: dict[str, Any], **extra: Any) -> None:
+        write_pillar(self.root, {**cloud_pillar(self.root, self.node, self.bridge, vms), **extra})
+        ret = self.call_cli.run("saltutil.refresh_pillar", wait=True)
+        assert ret.returncode == 0, ret.stderr
+
+    def run(self, fun: str, *args: str) -> Any:
+        """``salt-run fun args`` returning (exit code, data)."""
+        ret = self.run_cli.run(fun, *args)
+        data = ret.data
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except ValueError:
+                pass
+        return ret.returncode, data, ret.stdout + ret.stderr
+
+    def grain(self, name: str) -> Any:
+        return self.call_cli.run("grains.get", name).data

@@ -1,0 +1,148 @@
+"""Runners against a real master and minion: install_vt, compute-node
+deploy and the VM step runner, checking the states' effects on the minion."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import CHAIN, NET, SNMP, SSH, Cloud
+
+pytestmark = pytest.mark.slow
+
+VMS = {"vm1.test.lan": {"domains": ["*.shared.lan", "one.lan"]},
+       "vm2.test.lan": {"ip": f"{NET}.50", "domains": ["*.shared.lan"]}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def declared(cloud: Cloud) -> None:
+    cloud.set_vms(VMS)
+
+
+def sh(cmd: str) -> str:
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout
+
+
+def test_install_vt(cloud: Cloud) -> None:
+    rc, data, out = cloud.run("mc_cloud_lxc.install_vt", cloud.node)
+    assert rc == 0 and data["result"] is True, out
+    assert [s["name"] for s in data["steps"]][:3] == [
+        "register", "makina-states.cloud.lxc.compute_node.grains", "makina-states.cloud.lxc.compute_node.install_lxc",
+    ]
+    assert cloud.grain("makina-states.cloud.is.lxchost") is True
+    assert cloud.grain("makina-states.services.virt.lxc") is True
+    assert f"inet {NET}.1/24" in sh(f"ip -o addr show dev {cloud.bridge}")
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "1"
+    cidr = f"{NET}.0/24"
+    assert subprocess.run(
+        f"iptables -t nat -C POSTROUTING -s {cidr} ! -d {cidr} -j MASQUERADE", shell=True
+    ).returncode == 0
+    image = cloud.root / "lxc" / "mccloud-test-img"
+    assert (image / "config").exists() and (image / "mccloud-image-version").exists()
+    # Idempotent: a second run changes nothing.
+    rc, again, out = cloud.run("mc_cloud_lxc.install_vt", cloud.node)
+    assert rc == 0 and again["changes"] == {}, out
+
+
+def test_compute_node_deploy(cloud: Cloud) -> None:
+    rc, data, out = cloud.run("mc_cloud_compute_node.deploy", cloud.node)
+    assert rc == 0 and data["result"] is True, out
+    assert cloud.grain("makina-states.cloud.is.compute_node") is True
+    target = cloud.call_cli.run("mc_cloud_compute_node.get_settings_for_target", cloud.node).data
+    vm1, vm2 = target["vms"]["vm1.test.lan"], target["vms"]["vm2.test.lan"]
+    assert vm2["ip"] == f"{NET}.50" and vm1["ip"] == f"{NET}.2"
+    cfg = cloud.root / "etc" / "haproxy" / "haproxy.cfg"
+    check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    text = cfg.read_text()
+    assert f"bind 127.0.0.1:{vm1['ssh_reverse_proxy_port']}" in text
+    assert f"server vm2.test.lan {NET}.50:22" in text
+    assert "hdr_end(host) -i shared.lan" in text and "bind 127.0.0.1:18443 ssl crt" in text
+    hosts = (cloud.root / "etc" / "hosts").read_text()
+    assert f"{NET}.2 one.lan" in hosts and f"{NET}.50 vm2.test.lan" in hosts
+    assert hosts.startswith("127.0.0.1 localhost")
+    reserved = Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text().strip()
+    assert f"{SNMP[0]}-{SNMP[1]}" in reserved and f"{SSH[0]}-{SSH[1]}" in reserved
+    rules = sh(f"iptables -S {CHAIN}")
+    assert f"{vm1['ssh_reverse_proxy_port']},{vm2['ssh_reverse_proxy_port']}" in rules
+    assert "--dports 18080,18443" in rules and "-p udp" in rules
+    assert f"-j {CHAIN}" in sh("iptables -S INPUT")
+
+
+def fake_container(cloud: Cloud, vm: str, shadow: bool = True) -> Path:
+    """The on-disk shape of a container, for the steps that do not start it."""
+    base = cloud.root / "lxc" / vm
+    (base / "rootfs" / "etc").mkdir(parents=True, exist_ok=True)
+    (base / "config").write_text(f"lxc.uts.name = {vm}\nlxc.net.0.type = empty\n")
+    if shadow:
+        (base / "rootfs" / "etc" / "shadow").write_text("root:*:19000:0:99999:7:::\ndaemon:*:19000::::::\n")
+    return base
+
+
+def test_vm_steps(cloud: Cloud) -> None:
+    rc, data, out = cloud.run("mc_cloud_controller.deploy")
+    assert rc == 0 and data["result"] is True, out
+    base = fake_container(cloud, "vm1.test.lan")
+    rc, data, out = cloud.run("mc_cloud_vm.provision", "vm1.test.lan", "skip=spawn")
+    assert rc == 0 and data["result"] is True, out
+    ran = [s["name"] for s in data["steps"]]
+    assert ran == [
+        "mc_cloud_vm.vm_fix_dns", "mc_cloud_lxc.vm_reconfigure", "mc_cloud_lxc.vm_volumes",
+        "mc_cloud_lxc.vm_preprovision", "mc_cloud_vm.vm_preprovision", "mc_cloud_lxc.vm_initial_setup",
+        "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping",
+    ]
+    settings = cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", cloud.node, "vm1.test.lan").data
+    root = base / "rootfs"
+    assert (root / "this_host").read_text().strip() == cloud.node
+    assert (root / "this_port").read_text().strip() == str(settings["ssh_reverse_proxy_port"])
+    grains = (root / "etc" / "salt" / "grains").read_text()
+    for g in ("makina-states.cloud.is.vm", "makina-states.cloud.is.lxcvm", "makina-states.nodetypes.lxccontainer"):
+        assert f"{g}: true" in grains
+    pub = (cloud.root / "etc" / "ssh" / "id_mccloud.pub").read_text().strip()
+    assert pub in (root / "root" / ".ssh" / "authorized_keys").read_text()
+    assert "nameserver 8.8.8.8" in (root / "etc" / "resolv.conf").read_text()
+    assert (root / "etc" / "shadow").read_text().startswith(f"root:{settings['password_hash']}:")
+    config = (base / "config").read_text()
+    assert f"lxc.net.0.hwaddr = {settings['mac']}" in config
+    assert f"lxc.net.0.ipv4.address = {settings['ip']}/24" in config and "lxc.net.0.type = empty" not in config
+    assert settings["password"] not in out  # the clear text never shows
+    assert "not a minion of this master" in out
+
+
+def test_failed_step_stops_and_says_which(cloud: Cloud) -> None:
+    fake_container(cloud, "vm2.test.lan", shadow=False)
+    rc, data, out = cloud.run("mc_cloud_vm.provision", "vm2.test.lan", "skip=spawn")
+    assert rc != 0 and data["result"] is False, out
+    assert "initial_setup" in data["comment"] and "mc_cloud_lxc.vm_initial_setup" in data["comment"]
+    assert [s["result"] for s in data["steps"]][-1] is False
+    assert all(s["result"] for s in data["steps"][:-1])  # what succeeded before is kept and reported
+    assert (cloud.root / "lxc" / "vm2.test.lan" / "rootfs" / "this_host").exists()
+
+
+@pytest.mark.parametrize(
+    "fun, args, message",
+    [
+        ("mc_cloud_vm.provision", ["ghost.test.lan"], "ghost.test.lan is declared on no compute node"),
+        ("mc_cloud_compute_node.deploy", ["ghost.node"], "ghost.node declares no VMs"),
+        ("mc_cloud_lxc.install_vt", ["bad/node"], "invalid compute node name"),
+        ("mc_cloud_vm.provision", ["vm1.test.lan", "steps=spwan"], "unknown step(s) spwan"),
+    ],
+)
+def test_bad_input_is_a_clear_runner_error(cloud: Cloud, fun: str, args: list[str], message: str) -> None:
+    rc, data, out = cloud.run(fun, *args)
+    assert rc != 0, out
+    assert message in data["comment"], data
+    assert "Traceback" not in out
+
+
+def test_a_node_that_does_not_answer(cloud: Cloud) -> None:
+    cloud.set_vms({**VMS}, **{"makina-states.cloud.lxc.vms.silent.node": {"x.test.lan": {}}})
+    try:
+        rc, data, out = cloud.run("mc_cloud_compute_node.deploy", "silent.node")
+        assert rc != 0 and "silent.node did not answer" in data["comment"], out
+        assert data["steps"][0]["name"] == "register" and data["steps"][0]["result"] is True
+    finally:
+        cloud.set_vms(VMS)
