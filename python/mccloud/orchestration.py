@@ -124,6 +124,9 @@ def apply_sls(
     import salt.client
 
     timeout = int(timeout or opts.get("mccloud_sls_timeout") or DEFAULT_TIMEOUT)
+    if target not in accepted_minions(opts):
+        return {"result": False, "comment": f"minion {target} is not known to this master "
+                "(no accepted key): install and start its minion, then accept its key"}
     progress(f"{target}: applying {sls}")
     client = salt.client.get_local_client(opts["conf_file"])
     try:
@@ -142,6 +145,13 @@ def apply_sls(
         return {"result": False, "comment": f"{sls} on {target}: " + "; ".join(failures),
                 "changes": state_changes(ret)}
     return {"result": True, "comment": f"{sls} applied on {target}", "changes": state_changes(ret)}
+
+
+def accepted_minions(opts: Mapping[str, Any]) -> list[str]:
+    """Ids of the minions whose key this master accepted."""
+    import salt.key
+
+    return list(salt.key.get_key(dict(opts)).list_status("accepted").get("minions", []))
 
 
 def step_functions(available: Iterable[str], vt: str, step: str) -> list[str]:
@@ -403,11 +413,9 @@ def vm_minion_call(env: Env, vm: str, fun: str, timeout: int = 300) -> Outcome:
     """Calls ``fun`` on the VM's own minion; a VM that is not (yet) a minion
     of this master is reported and skipped, not failed."""
     import salt.client
-    import salt.key
 
     out = Outcome()
-    accepted = salt.key.get_key(dict(env.opts)).list_status("accepted").get("minions", [])
-    if vm not in accepted:
+    if vm not in accepted_minions(env.opts):
         out.add(fun, {"result": True, "comment": f"{vm} is not a minion of this master: {fun} skipped"})
         return out
     client = salt.client.get_local_client(env.opts["conf_file"])

@@ -133,6 +133,20 @@ def cloud(salt_master: Any, salt_minion: Any, cloud_root: Path, bridge: str) -> 
     return Cloud(salt_master, salt_minion, cloud_root, bridge)
 
 
+def last_json(text: str) -> Any:
+    """The runner's return: the last JSON document of ``salt-run --out=json``
+    output (progress events come before it)."""
+    decoder, pos, last = json.JSONDecoder(), 0, None
+    while True:
+        start = text.find("{", pos)
+        if start < 0:
+            return last
+        try:
+            last, pos = decoder.raw_decode(text, start)
+        except ValueError:
+            pos = start + 1
+
+
 class Cloud:
     """The running master and minion, and helpers to drive them."""
 
@@ -150,13 +164,7 @@ class Cloud:
     def run(self, fun: str, *args: str) -> Any:
         """``salt-run fun args`` returning (exit code, data)."""
         ret = self.run_cli.run(fun, *args)
-        data = ret.data
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except ValueError:
-                pass
-        return ret.returncode, data, ret.stdout + ret.stderr
+        return ret.returncode, last_json(ret.stdout), ret.stdout + ret.stderr
 
     def grain(self, name: str) -> Any:
         return self.call_cli.run("grains.get", name).data

@@ -142,7 +142,7 @@ def test_a_node_that_does_not_answer(cloud: Cloud) -> None:
     cloud.set_vms({**VMS}, **{"makina-states.cloud.lxc.vms.silent.node": {"x.test.lan": {}}})
     try:
         rc, data, out = cloud.run("mc_cloud_compute_node.deploy", "silent.node")
-        assert rc != 0 and "silent.node did not answer" in data["comment"], out
+        assert rc != 0 and "minion silent.node is not known to this master" in data["comment"], out
         assert data["steps"][0]["name"] == "register" and data["steps"][0]["result"] is True
     finally:
         cloud.set_vms(VMS)
