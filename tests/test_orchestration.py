@@ -1,0 +1,89 @@
+"""Units of the runners' shared logic: step resolution and result mappings,
+and the haproxy configuration built for several VMs (checked by haproxy)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import mccloud
+from mccloud.orchestration import VM_STEPS, Outcome, run_steps, step_functions
+
+
+def recorder(calls: list[str], fail: str | None = None) -> Callable[[str], Callable[..., dict[str, Any]]]:
+    def make(name: str) -> Callable[..., dict[str, Any]]:
+        def fn(*args: Any) -> dict[str, Any]:
+            calls.append(name)
+            return {"result": name != fail, "comment": f"{name} ran"}
+        return fn
+    return make
+
+
+def test_step_resolution_order_and_missing_functions() -> None:
+    available = {"mc_cloud_lxc.vm_spawn", "mc_cloud_vm.vm_spawn", "mc_cloud_lxc.post_vm_spawn",
+                 "mc_cloud_vm.vm_fix_dns", "mc_cloud_kvm.vm_spawn"}
+    assert step_functions(available, "lxc", "spawn") == [
+        "mc_cloud_lxc.vm_spawn", "mc_cloud_vm.vm_spawn", "mc_cloud_lxc.post_vm_spawn"]
+    assert step_functions(available, "lxc", "fix_dns") == ["mc_cloud_vm.vm_fix_dns"]
+    assert step_functions(available, "lxc", "volumes") == []
+    assert step_functions(available, "kvm", "spawn") == ["mc_cloud_kvm.vm_spawn", "mc_cloud_vm.vm_spawn"]
+
+
+def test_steps_run_in_order_and_stop_at_the_first_failure() -> None:
+    calls: list[str] = []
+    names = ["mc_cloud_lxc.vm_spawn", "mc_cloud_vm.vm_fix_dns", "mc_cloud_lxc.post_vm_fix_dns",
+             "mc_cloud_lxc.vm_reconfigure", "mc_cloud_vm.vm_preprovision"]
+    make = recorder(calls, fail="mc_cloud_lxc.post_vm_fix_dns")
+    out = run_steps({n: make(n) for n in names}, "lxc", VM_STEPS, ("vm", "cn"), lambda m: None)
+    assert calls == ["mc_cloud_lxc.vm_spawn", "mc_cloud_vm.vm_fix_dns", "mc_cloud_lxc.post_vm_fix_dns"]
+    assert out.result is False and "step fix_dns (mc_cloud_lxc.post_vm_fix_dns) failed" in out.comment
+    d = out.as_dict()
+    assert d["retcode"] == 1 and [s["result"] for s in d["steps"]] == [True, True, False]
+
+
+def test_outcome_mapping() -> None:
+    out = Outcome()
+    out.add("a", {"result": True, "changes": {"x": 1}})
+    assert out.as_dict() == {"result": True, "comment": "1 step(s) succeeded", "changes": {"a": {"x": 1}},
+                             "steps": [{"name": "a", "result": True, "changes": {"x": 1}}], "retcode": 0}
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is installed by ./run setup")
+def test_haproxy_config_for_shared_and_wildcard_domains(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    subprocess.run(
+        f"openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=t -keyout {cert}.k -out {cert}.c"
+        f" 2>/dev/null && cat {cert}.c {cert}.k > {cert}", shell=True, check=True,
+    )
+    cn = "cn1.example.net"
+    pillar = {
+        f"makina-states.cloud.lxc.vms.{cn}": {
+            "a.example.net": {"domains": ["*.shared.org", "www.a.org"]},
+            "b.example.net": {"domains": ["*.shared.org", "www.a.org"]},
+            "c.example.net": {"domains": ["*"]},
+        },
+        f"makina-states.cloud.compute_node.conf.{cn}": {
+            "ssl_cert": str(cert), "bind_address": "127.0.0.1",
+            "http_proxy": {"raw_opts_pre": ["timeout client 2m"], "raw_opts_post": ["http-request set-header X-Via mccloud"]},
+        },
+    }
+    reg = mccloud.Registry(mccloud.Config({"minion_id": "ctl"}, pillar), str(tmp_path / "store"))
+    t = reg.target_settings(cn)
+    cfg = t["reverse_proxies"]["haproxy_cfg"]
+    (tmp_path / "haproxy.cfg").write_text(cfg)
+    check = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr + cfg
+    assert cfg.count("\nbackend bck_www.a.org\n") == 1 and cfg.count("\nbackend securebck_www.a.org\n") == 1
+    shared = cfg.split("\nbackend bck_star.shared.org\n")[1].split("\n\n")[0]
+    assert "server srv_a.example.net" in shared and "server srv_b.example.net" in shared
+    assert "acl host_star.shared.org hdr_end(host) -i shared.org" in cfg
+    assert "acl host_star always_true" in cfg
+    # exact names are matched before wildcards
+    assert cfg.index("acl host_www.a.org") < cfg.index("acl host_star.shared.org") < cfg.index("acl host_star ")
+    assert "    timeout client 2m\n" in cfg and "http-request set-header X-Via mccloud" in cfg
+    for vm, v in t["vms"].items():
+        assert f"bind 127.0.0.1:{v['ssh_reverse_proxy_port']}\n    mode tcp\n    server {vm} {v['ip']}:22" in cfg
