@@ -288,9 +288,15 @@ impl Registry {
 
     /// Registers every VM of a node in one transaction (allocating what is
     /// missing) and returns their allocations in name order.
-    pub fn register_node(&self, cn: &str) -> Result<Vec<(VmPlan, VmAllocation)>> {
+    /// VMs named in `exclude` are left out (a VM being destroyed).
+    pub fn register_node(
+        &self,
+        cn: &str,
+        exclude: &[String],
+    ) -> Result<Vec<(VmPlan, VmAllocation)>> {
         let node = self.node_plan(cn)?;
-        let plans = self.config.node_vm_plans(cn)?;
+        let mut plans = self.config.node_vm_plans(cn)?;
+        plans.retain(|p| !exclude.contains(&p.vm));
         let allocs = self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             reserve_explicit_ips(tx, &node)?;
@@ -342,8 +348,9 @@ impl Registry {
 
     /// `mc_cloud_compute_node.get_settings_for_target`: everything a compute
     /// node needs. Registers (allocates) every VM of the node.
-    pub fn target_settings(&self, cn: &str) -> Result<Value> {
-        let registered = self.register_node(cn)?;
+    /// VMs named in `exclude` are left out (neither allocated nor listed).
+    pub fn target_settings(&self, cn: &str, exclude: &[String]) -> Result<Value> {
+        let registered = self.register_node(cn, exclude)?;
         let mut vms = Map::new();
         let mut all_domains: Vec<String> = vec![];
         let mut domains_of = Vec::with_capacity(registered.len());

@@ -13,11 +13,21 @@
 use std::fs::{DirBuilder, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::error::{Error, Result};
+
+/// How long a process waits for another one holding the store's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Whether an error is SQLite reporting the store busy or locked.
+fn is_busy(e: &Error) -> bool {
+    matches!(e, Error::Store { reason, .. } if reason.starts_with(BUSY_PREFIX))
+}
+
+const BUSY_PREFIX: &str = "the store stayed locked by another process";
 
 /// File name of the database inside the store directory.
 pub const FILE_NAME: &str = "registry.sqlite";
@@ -70,7 +80,7 @@ fn map_err(path: &Path, e: rusqlite::Error) -> Error {
         ),
         Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => Error::store(
             path,
-            format!("the store stayed locked by another process ({e}); retry when it has finished"),
+            format!("{BUSY_PREFIX} ({e}); retry when it has finished"),
         ),
         Some(ErrorCode::ReadOnly)
         | Some(ErrorCode::PermissionDenied)
@@ -123,20 +133,36 @@ impl Store {
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).at(&path)?;
-        conn.busy_timeout(Duration::from_secs(120)).at(&path)?;
-        let mode: String = conn
+        conn.busy_timeout(BUSY_TIMEOUT).at(&path)?;
+        conn.execute_batch("PRAGMA synchronous=FULL;").at(&path)?;
+        let mut store = Store { conn, path };
+        // Switching to WAL and creating the schema take locks that SQLite's
+        // busy handler does not always wait for when many processes open a
+        // new store at once: retry them for as long as the busy timeout.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match store.setup() {
+                Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        }
+        Ok(store)
+    }
+
+    fn setup(&mut self) -> Result<()> {
+        let mode: String = self
+            .conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .at(&path)?;
+            .at(&self.path)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::store(
-                &path,
+                &self.path,
                 format!("cannot switch the store to WAL mode (got {mode})"),
             ));
         }
-        conn.execute_batch("PRAGMA synchronous=FULL;").at(&path)?;
-        let mut store = Store { conn, path };
-        store.migrate()?;
-        Ok(store)
+        self.migrate()
     }
 
     fn migrate(&mut self) -> Result<()> {

@@ -110,3 +110,35 @@ def post_deploy_controller(env: Env) -> Outcome:
 
 def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:
     return vm_sls(env, vm, target, f"{VM_SLS}.{step}")
+
+
+def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:
+    """Stops and removes the VM's container, frees its allocations (IP and
+    ports return to their pools, MACs are retired) and removes it from the
+    node's reverse proxy, hosts file and firewall."""
+    import mccloud
+
+    cn = target or env.config.node_of(vm)
+    lxc_path = env.config.lxc_settings()["defaults"]["lxc_path"]
+    out = Outcome()
+    step = env.sls(cn, f"{VM_SLS}.destroy", {"name": vm, "lxc_path": lxc_path})
+    removed = bool(step.get("changes"))
+    if not out.add("container", {**step, "comment": f"container {vm} removed from {cn}" if removed
+                                 else step.get("comment", "")}):
+        return out
+    try:
+        freed = env.registry.destroy_vm(cn, vm)
+    except mccloud.NotFoundError:
+        if not removed:
+            return out.fail(f"VM {vm} does not exist on compute node {cn}: no container and no allocation")
+        freed = {}
+    out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",
+                            "changes": {"freed": freed} if freed else {}})
+    data = env.registry.target_settings(cn, [vm])
+    for part in ("reverse_proxy", "hosts", "firewall"):
+        sls = f"makina-states.cloud.generic.compute_node.{part}"
+        if not out.add(sls, env.sls(cn, sls, data)):
+            return out
+    out.comment = f"VM {vm} destroyed on {cn}" + (f"; freed {', '.join(f'{k} {v}' for k, v in freed.items())}"
+                                                  if freed else "")
+    return out

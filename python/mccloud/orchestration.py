@@ -277,7 +277,9 @@ class Env:
             "vm": settings,
             "target": cn,
             "lxc_path": lxc_path,
-            "rootfs": f"{lxc_path}/{vm}/rootfs",
+            # A running overlayfs clone is mounted in its own namespace only:
+            # from the host, its files live in the overlay's upper layer.
+            "rootfs": f"{lxc_path}/{vm}/" + ("overlay/delta" if settings.get("backing") == "overlayfs" else "rootfs"),
             "controller_pubkey": pubkey,
             "images": images,
         }

@@ -145,8 +145,15 @@ impl Registry {
         out(py, r)
     }
 
-    fn target_settings(&self, py: Python<'_>, cn: &str) -> PyResult<Py<PyAny>> {
-        let r = py.detach(|| self.inner.target_settings(cn));
+    #[pyo3(signature = (cn, exclude = None))]
+    fn target_settings(
+        &self,
+        py: Python<'_>,
+        cn: &str,
+        exclude: Option<Vec<String>>,
+    ) -> PyResult<Py<PyAny>> {
+        let exclude = exclude.unwrap_or_default();
+        let r = py.detach(|| self.inner.target_settings(cn, &exclude));
         out(py, r)
     }
 

@@ -306,6 +306,22 @@ fn destroy_frees_ip_and_ports_and_retires_macs() {
 }
 
 #[test]
+fn excluded_vms_are_neither_allocated_nor_listed() {
+    let vms = plain_vms(&["a.test", "b.test"]);
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let t = reg.target_settings(CN, &["a.test".to_string()]).unwrap();
+    assert_eq!(
+        t["vms"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["b.test"]
+    );
+    assert!(!ip_map(&reg, CN).contains_key("a.test"));
+    assert!(!t["reverse_proxies"]["haproxy_cfg"]
+        .as_str()
+        .unwrap()
+        .contains("a.test"));
+}
+
+#[test]
 fn a_recreated_vm_takes_back_its_declared_mac() {
     let mac = "00:16:3e:12:34:56";
     let vms = json!({"a.test": {"mac": mac}, "b.test": {}});
@@ -365,7 +381,7 @@ fn cleanup_frees_only_vms_no_longer_declared() {
 fn target_settings_registers_every_vm() {
     let vms = json!({"b.test": {"domains": ["www.b.test"]}, "a.test": {}, "fixed.test": {"ip": "10.5.0.2"}});
     let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
-    let t = reg.target_settings(CN).unwrap();
+    let t = reg.target_settings(CN, &[]).unwrap();
     assert_eq!(
         t["domains"],
         json!(["a.test", "b.test", "fixed.test", "www.b.test"])
@@ -396,7 +412,7 @@ fn target_settings_registers_every_vm() {
     }
     assert_eq!(registered["fixed.test"]["ip"], "10.5.0.2");
     assert_eq!(
-        reg.target_settings(CN).unwrap(),
+        reg.target_settings(CN, &[]).unwrap(),
         t,
         "registering again changes nothing"
     );
@@ -412,7 +428,7 @@ fn automatic_ips_skip_dot_0_and_dot_255() {
     };
     let names: Vec<String> = (0..260).map(|i| format!("vm{i:03}.test")).collect();
     let (_dir, reg) = open(pillar(&pools, &[CN], &plain_vms(&names)));
-    reg.target_settings(CN).unwrap();
+    reg.target_settings(CN, &[]).unwrap();
     let got: BTreeSet<Ipv4Addr> = ip_map(&reg, CN)
         .values()
         .map(|v| v.as_str().unwrap().parse().unwrap())
@@ -458,7 +474,7 @@ fn conflicts_leave_the_store_unchanged() {
         );
     }
     failed(
-        reg.target_settings(CN),
+        reg.target_settings(CN, &[]),
         Error::Conflict,
         &[CN, "c.test", b_ip],
     );
@@ -513,7 +529,7 @@ fn bad_names_never_reach_the_store() {
 #[test]
 fn ips_outside_a_changed_network_are_reported_not_served() {
     let (dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
-    reg.target_settings(CN).unwrap();
+    reg.target_settings(CN, &[]).unwrap();
     drop(reg);
     let mut moved = pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"]));
     moved.insert(format!("{LXC}.defaults.network"), json!("10.6.0.0"));
@@ -525,7 +541,7 @@ fn ips_outside_a_changed_network_are_reported_not_served() {
         &[CN, "a.test", "10.5.0.2"],
     );
     failed(
-        reg.target_settings(CN),
+        reg.target_settings(CN, &[]),
         Error::Conflict,
         &[CN, "a.test", "10.5.0.2"],
     );
@@ -699,7 +715,7 @@ proptest! {
             failed(reg.allocate(CN, vm, true), Error::Exhausted, &[CN, vm]);
             prop_assert_eq!(&dump(&reg), &before);
         }
-        failed(reg.target_settings(CN), Error::Exhausted, &[CN]);
+        failed(reg.target_settings(CN, &[]), Error::Exhausted, &[CN]);
         prop_assert_eq!(&dump(&reg), &before);
         for (vm, a) in names.iter().zip(&held) {
             prop_assert_eq!(&reg.allocate(CN, vm, true).unwrap(), a);

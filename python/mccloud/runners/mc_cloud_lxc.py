@@ -159,3 +159,18 @@ def vm_initial_setup(vm, target=None, **kwargs):
         mastersalt-run mc_cloud_lxc.vm_initial_setup mysupertest3.foo.com
     """
     return _o.run("vm_initial_setup", _lxc.vm_step, _env(), str(vm), target, "initial_setup", **kwargs)
+
+
+def vm_destroy(vm, target=None, **kwargs):
+    """Stops and removes the VM's container, frees its allocations (IP and
+    ports return to their pools, MACs are retired) and removes it from the
+    compute node's reverse proxy, hosts file and firewall. Remove the VM
+    from pillar too, or the next deploy allocates it again.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_destroy mysupertest3.foo.com
+    """
+    return _o.run("vm_destroy", _lxc.vm_destroy, _env(), str(vm), target, **kwargs)

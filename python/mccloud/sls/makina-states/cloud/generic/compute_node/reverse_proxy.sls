@@ -35,7 +35,26 @@ mccloud-haproxy-config:
     - require:
       - pkg: mccloud-haproxy-pkg
       - cmd: mccloud-haproxy-cert
-{%- if c.haproxy_service %}
+{%- if c.get('haproxy_pidfile') %}
+{#- Standalone mode: an haproxy of our own on this configuration file
+    (several reverse proxies on one host, tests). #}
+{%- set pid = c.haproxy_pidfile %}
+
+mccloud-haproxy-standalone-start:
+  cmd.run:
+    - name: haproxy -D -f {{ c.haproxy_config }} -p {{ pid }}
+    - unless: test -s {{ pid }} && kill -0 $(cat {{ pid }}) 2>/dev/null
+    - require:
+      - file: mccloud-haproxy-config
+
+mccloud-haproxy-standalone-reload:
+  cmd.run:
+    - name: haproxy -D -f {{ c.haproxy_config }} -p {{ pid }} -sf $(cat {{ pid }})
+    - onchanges:
+      - file: mccloud-haproxy-config
+    - require:
+      - cmd: mccloud-haproxy-standalone-start
+{%- elif c.haproxy_service %}
 
 mccloud-haproxy-service:
   service.running:
