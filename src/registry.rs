@@ -274,6 +274,7 @@ impl Registry {
         self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             reserve_explicit_ips(tx, &node)?;
+            tx.set_destroyed(cn, vm, false)?;
             allocate_vm(tx, &node, &plan, ports)
         })
     }
@@ -300,6 +301,8 @@ impl Registry {
         let allocs = self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             reserve_explicit_ips(tx, &node)?;
+            let destroyed = tx.destroyed(cn)?;
+            plans.retain(|p| !destroyed.contains(&p.vm));
             let ips: HashMap<String, u32> = tx.numbers("ip", cn)?.into_iter().collect();
             let ssh: HashMap<String, u32> = tx.numbers("ssh", cn)?.into_iter().collect();
             let snmp: HashMap<String, u32> = tx.numbers("snmp", cn)?.into_iter().collect();
@@ -520,6 +523,7 @@ impl Registry {
                     f.insert(kind.into(), shown);
                 }
             }
+            tx.set_destroyed(cn, vm, true)?;
             let macs = tx.retire_macs(cn, vm)?;
             if !macs.is_empty() {
                 f.insert("retired_macs".into(), json!(macs));
@@ -527,14 +531,14 @@ impl Registry {
             if tx.remove_password(cn, vm)? {
                 f.insert("password".into(), json!("forgotten"));
             }
+            if f.is_empty() {
+                return Err(Error::NotFound(format!(
+                    "{} holds no allocation in the registry: nothing to free",
+                    who(cn, vm)
+                )));
+            }
             Ok(f)
         })?;
-        if freed.is_empty() {
-            return Err(Error::NotFound(format!(
-                "{} holds no allocation in the registry: nothing to free",
-                who(cn, vm)
-            )));
-        }
         Ok(freed)
     }
 

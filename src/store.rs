@@ -31,7 +31,7 @@ const BUSY_PREFIX: &str = "the store stayed locked by another process";
 
 /// File name of the database inside the store directory.
 pub const FILE_NAME: &str = "registry.sqlite";
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS numbers(
@@ -44,6 +44,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS macs_active ON macs(cn, vm, slot) WHERE retire
 CREATE TABLE IF NOT EXISTS passwords(
     cn TEXT NOT NULL, vm TEXT NOT NULL, password TEXT NOT NULL,
     PRIMARY KEY(cn, vm)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS destroyed(
+    cn TEXT NOT NULL, vm TEXT NOT NULL, PRIMARY KEY(cn, vm)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS hints(
     pool TEXT NOT NULL, cn TEXT NOT NULL, value INTEGER NOT NULL,
     PRIMARY KEY(pool, cn)) WITHOUT ROWID;
@@ -433,6 +435,31 @@ impl Tx<'_> {
             .and_then(|mut s| s.execute(params![cn, vm]))
             .map(|n| n > 0)
             .at(self.path)
+    }
+
+    /// Marks a VM destroyed (or, with `false`, provisioned again): node-wide
+    /// registration leaves destroyed VMs out until they are asked for again.
+    pub fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+        let sql = if destroyed {
+            "INSERT OR IGNORE INTO destroyed(cn, vm) VALUES (?1, ?2)"
+        } else {
+            "DELETE FROM destroyed WHERE cn=?1 AND vm=?2"
+        };
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params![cn, vm]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    /// VMs of a node marked destroyed.
+    pub fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
+        let mut s = self
+            .conn
+            .prepare_cached("SELECT vm FROM destroyed WHERE cn=?1 ORDER BY vm")
+            .at(self.path)?;
+        let rows = s.query_map(params![cn], |r| r.get(0)).at(self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(self.path)
     }
 
     /// Compute nodes the store knows of.

@@ -322,6 +322,21 @@ fn excluded_vms_are_neither_allocated_nor_listed() {
 }
 
 #[test]
+fn a_destroyed_vm_stays_out_of_node_registration_until_asked_for() {
+    let vms = plain_vms(&["a.test", "b.test"]);
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    reg.target_settings(CN, &[]).unwrap();
+    reg.destroy_vm(CN, "a.test").unwrap();
+    let t = reg.target_settings(CN, &[]).unwrap();
+    assert!(t["vms"].get("a.test").is_none());
+    assert!(!ip_map(&reg, CN).contains_key("a.test"));
+    reg.find_ip(CN, "a.test").unwrap();
+    assert!(reg.target_settings(CN, &[]).unwrap()["vms"]
+        .get("a.test")
+        .is_some());
+}
+
+#[test]
 fn a_recreated_vm_takes_back_its_declared_mac() {
     let mac = "00:16:3e:12:34:56";
     let vms = json!({"a.test": {"mac": mac}, "b.test": {}});
