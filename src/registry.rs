@@ -48,6 +48,22 @@ fn pool_keys(kind: &str) -> String {
     }
 }
 
+/// A value as users see it: dotted quad for IPs, a number for ports.
+fn shown(kind: &str, v: u32) -> Value {
+    if kind == "ip" {
+        json!(Ipv4Addr::from(v).to_string())
+    } else {
+        json!(v)
+    }
+}
+
+/// `{vm: value}` as users see it.
+fn by_vm(kind: &str, rows: impl IntoIterator<Item = (String, u32)>) -> BTreeMap<String, Value> {
+    rows.into_iter()
+        .map(|(vm, v)| (vm, shown(kind, v)))
+        .collect()
+}
+
 /// Takes the first free value of `pool` for a VM, starting at the pool's
 /// hint (everything below it is taken).
 fn allocate_number(tx: &Tx, kind: &str, cn: &str, vm: &str, pool: &dyn Pool) -> Result<u32> {
@@ -430,19 +446,7 @@ impl Registry {
     pub fn allocated(&self, cn: &str, kind: &str) -> Result<BTreeMap<String, Value>> {
         validate("compute node", cn)?;
         let rows = self.read(|tx| tx.numbers(kind, cn))?;
-        Ok(rows
-            .into_iter()
-            .map(|(vm, v)| {
-                (
-                    vm,
-                    if kind == "ip" {
-                        json!(Ipv4Addr::from(v).to_string())
-                    } else {
-                        json!(v)
-                    },
-                )
-            })
-            .collect())
+        Ok(by_vm(kind, rows))
     }
 
     /// `set_allocated_ip`: records an explicit IP for a VM (freeing its
@@ -491,19 +495,7 @@ impl Registry {
             }
             Ok(freed)
         })?;
-        Ok(freed
-            .into_iter()
-            .map(|(vm, v)| {
-                (
-                    vm,
-                    if kind == "ip" {
-                        json!(Ipv4Addr::from(v).to_string())
-                    } else {
-                        json!(v)
-                    },
-                )
-            })
-            .collect())
+        Ok(by_vm(kind, freed))
     }
 
     /// Frees everything a VM holds: IP and ports are returned to their pools,
@@ -515,12 +507,7 @@ impl Registry {
             let mut f = Freed::new();
             for kind in ["ip", "ssh", "snmp"] {
                 if let Some(v) = tx.remove_number(kind, cn, vm)? {
-                    let shown = if kind == "ip" {
-                        json!(Ipv4Addr::from(v).to_string())
-                    } else {
-                        json!(v)
-                    };
-                    f.insert(kind.into(), shown);
+                    f.insert(kind.into(), shown(kind, v));
                 }
             }
             tx.set_destroyed(cn, vm, true)?;

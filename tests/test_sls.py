@@ -44,6 +44,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
+    if sls.endswith(".vm.destroy"):
+        return {"name": "a.example.net", "lxc_path": "/var/lib/lxc"}
     if ".vm." in sls:
         return data["vm"]
     if ".controller" in sls:

@@ -7,6 +7,8 @@
   configuration with the sample pillar, queried through the real
   ``mastersalt-call``.
 - ``mccloud inventory``: compute nodes, VMs and free capacity, without Salt.
+- ``mccloud sls-root``: the directory holding the SLS tree (``makina-states/``),
+  to add to the master's ``file_roots``.
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("demo", help="run the registry on the sample pillar (masterless, throw-away)")
     p.add_argument("--dir", help="where to write the throw-away configuration (default: a new temp dir)")
     p.set_defaults(func=demo)
+    p = sub.add_parser("sls-root", help="print the directory to add to the master's file_roots")
+    p.set_defaults(func=lambda args: print(__import__("mccloud.orchestration").orchestration.sls_root()) or 0)
     p = sub.add_parser("inventory", help="compute nodes, VMs, access info and free capacity")
     p.add_argument("--store", required=True, help="the store directory (…/cloud-controller)")
     p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the VMs")

@@ -146,3 +146,20 @@ def test_a_node_that_does_not_answer(cloud: Cloud) -> None:
         assert data["steps"][0]["name"] == "register" and data["steps"][0]["result"] is True
     finally:
         cloud.set_vms(VMS)
+
+
+def test_orchestrate_with_filters(cloud: Cloud) -> None:
+    rc, data, out = cloud.run("mc_cloud_controller.orchestrate", f"only={cloud.node}", "skip=vms")
+    assert rc == 0 and data["result"] is True, out
+    assert [s["name"] for s in data["steps"]] == [f"compute node {cloud.node}"]
+    rc, data, out = cloud.run("mc_cloud_controller.orchestrate", "only=controller")
+    assert rc == 0 and [s["name"] for s in data["steps"]] == ["controller"], out
+
+
+def test_saltify_reports_what_is_missing(cloud: Cloud) -> None:
+    cloud.set_vms(VMS, **{"makina-states.cloud.saltify.targets.metal.test.lan": {"ip": "127.0.0.1"}})
+    try:
+        rc, data, out = cloud.run("mc_cloud_saltify.saltify", "metal.test.lan")
+        assert rc != 0 and "bootstrap script" in data["comment"] and "is missing" in data["comment"], out
+    finally:
+        cloud.set_vms(VMS)
