@@ -122,3 +122,12 @@ def _bind_factories_to_loopback() -> None:
 
 
 _bind_factories_to_loopback()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # Salt's log handlers flush once more at interpreter exit, after pytest
+    # closed the streams it captured: nothing is lost, but logging would print
+    # a traceback for each record.
+    import logging
+
+    logging.raiseExceptions = False

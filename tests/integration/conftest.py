@@ -25,6 +25,20 @@ NET = "10.199.7"
 SSH = (41000, 41009)
 SNMP = (31000, 31009)
 CHAIN = "MCCLOUD-TEST"
+#: Phase timings of the end-to-end test, printed in pytest's summary.
+TIMINGS: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def e2e_timings() -> list[str]:
+    return TIMINGS
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TIMINGS:
+        terminalreporter.write_sep("-", "mccloud end-to-end phase timings")
+        for line in TIMINGS:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def e2e(cloud: Cloud) -> Iterator[tuple[Cloud, Path, dict[str, float]]]:
+def e2e(cloud: Cloud, e2e_timings: list[str]) -> Iterator[tuple[Cloud, Path, dict[str, float]]]:
     lxc = cloud.root / "lxc"
     pidfile = cloud.root / "etc" / "haproxy-e2e.pid"
     conf = {
@@ -70,7 +70,7 @@ def e2e(cloud: Cloud) -> Iterator[tuple[Cloud, Path, dict[str, float]]]:
             except (ProcessLookupError, ValueError):
                 pass
         shutil.rmtree(lxc / TEMPLATE, ignore_errors=True)
-        print("\nphase timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
+        e2e_timings.extend(f"{k:<45} {v:6.1f} s" for k, v in phases.items())
 
 
 def timed(phases: dict[str, float], name: str, cloud: Cloud, fun: str, *args: str) -> dict[str, Any]:
