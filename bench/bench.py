@@ -52,8 +52,8 @@ def salt_call(conf: str, *args: str) -> float:
 def bench_salt(n: int, runs: int) -> None:
     print(f"\n## 1. salt-call on one compute node with {n:,} VMs ({runs} runs each, median)")
     base = tempfile.mkdtemp(prefix="mccloud-bench-")
-    ranges = {"makina-states.cloud.compute_node.ssh_port_range_end": 40000 + n,
-              "makina-states.cloud.compute_node.snmp_port_range_end": 30000 + n}
+    ranges = {"makina-states.cloud.compute_node.ssh_port_range_end": 40000 + n - 1,
+              "makina-states.cloud.compute_node.snmp_port_range_end": 30000 + n - 1}
     conf = write_masterless_config(base, yaml.safe_dump(vms_pillar(n, ranges)))
     ping = statistics.median(salt_call(conf, "test.ping") for _ in range(runs))
     first = salt_call(conf, "mc_cloud_compute_node.get_settings_for_target", CN)

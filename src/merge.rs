@@ -43,6 +43,12 @@ fn override_flat(pillar: &Map<String, Value>, prefix: &str, value: &mut Value) {
     }
 }
 
+/// A JSON object from owned values, without the deep copy `json!` makes of
+/// every `Value` expression (it re-serialises them).
+pub fn obj<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

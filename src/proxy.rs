@@ -6,6 +6,8 @@ use std::net::Ipv4Addr;
 
 use serde_json::{json, Map, Value};
 
+use crate::merge::obj;
+
 /// One VM as the reverse proxy sees it.
 #[derive(Debug, Clone)]
 pub struct ProxiedVm<'a> {
@@ -78,7 +80,13 @@ fn frontend(vms: &[ProxiedVm], conf: &Value, proxy: &str, bind: &str, prefix: &s
         }
     }
     let mut domains: Vec<&String> = backends.keys().collect();
-    domains.sort_by_key(|d| (d.starts_with('*'), std::cmp::Reverse(d.len()), (*d).clone()));
+    domains.sort_by(|a, b| {
+        (a.starts_with('*'), std::cmp::Reverse(a.len()), a).cmp(&(
+            b.starts_with('*'),
+            std::cmp::Reverse(b.len()),
+            b,
+        ))
+    });
     let acls: Vec<Value> = domains
         .iter()
         .map(|d| {
@@ -87,17 +95,23 @@ fn frontend(vms: &[ProxiedVm], conf: &Value, proxy: &str, bind: &str, prefix: &s
         .collect();
     let backends: Map<String, Value> = backends
         .into_values()
-        .map(|(name, servers)| (name, json!({"balance": "roundrobin", "servers": servers})))
+        .map(|(name, servers)| {
+            let b = obj([
+                ("balance", json!("roundrobin")),
+                ("servers", Value::Array(servers)),
+            ]);
+            (name, b)
+        })
         .collect();
-    json!({
-        "bind": bind,
-        "mode": "http",
-        "options": ["forwardfor"],
-        "raw_opts_pre": raw_opts(conf, proxy, "raw_opts_pre"),
-        "raw_opts_post": raw_opts(conf, proxy, "raw_opts_post"),
-        "acls": acls,
-        "backends": backends,
-    })
+    obj([
+        ("bind", json!(bind)),
+        ("mode", json!("http")),
+        ("options", json!(["forwardfor"])),
+        ("raw_opts_pre", raw_opts(conf, proxy, "raw_opts_pre")),
+        ("raw_opts_post", raw_opts(conf, proxy, "raw_opts_post")),
+        ("acls", Value::Array(acls)),
+        ("backends", Value::Object(backends)),
+    ])
 }
 
 /// The reverse-proxy structure of a node. `conf` is the node's
@@ -121,12 +135,24 @@ pub fn reverse_proxies(vms: &[ProxiedVm], conf: &Value) -> Value {
         })
         .collect();
     let (http, https) = binds(conf);
-    let mut out = json!({
-        "http_proxy": frontend(vms, conf, "http_proxy", &http, "bck"),
-        "https_proxy": frontend(vms, conf, "https_proxy", &https, "securebck"),
-        "ssh_proxies": ssh,
-        "ssl_cert": conf.get("ssl_cert").and_then(Value::as_str).unwrap_or(DEFAULT_CERT),
-    });
+    let mut out = obj([
+        (
+            "http_proxy",
+            frontend(vms, conf, "http_proxy", &http, "bck"),
+        ),
+        (
+            "https_proxy",
+            frontend(vms, conf, "https_proxy", &https, "securebck"),
+        ),
+        ("ssh_proxies", Value::Array(ssh)),
+        (
+            "ssl_cert",
+            json!(conf
+                .get("ssl_cert")
+                .and_then(Value::as_str)
+                .unwrap_or(DEFAULT_CERT)),
+        ),
+    ]);
     out["haproxy_cfg"] = json!(render(&out));
     out
 }

@@ -402,12 +402,11 @@ impl Registry {
         let conf = self.config.node_conf(cn);
         let mut vts: Vec<&str> = registered.iter().map(|(p, _)| p.vt).collect();
         vts.dedup();
-        Ok(json!({
+        let proxies = reverse_proxies(&proxied, &conf);
+        let mut out = json!({
             "target": cn,
             "virt_types": if vts.is_empty() { vec!["lxc"] } else { vts },
             "domains": all_domains,
-            "vms": vms,
-            "reverse_proxies": reverse_proxies(&proxied, &conf),
             "has": {"firewall": self.config.firewall()},
             "ssh_port_range": {"start": node.ssh.start, "end": node.ssh.end},
             "snmp_port_range": {"start": node.snmp.start, "end": node.snmp.end},
@@ -418,7 +417,11 @@ impl Registry {
             "lxc_path": lxc["lxc_path"],
             "reserved_ports": crate::ports::reserved_ports(&[node.ssh, node.snmp]),
             "conf": conf,
-        }))
+        });
+        // Moved in, not copied: these are the large parts.
+        out["vms"] = Value::Object(vms);
+        out["reverse_proxies"] = proxies;
+        Ok(out)
     }
 
     /// `find_ip_for_vm` (allocates on first call).
