@@ -45,18 +45,19 @@ def e2e(cloud: Cloud, e2e_timings: list[str]) -> Iterator[tuple[Cloud, Path, dic
         "sysctl_file": str(cloud.root / "etc" / "sysctl-mccloud.conf"),
         "firewall_chain": "MCCLOUD-TEST",
     }
-    cloud.set_vms(
-        {vm: dict(UNCONFINED) for vm in VMS},
-        **{
-            "makina-states.cloud.images.lxc": {
-                "default": TEMPLATE,
-                "images": {TEMPLATE: {"template": "debian", "release": "bookworm",
-                                      "packages": ["openssh-server", "iproute2", "ifupdown"]}},
-            },
-            "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
-            "makina-states.cloud.compute_node.conf." + cloud.node: conf,
+    extra = {
+        "makina-states.cloud.images.lxc": {
+            "default": TEMPLATE,
+            "images": {TEMPLATE: {"template": "debian", "release": "bookworm",
+                                  "packages": ["openssh-server", "iproute2", "ifupdown"]}},
         },
+        "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
+        "makina-states.cloud.compute_node.conf." + cloud.node: conf,
+    }
+    cloud.e2e_declare = lambda **first: cloud.set_vms(  # type: ignore[attr-defined]
+        {vm: {**UNCONFINED, **(first if vm == VMS[0] else {})} for vm in VMS}, **extra
     )
+    cloud.e2e_declare()  # type: ignore[attr-defined]
     phases: dict[str, float] = {}
     try:
         yield cloud, lxc, phases
@@ -125,6 +126,15 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         assert a[key] != b[key]
     assert a["ip"].startswith(NET + ".") and b["ip"].startswith(NET + ".")
     ssh_banner(a["ssh_reverse_proxy_port"])  # the first is still reachable
+    # Changed settings are applied by vm_reconfigure (the container restarts).
+    cloud.e2e_declare(autostart=False)  # type: ignore[attr-defined]
+    data = timed(phases, "reconfigure (autostart off)", cloud, "mc_cloud_lxc.vm_reconfigure", VMS[0])
+    assert "mccloud-lxc-vm-restart" in str(data["changes"]), data
+    assert "lxc.start.auto = 0" in (lxc / VMS[0] / "config").read_text()
+    assert "RUNNING" in sh("lxc-info", "-P", str(lxc), "-n", VMS[0], "-s").stdout
+    ssh_banner(a["ssh_reverse_proxy_port"])
+    rc, again, out = cloud.run("mc_cloud_lxc.vm_reconfigure", VMS[0])
+    assert rc == 0 and again["changes"] == {}, out
     cfg = cloud.root / "etc" / "haproxy" / "e2e.cfg"
     for vm in VMS:
         start = time.monotonic()
