@@ -98,9 +98,14 @@ fn allocate_number(tx: &Tx, kind: &str, cn: &str, vm: &str, pool: &dyn Pool) -> 
 
 /// Records the explicit pillar IPs of every VM of the node, before any
 /// automatic allocation, so that no VM can take another's declared IP.
-fn reserve_explicit_ips(tx: &Tx, node: &NodePlan) -> Result<()> {
+/// VMs in `skip` (destroyed or excluded) are left out.
+fn reserve_explicit_ips(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<()> {
     let cn = &node.cn;
-    for (vm, ip) in &node.explicit_ips {
+    for (vm, ip) in node
+        .explicit_ips
+        .iter()
+        .filter(|(vm, _)| !skip.contains(vm))
+    {
         match tx.number_owner("ip", cn, u32::from(*ip))? {
             Some(owner) if &owner == vm => {}
             Some(owner) => {
@@ -289,8 +294,8 @@ impl Registry {
         let plan = self.config.vm_plan(cn, vm)?;
         self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
-            reserve_explicit_ips(tx, &node)?;
             tx.set_destroyed(cn, vm, false)?;
+            reserve_explicit_ips(tx, &node, &tx.destroyed(cn)?)?;
             allocate_vm(tx, &node, &plan, ports)
         })
     }
@@ -316,9 +321,10 @@ impl Registry {
         plans.retain(|p| !exclude.contains(&p.vm));
         let allocs = self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
-            reserve_explicit_ips(tx, &node)?;
-            let destroyed = tx.destroyed(cn)?;
-            plans.retain(|p| !destroyed.contains(&p.vm));
+            let mut skip = tx.destroyed(cn)?;
+            plans.retain(|p| !skip.contains(&p.vm));
+            skip.extend(exclude.iter().cloned());
+            reserve_explicit_ips(tx, &node, &skip)?;
             let ips: HashMap<String, u32> = tx.numbers("ip", cn)?.into_iter().collect();
             let ssh: HashMap<String, u32> = tx.numbers("ssh", cn)?.into_iter().collect();
             let snmp: HashMap<String, u32> = tx.numbers("snmp", cn)?.into_iter().collect();

@@ -655,6 +655,18 @@ impl Config {
             )));
         }
         let profile = profile_of(&s, cn, &whose)?;
+        // Checked here, before anything is allocated, so that a bad value
+        // never leaves an allocation behind.
+        domains(&s, &d.name, &whose)?;
+        scalar(
+            &s["bootsalt_branch"],
+            &format!("bootsalt_branch of {whose}"),
+        )?;
+        if let Some(v) = s.get("script_args").filter(|v| !v.is_null()) {
+            scalar(v, &format!("script_args of {whose}"))?;
+        }
+        let prefix = parse_prefix(&scalar(&s["netmask"], &format!("netmask of {whose}"))?)?;
+        s.insert("netmask".into(), json!(prefix.to_string()));
         Ok(VmPlan {
             vm: d.name.clone(),
             vt: d.vt,

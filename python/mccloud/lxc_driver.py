@@ -113,9 +113,10 @@ def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:
 
 
 def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:
-    """Stops and removes the VM's container, frees its allocations (IP and
-    ports return to their pools, MACs are retired) and removes it from the
-    node's reverse proxy, hosts file and firewall."""
+    """Stops and removes the VM's container, removes it from the node's
+    reverse proxy, hosts file and firewall, then frees its allocations (IP
+    and ports return to their pools, MACs are retired). Freeing comes last so
+    that a failed step can simply be run again."""
     import mccloud
 
     cn = target or env.config.node_of(vm)
@@ -126,19 +127,20 @@ def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:
     if not out.add("container", {**step, "comment": f"container {vm} removed from {cn}" if removed
                                  else step.get("comment", "")}):
         return out
-    try:
-        freed = env.registry.destroy_vm(cn, vm)
-    except mccloud.NotFoundError:
-        if not removed:
-            return out.fail(f"VM {vm} does not exist on compute node {cn}: no container and no allocation")
-        freed = {}
-    out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",
-                            "changes": {"freed": freed} if freed else {}})
+    held = vm in env.registry.allocated(cn, "ip") or vm in env.registry.allocated(cn, "ssh")
+    if not removed and not held:
+        return out.fail(f"VM {vm} does not exist on compute node {cn}: no container and no allocation")
     data = env.registry.target_settings(cn, [vm])
     for part in ("reverse_proxy", "hosts", "firewall"):
         sls = f"makina-states.cloud.generic.compute_node.{part}"
         if not out.add(sls, env.sls(cn, sls, data)):
             return out
+    try:
+        freed = env.registry.destroy_vm(cn, vm)
+    except mccloud.NotFoundError:
+        freed = {}
+    out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",
+                            "changes": {"freed": freed} if freed else {}})
     out.comment = f"VM {vm} destroyed on {cn}" + (f"; freed {', '.join(f'{k} {v}' for k, v in freed.items())}"
                                                   if freed else "")
     return out

@@ -75,7 +75,7 @@ def controller_pillar(opts: Mapping[str, Any]) -> dict[str, Any]:
     whose pillar it is (default: the master's id without ``_master``)."""
     import salt.pillar
 
-    minion_id = str(opts.get("mccloud_controller_id") or str(opts.get("id", "")).removesuffix("_master"))
+    minion_id = saltsupport.controller_id(opts)
     pillar = salt.pillar.get_pillar(dict(opts), {"id": minion_id}, minion_id, saltenv="base").compile_pillar()
     errors = pillar.get("_errors") if isinstance(pillar, dict) else None
     if errors:
@@ -265,7 +265,9 @@ class Env:
         """The compute node of ``vm`` and the data its SLS receive."""
         cn = target or self.config.node_of(vm)
         settings = self.registry.vm_settings(cn, vm)
+        settings.pop("password", None)  # states get password_hash; the clear text stays here
         lxc_path = settings.get("lxc_path", "/var/lib/lxc")
+        cloned_overlay = settings.get("backing") == "overlayfs" and settings.get("from_container")
         key = self.config.controller_settings()["ssh_key"]
         try:
             with open(f"{key}.pub") as f:
@@ -279,7 +281,7 @@ class Env:
             "lxc_path": lxc_path,
             # A running overlayfs clone is mounted in its own namespace only:
             # from the host, its files live in the overlay's upper layer.
-            "rootfs": f"{lxc_path}/{vm}/" + ("overlay/delta" if settings.get("backing") == "overlayfs" else "rootfs"),
+            "rootfs": f"{lxc_path}/{vm}/" + ("overlay/delta" if cloned_overlay else "rootfs"),
             "controller_pubkey": pubkey,
             "images": images,
         }
@@ -294,6 +296,9 @@ def run(name: str, body: Callable[..., Outcome], env: Env, *args: Any, **kwargs:
         outcome = body(env, *args, **kwargs)
     except mccloud.MccloudError as exc:
         outcome = Outcome().fail(f"{name}: {exc}")
+    except Exception as exc:  # a runner reports, it does not crash
+        log.debug("%s failed", name, exc_info=True)
+        outcome = Outcome().fail(f"{name}: unexpected {type(exc).__name__}: {exc}")
     if not outcome.result:
         env.progress(f"FAILED: {outcome.comment}")
         env.context["retcode"] = 1

@@ -56,12 +56,21 @@ def context(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> dict[str, Any
     port = opts.get("master_port")
     env = pillar.get("default_env") or opts.get("default_env")
     return {
-        "minion_id": str(opts.get("id") or ""),
+        "minion_id": controller_id(opts),
         "mastersalt": is_mastersalt(opts),
         "pillar_root": str(roots[0]) if roots else None,
         "master_port": int(port) if port else None,
         "default_env": str(env) if env else None,
     }
+
+
+def controller_id(opts: Mapping[str, Any]) -> str:
+    """The minion id the settings are computed for: the minion's own id; on
+    a master (runners), ``mccloud_controller_id``, else the master's id
+    without the ``_master`` suffix Salt gives it (the controller's minion)."""
+    if opts.get("__role") == "master":
+        return str(opts.get("mccloud_controller_id") or str(opts.get("id") or "").removesuffix("_master"))
+    return str(opts.get("id") or "")
 
 
 def cloud_pillar(pillar: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,8 +88,28 @@ def config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config
 
 def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:
     """Store directory: ``$MCCLOUD_STORE_DIR``, else the ``mccloud_store_dir``
-    configuration key, else ``<pillar_roots.base[0]>/cloud-controller``."""
-    return os.environ.get(STORE_ENV) or opts.get(STORE_OPT) or cfg.default_store_dir()
+    configuration key, else the master's store when a master configuration
+    sits beside this minion's, else ``<pillar_roots.base[0]>/cloud-controller``."""
+    return os.environ.get(STORE_ENV) or opts.get(STORE_OPT) or _master_side_store(opts) or cfg.default_store_dir()
+
+
+def _master_side_store(opts: Mapping[str, Any]) -> str | None:
+    """On the controller's minion, the store of the master beside it: the
+    runners (master configuration) and ``mastersalt-call`` (minion
+    configuration) must share one store even when their ``pillar_roots``
+    differ. Read from ``<config dir>/master`` when that file exists."""
+    if opts.get("__role") == "master":
+        return None
+    master_file = os.path.join(config_dir(opts), "master")
+    if not os.path.isfile(master_file):
+        return None
+    import salt.config
+
+    master = salt.config.master_config(master_file)
+    if master.get(STORE_OPT):
+        return str(master[STORE_OPT])
+    roots = (master.get("pillar_roots") or {}).get("base") or []
+    return os.path.join(str(roots[0]), "cloud-controller") if roots else None
 
 
 def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Registry:

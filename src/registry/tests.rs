@@ -337,6 +337,40 @@ fn a_destroyed_vm_stays_out_of_node_registration_until_asked_for() {
 }
 
 #[test]
+fn bad_settings_are_refused_before_anything_is_allocated() {
+    let vms = json!({"a.test": {"domains": ["bad dom"]}, "b.test": {"script_args": ["-x"]}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let before = dump(&reg);
+    assert!(reg.vm_settings(CN, "a.test", true).is_err());
+    assert!(reg.vm_settings(CN, "b.test", true).is_err());
+    assert!(reg.target_settings(CN, &[]).is_err());
+    assert_eq!(dump(&reg), before);
+}
+
+#[test]
+fn a_destroyed_vms_declared_ip_is_not_reserved_again() {
+    let vms = json!({"a.test": {"ip": "10.5.0.20"}, "b.test": {}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    reg.target_settings(CN, &[]).unwrap();
+    reg.destroy_vm(CN, "a.test").unwrap();
+    reg.target_settings(CN, &[]).unwrap();
+    reg.find_ip(CN, "b.test").unwrap();
+    assert!(!ip_map(&reg, CN).contains_key("a.test"));
+    assert_eq!(reg.find_ip(CN, "a.test").unwrap(), "10.5.0.20");
+}
+
+#[test]
+fn dotted_netmasks_are_written_as_prefixes() {
+    let mut p = pillar(&Pools::small(), &[CN], &json!({"a.test": {}}));
+    p.insert(format!("{LXC}.defaults.netmask"), json!("255.255.255.224"));
+    let (_dir, reg) = open(p);
+    assert_eq!(
+        reg.vm_settings(CN, "a.test", true).unwrap()["netmask"],
+        "27"
+    );
+}
+
+#[test]
 fn a_recreated_vm_takes_back_its_declared_mac() {
     let mac = "00:16:3e:12:34:56";
     let vms = json!({"a.test": {"mac": mac}, "b.test": {}});

@@ -163,3 +163,18 @@ def test_saltify_reports_what_is_missing(cloud: Cloud) -> None:
         assert rc != 0 and "bootstrap script" in data["comment"] and "is missing" in data["comment"], out
     finally:
         cloud.set_vms(VMS)
+
+
+def test_a_symlink_planted_in_a_vm_is_not_written_through(cloud: Cloud, tmp_path: Path) -> None:
+    base = fake_container(cloud, "vm1.test.lan")
+    victim = tmp_path / "host-file"
+    victim.write_text("host data\n")
+    link = base / "rootfs" / "this_host"
+    link.unlink(missing_ok=True)
+    link.symlink_to(victim)
+    try:
+        rc, data, out = cloud.run("mc_cloud_vm.provision", "vm1.test.lan", "steps=preprovision")
+        assert rc != 0 and "is a symlink" in data["comment"], out
+        assert victim.read_text() == "host data\n"
+    finally:
+        link.unlink()

@@ -4,15 +4,24 @@
     for root. Data: pillar mccloud (vm, target, rootfs, controller_pubkey). #}
 {%- set d = pillar['mccloud'] %}
 {%- set root = d.rootfs %}
+include:
+  - makina-states.cloud.generic.vm.rootfs_guard
+
 mccloud-vm-this-host:
   file.managed:
     - name: {{ root }}/this_host
     - contents: {{ d.target }}
+    - follow_symlinks: false
+    - require:
+      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-this-port:
   file.managed:
     - name: {{ root }}/this_port
     - contents: "{{ d.vm.ssh_reverse_proxy_port }}"
+    - follow_symlinks: false
+    - require:
+      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-grains:
   file.serialize:
@@ -22,16 +31,21 @@ mccloud-vm-grains:
     - merge_if_exists: true
     - dataset:
         makina-states.cloud.is.vm: true
+    - require:
+      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-root-ssh:
   file.directory:
     - name: {{ root }}/root/.ssh
     - makedirs: true
     - mode: '0700'
+    - require:
+      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-controller-key:
   file.append:
     - name: {{ root }}/root/.ssh/authorized_keys
     - text: {{ d.controller_pubkey | json }}
     - require:
+      - test: mccloud-vm-rootfs-guard
       - file: mccloud-vm-root-ssh

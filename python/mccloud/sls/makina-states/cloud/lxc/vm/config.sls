@@ -1,7 +1,11 @@
 {#- The container's lxc configuration from the registry: network (bridge,
     allocated MAC and IP, gateway), autostart, mount entries and raw
     lxc_conf lines, in one marked block at the end of its config file; a
-    guest network configuration that does not wait for DHCP. #}
+    guest network configuration that does not wait for DHCP. A running
+    container restarts when its configuration changed. #}
+include:
+  - makina-states.cloud.generic.vm.rootfs_guard
+
 {%- set d = pillar['mccloud'] %}
 {%- set v = d.vm %}
 {%- set cfg = d.lxc_path ~ '/' ~ v.name ~ '/config' %}
@@ -38,10 +42,22 @@ mccloud-lxc-vm-config:
         MCCLOUD_EOF
     - unless: grep -qxF '{{ marker }}' {{ cfg }}
 
+mccloud-lxc-vm-restart:
+  cmd.run:
+    - name: >-
+        lxc-stop -P {{ d.lxc_path }} -n {{ v.name }} -t 30;
+        lxc-start -P {{ d.lxc_path }} -n {{ v.name }} && lxc-wait -P {{ d.lxc_path }} -n {{ v.name }} -s RUNNING -t 60
+    - onlyif: lxc-info -P {{ d.lxc_path }} -n {{ v.name }} -s | grep -q RUNNING
+    - onchanges:
+      - cmd: mccloud-lxc-vm-config
+
 mccloud-lxc-vm-guest-network:
   file.managed:
     - name: {{ d.rootfs }}/etc/network/interfaces
     - makedirs: true
+    - follow_symlinks: false
+    - require:
+      - test: mccloud-vm-rootfs-guard
     - contents: |
         # Managed by mccloud: LXC sets eth0's address from the container config.
         auto lo

@@ -1,6 +1,9 @@
 {#- Initial setup: root's password from the registry's SHA-512 crypt hash
     (the clear text never reaches a state). Data: pillar mccloud. #}
 {%- set d = pillar['mccloud'] %}
+include:
+  - makina-states.cloud.generic.vm.rootfs_guard
+
 mccloud-lxc-vm-root-password:
   file.replace:
     - name: {{ d.rootfs }}/etc/shadow
@@ -8,3 +11,5 @@ mccloud-lxc-vm-root-password:
     - repl: 'root:{{ d.vm.password_hash }}:'
     - count: 1
     - show_changes: false
+    - require:
+      - test: mccloud-vm-rootfs-guard

@@ -1,5 +1,8 @@
 {#- lxc part of preprovisioning: the lxc VM grains. #}
 {%- set d = pillar['mccloud'] %}
+include:
+  - makina-states.cloud.generic.vm.rootfs_guard
+
 mccloud-lxc-vm-grains:
   file.serialize:
     - name: {{ d.rootfs }}/etc/salt/grains
@@ -9,3 +12,5 @@ mccloud-lxc-vm-grains:
     - dataset:
         makina-states.cloud.is.lxcvm: true
         makina-states.nodetypes.lxccontainer: true
+    - require:
+      - test: mccloud-vm-rootfs-guard
