@@ -145,3 +145,11 @@ def test_an_unreadable_historical_file_is_reported_not_deleted(tmp_path: Path) -
     with pytest.raises(StoreError, match="ssh_map.pack.*left untouched"):
         reg.find_ip(CN, "a.vm")
     assert bad.read_bytes() == b"\xc1\xc1garbage"
+
+
+def test_declared_settings_before_allocation() -> None:
+    cfg = mccloud.Config(CTX, {f"makina-states.cloud.lxc.vms.{CN}": {"a.vm": {"lxc_path": "/srv/lxc"}}})
+    s = cfg.vm_declared_settings(CN, "a.vm")
+    assert s["lxc_path"] == "/srv/lxc" and "ip" not in s and "password" not in s
+    with pytest.raises(NotFoundError, match="b.vm is not declared"):
+        cfg.vm_declared_settings(CN, "b.vm")

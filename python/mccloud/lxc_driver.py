@@ -120,7 +120,10 @@ def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:
     import mccloud
 
     cn = target or env.config.node_of(vm)
-    lxc_path = env.config.lxc_settings()["defaults"]["lxc_path"]
+    try:  # the VM's own lxc_path when it is still declared, else the default
+        lxc_path = env.config.vm_declared_settings(cn, vm)["lxc_path"]
+    except mccloud.NotFoundError:
+        lxc_path = env.config.lxc_settings()["defaults"]["lxc_path"]
     out = Outcome()
     step = env.sls(cn, f"{VM_SLS}.destroy", {"name": vm, "lxc_path": lxc_path})
     removed = bool(step.get("changes"))

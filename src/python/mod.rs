@@ -108,6 +108,10 @@ impl Config {
         out(py, self.inner.images_settings())
     }
 
+    fn vm_declared_settings(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.vm_plan(cn, vm).map(|p| p.settings))
+    }
+
     fn node_of(&self, vm: &str) -> PyResult<String> {
         self.inner.node_of(vm).map_err(to_py)
     }

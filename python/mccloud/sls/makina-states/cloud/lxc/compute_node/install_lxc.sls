@@ -39,6 +39,7 @@ mccloud-lxc-bridge-boot:
             address {{ n.gateway }}/{{ n.netmask }}
             bridge_ports none
             bridge_fd 0
+            post-up iptables -t nat -C POSTROUTING -s {{ cidr }} ! -d {{ cidr }} -j MASQUERADE 2>/dev/null || iptables -t nat -A POSTROUTING -s {{ cidr }} ! -d {{ cidr }} -j MASQUERADE
 
 mccloud-lxc-ip-forward:
   sysctl.present:
