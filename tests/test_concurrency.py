@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 import mccloud
 

@@ -200,8 +200,6 @@ def make_progress(jid_event: Any, prefix: str) -> Progress:
     def progress(message: str) -> None:
         line = f"[{prefix}] {message}"
         log.info(line)
-        if os.environ.get("MCCLOUD_PROGRESS_STDERR"):
-            print(line, flush=True, file=__import__("sys").stderr)
         if jid_event is not None:
             try:
                 jid_event.fire_event({"message": line}, "progress")

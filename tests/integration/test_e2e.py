@@ -141,7 +141,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         rc, data, out = cloud.run("mc_cloud_lxc.vm_destroy", vm)
         phases[f"destroy {vm}"] = time.monotonic() - start
         assert rc == 0 and data["result"] is True, out
-        assert f"freed" in data["comment"] and seen[vm]["ip"] in data["comment"]
+        assert "freed" in data["comment"] and seen[vm]["ip"] in data["comment"]
         assert vm not in sh("lxc-ls", "-P", str(lxc)).stdout
         assert f"listen ssh_{vm}" not in cfg.read_text()
         assert vm not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data
