@@ -703,7 +703,7 @@ impl Config {
             ptype,
             size,
             name: profile,
-            mode,
+            ..
         } = plan.profile.clone();
         let ptype = ptype.as_str();
         let lvm = ptype.starts_with("lvm");
@@ -740,29 +740,8 @@ impl Config {
         if self.ctx.minion_id == cn {
             s.insert("master".into(), s["gateway"].clone());
         }
-        let branch = scalar(
-            &s["bootsalt_branch"],
-            &format!("bootsalt_branch of {whose}"),
-        )?;
-        let base_args = match s
-            .get("script_args")
-            .filter(|v| !v.is_null() && plan.settings_has("script_args"))
-        {
-            Some(v) => scalar(v, &format!("script_args of {whose}"))?,
-            None => {
-                let cloud = self.cloud_settings()?;
-                let key = if mode == "mastersalt" {
-                    "bootsalt_mastersalt_args"
-                } else {
-                    "bootsalt_args"
-                };
-                scalar(&cloud[key], key)?
-            }
-        };
-        s.insert(
-            "script_args".into(),
-            json!(with_branch(&base_args, &branch)),
-        );
+        let args = self.script_args(&s, &whose)?;
+        s.insert("script_args".into(), json!(args));
         s.insert("bootstrap_shell".into(), json!("bash"));
         if s.get("ssh_gateway").is_none_or(Value::is_null) {
             s.insert("ssh_gateway".into(), json!(cn));
@@ -789,6 +768,27 @@ impl Config {
             s.insert("snmp_reverse_proxy_port".into(), json!(alloc.snmp));
         }
         Ok(Value::Object(s))
+    }
+
+    /// Bootstrap arguments of a VM or target: its own `script_args`, else
+    /// the global ones of its mode, plus ` -b <branch>` unless one is named.
+    fn script_args(&self, s: &Map<String, Value>, whose: &str) -> Result<String> {
+        let branch = scalar(
+            &s["bootsalt_branch"],
+            &format!("bootsalt_branch of {whose}"),
+        )?;
+        let base = match s.get("script_args").filter(|v| !v.is_null()) {
+            Some(v) => scalar(v, &format!("script_args of {whose}"))?,
+            None => {
+                let key = if s["mode"] == "mastersalt" {
+                    "bootsalt_mastersalt_args"
+                } else {
+                    "bootsalt_args"
+                };
+                scalar(&self.cloud_settings()?[key], key)?
+            }
+        };
+        Ok(with_branch(&base, &branch))
     }
 
     /// `mc_cloud_saltify.settings()` (SPEC §7).
@@ -862,21 +862,9 @@ impl Config {
         t.insert("ssh_host".into(), host.unwrap_or_else(|| json!(name)));
         let whose = format!("saltify target {name}");
         check_mode(&t["mode"], &format!("mode of {whose}"))?;
+        let args = self.script_args(&t, &whose)?;
+        t.insert("script_args".into(), json!(args));
         let cloud = self.cloud_settings()?;
-        let key = if t["mode"] == "mastersalt" {
-            "bootsalt_mastersalt_args"
-        } else {
-            "bootsalt_args"
-        };
-        let branch = scalar(
-            &t["bootsalt_branch"],
-            &format!("bootsalt_branch of {whose}"),
-        )?;
-        let base = match t.get("script_args").filter(|v| !v.is_null()) {
-            Some(v) => scalar(v, &format!("script_args of {whose}"))?,
-            None => scalar(&cloud[key], key)?,
-        };
-        t.insert("script_args".into(), json!(with_branch(&base, &branch)));
         t.insert("script".into(), cloud["script"].clone());
         let password = t.get("password").filter(|v| !v.is_null()).cloned();
         let keyfile = t.get("ssh_keyfile").cloned();
@@ -1032,10 +1020,6 @@ impl VmPlan {
             &self.vm,
             &format!("VM {} on compute node {cn}", self.vm),
         )
-    }
-
-    fn settings_has(&self, key: &str) -> bool {
-        self.settings.get(key).is_some_and(|v| !v.is_null())
     }
 }
 
