@@ -6,7 +6,11 @@ use std::path::Path;
 /// Every failure the registry reports.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Bad input: a pillar value, a name, an argument or a range.
+    /// A bad command-line argument (a malformed name, IP or kind given by
+    /// the caller): the only error that is a usage error.
+    #[error("{0}")]
+    Argument(String),
+    /// A bad configuration value: a pillar value, a declaration or a range.
     #[error("{0}")]
     Invalid(String),
     /// An explicit value collides with an allocation held by someone else.
@@ -35,6 +39,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// the language boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
+    /// See [`Error::Argument`].
+    Argument,
     /// See [`Error::Invalid`].
     Invalid,
     /// See [`Error::Conflict`] and [`Error::Exhausted`].
@@ -49,6 +55,7 @@ impl Error {
     /// The category of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
+            Error::Argument(_) => ErrorKind::Argument,
             Error::Invalid(_) => ErrorKind::Invalid,
             Error::Conflict(_) | Error::Exhausted(_) => ErrorKind::Allocation,
             Error::NotFound(_) => ErrorKind::NotFound,
@@ -61,6 +68,21 @@ impl Error {
         Error::Store {
             path: path.display().to_string(),
             reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Argument`].
+    pub fn argument(msg: impl Into<String>) -> Self {
+        Error::Argument(msg.into())
+    }
+
+    /// The same message as a configuration error (a name that came from
+    /// pillar rather than from the command line), prefixed with where it
+    /// is declared.
+    pub fn in_pillar(self, context: &str) -> Self {
+        match self {
+            Error::Argument(m) | Error::Invalid(m) => Error::Invalid(format!("{context}: {m}")),
+            other => other,
         }
     }
 

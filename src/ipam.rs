@@ -48,14 +48,16 @@ pub fn parse_prefix(value: &str) -> Result<u8> {
 }
 
 impl Network {
-    /// Builds and validates a network: the address must be the network's own
-    /// address, the prefix at most /30, and the gateway inside it.
+    /// Builds and validates a network: IPv4 unicast (not unspecified,
+    /// loopback, link-local, multicast or reserved), given by its own
+    /// address, with the gateway inside it and room for at least one VM.
     pub fn new(network: &str, netmask: &str, gateway: &str) -> Result<Self> {
         let net = parse_ip("network", network)?;
         let prefix = parse_prefix(netmask)?;
-        if prefix > 30 {
+        if prefix > 29 {
             return Err(Error::invalid(format!(
-                "network {net}/{prefix} is too small for VMs: use a prefix of /30 or shorter"
+                "network {net}/{prefix} is too small for VMs (the first two and last two addresses \
+                 are never handed out): use a prefix of /29 or shorter"
             )));
         }
         let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
@@ -63,6 +65,11 @@ impl Network {
             return Err(Error::invalid(format!(
                 "network {net}/{prefix} is not a network address: did you mean {}/{prefix}?",
                 Ipv4Addr::from(u32::from(net) & mask)
+            )));
+        }
+        if let Some(why) = not_unicast(net, prefix) {
+            return Err(Error::invalid(format!(
+                "network {net}/{prefix} {why}: VMs need a private unicast network such as 10.5.0.0/16"
             )));
         }
         let gw = parse_ip("gateway", gateway)?;
@@ -114,6 +121,32 @@ impl Network {
              or leave 'ip' out to have one allocated"
         )))
     }
+}
+
+/// Why a network is not a usable unicast range, if it is not: it overlaps
+/// the unspecified, loopback, link-local, multicast or reserved blocks.
+fn not_unicast(net: Ipv4Addr, prefix: u8) -> Option<&'static str> {
+    let first = u32::from(net);
+    let last = first | u32::MAX.checked_shr(u32::from(prefix)).unwrap_or(0);
+    let blocks: [(u32, u8, &str); 5] = [
+        (
+            0x0000_0000,
+            8,
+            "overlaps 0.0.0.0/8 (unspecified, 'this network')",
+        ),
+        (0x7f00_0000, 8, "overlaps 127.0.0.0/8 (loopback)"),
+        (0xa9fe_0000, 16, "overlaps 169.254.0.0/16 (link-local)"),
+        (0xe000_0000, 4, "overlaps 224.0.0.0/4 (multicast)"),
+        (
+            0xf000_0000,
+            4,
+            "overlaps 240.0.0.0/4 (reserved and broadcast)",
+        ),
+    ];
+    blocks.iter().find_map(|(start, len, why)| {
+        let end = start | u32::MAX >> len;
+        (first <= end && *start <= last).then_some(*why)
+    })
 }
 
 impl Pool for Network {
@@ -216,6 +249,27 @@ mod tests {
         assert!(parse_prefix("33").is_err());
         assert!(Network::new("10.5.1.0", "16", "10.5.0.1").is_err());
         assert!(Network::new("10.5.0.0", "16", "10.6.0.1").is_err());
+    }
+
+    #[test]
+    fn nonsense_networks_are_refused() {
+        for (net, mask, gw, why) in [
+            ("224.0.0.0", "4", "224.0.0.1", "multicast"),
+            ("0.0.0.0", "0", "10.0.0.1", "unspecified"),
+            ("127.0.0.0", "8", "127.0.0.1", "loopback"),
+            ("169.254.0.0", "16", "169.254.0.1", "link-local"),
+            ("240.0.0.0", "4", "240.0.0.1", "reserved"),
+            ("0.0.0.0", "1", "10.0.0.1", "unspecified"),
+            ("10.5.0.0", "30", "10.5.0.1", "too small"),
+        ] {
+            let err = Network::new(net, mask, gw).unwrap_err().to_string();
+            assert!(err.contains(why), "{net}/{mask}: {err}");
+        }
+        // A /29 has room for a VM beside its gateway.
+        let n = Network::new("10.5.0.0", "29", "10.5.0.1").unwrap();
+        assert!(n.capacity() >= 1);
+        Network::new("192.168.0.0", "16", "192.168.0.1").unwrap();
+        Network::new("172.16.0.0", "12", "172.16.0.1").unwrap();
     }
 
     #[test]

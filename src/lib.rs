@@ -5,9 +5,11 @@
 //! that ties them together ([`registry`]). The Python binding lives in
 //! `python` behind the `python` feature.
 
+pub mod checks;
 pub mod error;
 pub mod ipam;
 pub mod legacy;
+pub mod lxc;
 pub mod mac;
 pub mod merge;
 pub mod names;

@@ -6,11 +6,14 @@ use crate::error::{Error, Result};
 const MAX_LEN: usize = 253;
 
 /// Checks that `name` is a usable minion id (letters, digits, `.`, `-`, `_`),
-/// so that it can never escape a directory or break a configuration file.
-/// `what` names the role in the error ("compute node", "VM").
+/// so that it can never escape a directory, be taken for a command-line
+/// option or break a configuration file. `what` names the role in the error
+/// ("compute node", "VM"). The error is an [`Error::Argument`]; callers that
+/// read the name from pillar turn it into a configuration error with
+/// [`Error::in_pillar`].
 pub fn validate(what: &str, name: &str) -> Result<()> {
     let bad = |why: String| {
-        Err(Error::invalid(format!(
+        Err(Error::argument(format!(
             "invalid {what} name {name:?}: {why}; use a minion id made of letters, digits, '.', '-' and '_'"
         )))
     };
@@ -28,6 +31,9 @@ pub fn validate(what: &str, name: &str) -> Result<()> {
     }
     if name.starts_with('.') || name.contains("..") {
         return bad("it starts with '.' or contains '..'".into());
+    }
+    if name.starts_with('-') {
+        return bad("it starts with '-' (it would read as a command-line option)".into());
     }
     Ok(())
 }
@@ -64,7 +70,8 @@ mod tests {
     #[test]
     fn rejects_path_tricks_and_controls() {
         for bad in [
-            "", "a/b", "..", "../etc", "a..b", ".hidden", "a b", "a\nb", "a\u{7}", "é",
+            "", "a/b", "..", "../etc", "a..b", ".hidden", "a b", "a\nb", "a\u{7}", "é", "-rf",
+            "--help",
         ] {
             let err = validate("VM", bad).unwrap_err().to_string();
             assert!(err.contains("invalid VM name"), "{bad:?}: {err}");

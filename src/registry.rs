@@ -16,9 +16,11 @@ use crate::mac;
 use crate::names::validate;
 use crate::pool::{candidates_from, Pool};
 use crate::proxy::{reverse_proxies, ProxiedVm};
-use crate::secrets::generate_password;
-use crate::settings::{Config, MacRequest, NodePlan, VmAllocation, VmPlan, COMPUTE_NODE, LXC};
-use crate::store::{Store, Tx};
+use crate::secrets::{generate_password, generate_salt};
+use crate::settings::{
+    Config, IpClaim, MacRequest, NodePlan, VmAllocation, VmPlan, COMPUTE_NODE, LXC,
+};
+use crate::store::{Store, Tx, FILE_NAME};
 
 /// How many MAC candidates are probed before giving up.
 const MAC_PROBES: u32 = 4096;
@@ -27,7 +29,8 @@ const MAC_PROBES: u32 = 4096;
 #[derive(Debug)]
 pub struct Registry {
     config: Config,
-    store: Mutex<Store>,
+    /// Opened on first use (see [`Registry::open`]).
+    store: Mutex<Option<Store>>,
     dir: PathBuf,
     /// Node plans depend only on the configuration, which never changes.
     plans: Mutex<HashMap<String, Arc<NodePlan>>>,
@@ -70,7 +73,7 @@ fn allocate_number(tx: &Tx, kind: &str, cn: &str, vm: &str, pool: &dyn Pool) -> 
     let key = pool.key();
     let from = tx.hint(&key, cn)?.unwrap_or(0);
     for v in candidates_from(pool, from) {
-        if tx.number_owner(kind, cn, v)?.is_none() {
+        if tx.owner(kind, cn, v)?.is_none() {
             tx.put_number(kind, cn, vm, v)?;
             tx.set_hint(&key, cn, v.saturating_add(1))?;
             return Ok(v);
@@ -96,35 +99,103 @@ fn allocate_number(tx: &Tx, kind: &str, cn: &str, vm: &str, pool: &dyn Pool) -> 
     )))
 }
 
-/// Records the explicit pillar IPs of every VM of the node, before any
-/// automatic allocation, so that no VM can take another's declared IP.
-/// VMs in `skip` (destroyed or excluded) are left out.
-fn reserve_explicit_ips(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<()> {
-    let cn = &node.cn;
-    for (vm, ip) in node
-        .explicit_ips
-        .iter()
-        .filter(|(vm, _)| !skip.contains(vm))
-    {
-        match tx.number_owner("ip", cn, u32::from(*ip))? {
-            Some(owner) if &owner == vm => {}
-            Some(owner) => {
-                return Err(Error::Conflict(format!(
-                    "IP {ip} declared for {} is already allocated to VM {owner}: free it with \
-                     mc_cloud_compute_node.remove_allocated_ip {cn} {owner}, or declare another IP",
-                    who(cn, vm)
-                )))
-            }
-            None => tx.put_number("ip", cn, vm, u32::from(*ip))?,
+/// Per-VM conflicts of a node: the VMs whose declared IPs cannot be given
+/// to them, with the reason. The node's other VMs still allocate.
+pub type Conflicts = BTreeMap<String, Error>;
+
+/// Releases the additional IPs a VM holds but no longer declares, so that
+/// the address is free for whoever declares it now.
+fn release_stale_extra_ips(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<()> {
+    for (vm, slot, _) in tx.space("ip", &node.cn)? {
+        if slot.is_empty() || skip.contains(&vm) {
+            continue;
+        }
+        let declared = node
+            .vm(&vm)
+            .is_some_and(|p| p.additional.iter().any(|a| a.to_string() == slot));
+        if !declared && node.vm(&vm).is_some() {
+            tx.remove_slot("ip", &node.cn, &vm, &slot)?;
         }
     }
     Ok(())
 }
 
-fn vm_ip(tx: &Tx, node: &NodePlan, vm: &str) -> Result<Ipv4Addr> {
+/// Records the IPs the node's declarations ask for (main and additional),
+/// before any automatic allocation, so that no VM can take an IP declared
+/// for another. A declared IP held by another VM, or declared for several,
+/// is a conflict of the declaring VM(s) only. VMs in `skip` (destroyed or
+/// excluded) are left out.
+fn reserve_claims(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<Conflicts> {
     let cn = &node.cn;
-    if let Some(ip) = node.explicit_ips.get(vm) {
-        return Ok(*ip);
+    release_stale_extra_ips(tx, node, skip)?;
+    let mut by_ip: BTreeMap<Ipv4Addr, Vec<IpClaim>> = BTreeMap::new();
+    for c in node.claims() {
+        if !skip.iter().any(|s| s == c.vm) {
+            by_ip.entry(c.ip).or_default().push(c);
+        }
+    }
+    let mut conflicts = Conflicts::new();
+    for (ip, claims) in by_ip {
+        let owner = tx.owner("ip", cn, u32::from(ip))?;
+        let keeper = owner.as_ref().and_then(|o| {
+            claims
+                .iter()
+                .find(|c| c.vm == o.vm && (c.slot == o.slot || claims.len() == 1))
+        });
+        match (owner.as_ref(), keeper) {
+            (Some(o), Some(k)) => {
+                if k.slot != o.slot {
+                    // The VM moved its own IP between its main and an additional slot.
+                    tx.remove_slot("ip", cn, &o.vm, &o.slot)?;
+                    tx.put_slot("ip", cn, k.vm, &k.slot, u32::from(ip))?;
+                }
+                for c in claims.iter().filter(|c| c.vm != k.vm) {
+                    conflicts.insert(
+                        c.vm.to_owned(),
+                        Error::Conflict(format!(
+                            "IP {ip} declared for {} is also declared for VM {}, which holds it: give each VM its own IP",
+                            who(cn, c.vm),
+                            k.vm
+                        )),
+                    );
+                }
+            }
+            (Some(o), None) => {
+                for c in &claims {
+                    conflicts.insert(
+                        c.vm.to_owned(),
+                        Error::Conflict(format!(
+                            "IP {ip} declared for {} is already allocated to VM {}: declare another IP, or free it \
+                             with mc_cloud_compute_node.remove_allocated_ip {cn} {} (or destroy that VM)",
+                            who(cn, c.vm),
+                            o.vm,
+                            o.vm
+                        )),
+                    );
+                }
+            }
+            (None, _) if claims.len() > 1 => {
+                let names: Vec<&str> = claims.iter().map(|c| c.vm).collect();
+                for c in &claims {
+                    conflicts.insert(
+                        c.vm.to_owned(),
+                        Error::Conflict(format!(
+                            "IP {ip} is declared for several VMs of compute node {cn} ({}): give each its own IP",
+                            names.join(" and ")
+                        )),
+                    );
+                }
+            }
+            (None, _) => tx.put_slot("ip", cn, claims[0].vm, &claims[0].slot, u32::from(ip))?,
+        }
+    }
+    Ok(conflicts)
+}
+
+fn vm_ip(tx: &Tx, node: &NodePlan, plan: &VmPlan) -> Result<Ipv4Addr> {
+    let (cn, vm) = (&node.cn, plan.vm.as_str());
+    if let Some(ip) = plan.ip {
+        return Ok(ip);
     }
     match tx.number("ip", cn, vm)? {
         Some(v) => {
@@ -191,16 +262,27 @@ fn vm_mac(tx: &Tx, cn: &str, vm: &str, req: &MacRequest) -> Result<String> {
     )))
 }
 
-fn vm_password(tx: &Tx, cn: &str, vm: &str, explicit: Option<&str>) -> Result<String> {
-    if let Some(p) = explicit {
-        return Ok(p.to_owned());
-    }
-    if let Some(p) = tx.password(cn, vm)? {
-        return Ok(p);
-    }
-    let p = generate_password()?;
-    tx.put_password(cn, vm, &p)?;
-    Ok(p)
+/// The VM's password (pillar, stored, or generated and stored) and the
+/// random crypt salt stored with it.
+fn vm_secret(tx: &Tx, cn: &str, vm: &str, explicit: Option<&str>) -> Result<(String, String)> {
+    let password = match (explicit, tx.password(cn, vm)?) {
+        (Some(p), _) => p.to_owned(),
+        (None, Some(p)) => p,
+        (None, None) => {
+            let p = generate_password()?;
+            tx.put_password(cn, vm, &p)?;
+            p
+        }
+    };
+    let salt = match tx.salt(cn, vm)? {
+        Some(s) => s,
+        None => {
+            let s = generate_salt()?;
+            tx.put_salt(cn, vm, &s)?;
+            s
+        }
+    };
+    Ok((password, salt))
 }
 
 fn vm_port(tx: &Tx, node: &NodePlan, kind: &str, vm: &str) -> Result<u16> {
@@ -212,16 +294,28 @@ fn vm_port(tx: &Tx, node: &NodePlan, kind: &str, vm: &str) -> Result<u16> {
     Ok(v as u16)
 }
 
-/// Allocates (or finds) everything a VM needs.
-fn allocate_vm(tx: &Tx, node: &NodePlan, plan: &VmPlan, ports: bool) -> Result<VmAllocation> {
+/// Allocates (or finds) everything a VM needs. Its declared IPs were
+/// reserved by [`reserve_claims`]; a conflict there fails this VM only.
+fn allocate_vm(
+    tx: &Tx,
+    node: &NodePlan,
+    plan: &VmPlan,
+    conflicts: &Conflicts,
+    ports: bool,
+) -> Result<VmAllocation> {
     let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
-    let ip = vm_ip(tx, node, vm)?;
+    if let Some(e) = conflicts.get(vm) {
+        return Err(Error::Conflict(e.to_string()));
+    }
+    let ip = vm_ip(tx, node, plan)?;
+    let slots: Vec<&str> = plan.macs.iter().map(|r| r.slot.as_str()).collect();
+    tx.retire_macs_except(cn, vm, &slots)?;
     let macs = plan
         .macs
         .iter()
         .map(|r| vm_mac(tx, cn, vm, r))
         .collect::<Result<Vec<_>>>()?;
-    let password = vm_password(tx, cn, vm, plan.password.as_deref())?;
+    let (password, salt) = vm_secret(tx, cn, vm, plan.password.as_deref())?;
     let (ssh, snmp) = if ports {
         (
             Some(vm_port(tx, node, "ssh", vm)?),
@@ -234,19 +328,40 @@ fn allocate_vm(tx: &Tx, node: &NodePlan, plan: &VmPlan, ports: bool) -> Result<V
         ip,
         macs,
         password,
+        salt,
         ssh,
         snmp,
     })
 }
 
+/// A VM now declared on `cn` but holding values on nodes that no longer
+/// declare it has moved: like a destroyed VM there, its MACs are retired
+/// and its secrets forgotten (its IP and ports there are freed by that
+/// node's cleanup calls).
+fn retire_moved(tx: &Tx, config: &Config, cn: &str, vm: &str) -> Result<()> {
+    for other in tx.other_nodes_of(vm, cn)? {
+        let still_declared = config
+            .declared()?
+            .get(&other)
+            .is_some_and(|n| n.vms.iter().any(|d| d.name == vm));
+        if !still_declared {
+            tx.retire_macs(&other, vm)?;
+            tx.remove_password(&other, vm)?;
+        }
+    }
+    Ok(())
+}
+
 impl Registry {
-    /// Opens the registry whose store lives in `store_dir`.
+    /// The registry whose store lives in `store_dir`. Nothing is opened or
+    /// created until a call needs the store, after its arguments and the
+    /// node's declaration have been checked: a rejected call never creates
+    /// a store.
     pub fn open(config: Config, store_dir: &Path) -> Result<Self> {
-        let store = Store::open(store_dir)?;
         Ok(Registry {
             dir: store_dir.to_path_buf(),
             config,
-            store: Mutex::new(store),
+            store: Mutex::new(None),
             plans: Mutex::new(HashMap::new()),
         })
     }
@@ -256,6 +371,7 @@ impl Registry {
         &self.config
     }
 
+    /// The validated plan of node `cn`, computed once per registry.
     fn node_plan(&self, cn: &str) -> Result<Arc<NodePlan>> {
         let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = plans.get(cn) {
@@ -266,124 +382,192 @@ impl Registry {
         Ok(plan)
     }
 
-    fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+    /// Runs `f` on the store, opening it first (creating it when `create`).
+    /// `None` when there is no store and `create` is false.
+    fn with_store<T>(
+        &self,
+        create: bool,
+        f: impl FnOnce(&mut Store) -> Result<T>,
+    ) -> Result<Option<T>> {
         let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
+        if guard.is_none() {
+            *guard = if create {
+                Some(Store::open(&self.dir)?)
+            } else {
+                Store::open_existing(&self.dir)?
+            };
+        }
+        guard.as_mut().map(f).transpose()
     }
 
+    /// A write transaction, creating the store when there is none.
     fn write<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        self.with_store(|s| s.write(f))
+        Ok(self
+            .with_store(true, |s| s.write(f))?
+            .expect("the store was created"))
     }
 
-    fn read<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        self.with_store(|s| s.read(f))
+    /// A write transaction on an existing store (`None` without one).
+    fn write_existing<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<Option<T>> {
+        self.with_store(false, |s| s.write(f))
+    }
+
+    /// A read transaction on an existing store (`None` without one).
+    fn read<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<Option<T>> {
+        self.with_store(false, |s| s.read(f))
     }
 
     /// The store file.
     pub fn store_path(&self) -> String {
-        self.with_store(|s| Ok(s.path().display().to_string()))
-            .unwrap_or_default()
+        self.dir.join(FILE_NAME).display().to_string()
+    }
+
+    /// A consistent copy of the store to `dest` (see [`Store::backup`]).
+    pub fn backup(&self, dest: &Path) -> Result<()> {
+        self.with_store(false, |s| s.backup(dest))?
+            .ok_or_else(|| self.no_store())
+    }
+
+    /// Integrity, schema version and identity of the store.
+    pub fn check(&self) -> Result<crate::store::CheckReport> {
+        self.with_store(false, |s| s.check())?
+            .ok_or_else(|| self.no_store())
+    }
+
+    fn no_store(&self) -> Error {
+        Error::NotFound(format!(
+            "there is no registry store at {}: check MCCLOUD_STORE_DIR / mccloud_store_dir",
+            self.store_path()
+        ))
     }
 
     /// Allocates (on first use) and returns a VM's allocations. `ports`
     /// also allocates the ssh and snmp reverse-proxy ports.
     pub fn allocate(&self, cn: &str, vm: &str, ports: bool) -> Result<VmAllocation> {
+        self.allocate_in_node(cn, vm, ports).map(|(_, a)| a)
+    }
+
+    /// [`Registry::allocate`], with the node's plan it used.
+    fn allocate_in_node(
+        &self,
+        cn: &str,
+        vm: &str,
+        ports: bool,
+    ) -> Result<(Arc<NodePlan>, VmAllocation)> {
         validate("compute node", cn)?;
         validate("VM", vm)?;
         let node = self.node_plan(cn)?;
-        let plan = self.config.vm_plan(cn, vm)?;
-        self.write(|tx| {
+        let plan = node.vm(vm).ok_or_else(|| {
+            Error::NotFound(format!(
+                "VM {vm} is not declared on compute node {cn}: add it under pillar key {LXC}.vms.{cn}"
+            ))
+        })?;
+        let alloc = self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             tx.set_destroyed(cn, vm, false)?;
-            reserve_explicit_ips(tx, &node, &tx.destroyed(cn)?)?;
-            allocate_vm(tx, &node, &plan, ports)
-        })
+            let conflicts = reserve_claims(tx, &node, &tx.destroyed(cn)?)?;
+            retire_moved(tx, &self.config, cn, vm)?;
+            allocate_vm(tx, &node, plan, &conflicts, ports)
+        })?;
+        Ok((node, alloc))
     }
 
     /// `mc_cloud_lxc.get_settings_for_vm`: the merged settings of a VM.
     /// Allocates its IP, MACs, password (and ports when `full`) on first call.
     pub fn vm_settings(&self, cn: &str, vm: &str, full: bool) -> Result<Value> {
-        let plan = self.config.vm_plan(cn, vm)?;
-        let alloc = self.allocate(cn, vm, full)?;
-        self.config.finish_vm(cn, &plan, &alloc, full)
+        let (node, alloc) = self.allocate_in_node(cn, vm, full)?;
+        let plan = node.vm(vm).expect("allocated VMs are declared");
+        self.config.finish_vm(cn, plan, &alloc, full)
     }
 
     /// Registers every VM of a node in one transaction (allocating what is
-    /// missing) and returns their allocations in name order.
+    /// missing) and returns their allocations in name order, with the VMs
+    /// that could not be registered (a declared IP in conflict) and why.
     /// VMs named in `exclude` are left out (a VM being destroyed).
-    pub fn register_node(
-        &self,
-        cn: &str,
-        exclude: &[String],
-    ) -> Result<Vec<(VmPlan, VmAllocation)>> {
+    pub fn register_node(&self, cn: &str, exclude: &[String]) -> Result<Registered> {
+        validate("compute node", cn)?;
         let node = self.node_plan(cn)?;
-        let mut plans = self.config.node_vm_plans(cn)?;
-        plans.retain(|p| !exclude.contains(&p.vm));
-        let allocs = self.write(|tx| {
+        let (allocs, errors) = self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             let mut skip = tx.destroyed(cn)?;
-            plans.retain(|p| !skip.contains(&p.vm));
             skip.extend(exclude.iter().cloned());
-            reserve_explicit_ips(tx, &node, &skip)?;
+            let conflicts = reserve_claims(tx, &node, &skip)?;
             let ips: HashMap<String, u32> = tx.numbers("ip", cn)?.into_iter().collect();
             let ssh: HashMap<String, u32> = tx.numbers("ssh", cn)?.into_iter().collect();
             let snmp: HashMap<String, u32> = tx.numbers("snmp", cn)?.into_iter().collect();
-            let mut macs: HashMap<(String, String), String> = HashMap::new();
-            for (vm, slot, m) in tx.macs(cn)? {
-                macs.insert((vm, slot), m);
+            let mut macs: HashMap<&str, BTreeMap<String, String>> = HashMap::new();
+            let rows = tx.macs(cn)?;
+            for (vm, slot, m) in &rows {
+                macs.entry(vm.as_str())
+                    .or_default()
+                    .insert(slot.clone(), m.clone());
             }
-            plans
-                .iter()
-                .map(|p| {
-                    let known = |slot: &MacRequest| {
-                        let m = macs.get(&(p.vm.clone(), slot.slot.clone()));
-                        m.is_some() && (slot.explicit.is_none() || slot.explicit.as_ref() == m)
-                    };
-                    // An IP outside the network goes through vm_ip, which reports it.
-                    let complete = ips
-                        .get(&p.vm)
-                        .is_some_and(|ip| node.network.includes(Ipv4Addr::from(*ip)))
-                        && ssh.contains_key(&p.vm)
-                        && snmp.contains_key(&p.vm)
-                        && p.macs.iter().all(known)
-                        && node
-                            .explicit_ips
-                            .get(&p.vm)
-                            .is_none_or(|ip| ips.get(&p.vm) == Some(&u32::from(*ip)));
-                    if !complete {
-                        return allocate_vm(tx, &node, p, true);
-                    }
-                    Ok(VmAllocation {
+            let mut out = vec![];
+            let mut errors = BTreeMap::new();
+            for p in node.vms.iter().filter(|p| !skip.contains(&p.vm)) {
+                if let Some(e) = conflicts.get(&p.vm) {
+                    errors.insert(p.vm.clone(), e.to_string());
+                    continue;
+                }
+                let held = macs.get(p.vm.as_str());
+                let macs_ok = held.is_some_and(|h| {
+                    h.len() == p.macs.len()
+                        && p.macs.iter().all(|r| {
+                            h.get(&r.slot)
+                                .is_some_and(|m| r.explicit.as_ref().is_none_or(|e| e == m))
+                        })
+                });
+                // An IP outside the network goes through vm_ip, which reports it.
+                let complete = ips
+                    .get(&p.vm)
+                    .is_some_and(|ip| node.network.includes(Ipv4Addr::from(*ip)))
+                    && ssh.contains_key(&p.vm)
+                    && snmp.contains_key(&p.vm)
+                    && macs_ok
+                    && p.ip.is_none_or(|ip| ips.get(&p.vm) == Some(&u32::from(ip)));
+                if !complete {
+                    out.push((p.vm.clone(), allocate_vm(tx, &node, p, &conflicts, true)?));
+                    continue;
+                }
+                let held = held.expect("checked");
+                out.push((
+                    p.vm.clone(),
+                    VmAllocation {
                         ip: Ipv4Addr::from(ips[&p.vm]),
-                        macs: p
-                            .macs
-                            .iter()
-                            .map(|r| macs[&(p.vm.clone(), r.slot.clone())].clone())
-                            .collect(),
-                        // Passwords are not part of the node view.
+                        macs: p.macs.iter().map(|r| held[&r.slot].clone()).collect(),
+                        // Secrets are not part of the node view.
                         password: String::new(),
+                        salt: String::new(),
                         ssh: Some(ssh[&p.vm] as u16),
                         snmp: Some(snmp[&p.vm] as u16),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()
+                    },
+                ));
+            }
+            Ok((out, errors))
         })?;
-        Ok(plans.into_iter().zip(allocs).collect())
+        Ok(Registered {
+            node,
+            vms: allocs,
+            errors,
+        })
     }
 
     /// `mc_cloud_compute_node.get_settings_for_target`: everything a compute
-    /// node needs. Registers (allocates) every VM of the node.
+    /// node needs. Registers (allocates) every VM of the node; a VM whose
+    /// declared IP is in conflict is left out and reported under `errors`.
     /// VMs named in `exclude` are left out (neither allocated nor listed).
     pub fn target_settings(&self, cn: &str, exclude: &[String]) -> Result<Value> {
         let registered = self.register_node(cn, exclude)?;
+        let node = &registered.node;
         let mut vms = Map::new();
         let mut all_domains: Vec<String> = vec![];
-        let mut domains_of = Vec::with_capacity(registered.len());
-        for (plan, alloc) in &registered {
+        let mut domains_of = Vec::with_capacity(registered.vms.len());
+        for (vm, alloc) in &registered.vms {
+            let plan = node.vm(vm).expect("registered VMs are declared");
             let domains = plan.domains(cn)?;
             all_domains.extend(domains.iter().cloned());
             vms.insert(
-                plan.vm.clone(),
+                vm.clone(),
                 json!({
                     "ip": alloc.ip.to_string(), "mac": alloc.macs[0], "vt": plan.vt, "domains": domains,
                     "ssh_reverse_proxy_port": alloc.ssh, "snmp_reverse_proxy_port": alloc.snmp,
@@ -394,21 +578,24 @@ impl Registry {
         all_domains.sort();
         all_domains.dedup();
         let proxied: Vec<ProxiedVm> = registered
+            .vms
             .iter()
             .zip(&domains_of)
-            .map(|((p, a), d)| ProxiedVm {
-                vm: &p.vm,
+            .map(|((vm, a), d)| ProxiedVm {
+                vm,
                 ip: a.ip,
                 domains: d,
                 ssh_port: a.ssh.unwrap_or(0),
             })
             .collect();
-        let node = self.node_plan(cn)?;
         let lxc = self.config.lxc_defaults()?;
-        let conf = self.config.node_conf(cn);
-        let mut vts: Vec<&str> = registered.iter().map(|(p, _)| p.vt).collect();
+        let mut vts: Vec<&str> = registered
+            .vms
+            .iter()
+            .filter_map(|(vm, _)| node.vm(vm).map(|p| p.vt))
+            .collect();
         vts.dedup();
-        let proxies = reverse_proxies(&proxied, &conf);
+        let proxies = reverse_proxies(&proxied, &node.conf);
         let mut out = json!({
             "target": cn,
             "virt_types": if vts.is_empty() { vec!["lxc"] } else { vts },
@@ -422,8 +609,11 @@ impl Registry {
             },
             "lxc_path": lxc["lxc_path"],
             "reserved_ports": crate::ports::reserved_ports(&[node.ssh, node.snmp]),
-            "conf": conf,
+            "conf": node.conf,
         });
+        if !registered.errors.is_empty() {
+            out["errors"] = json!(registered.errors);
+        }
         // Moved in, not copied: these are the large parts.
         out["vms"] = Value::Object(vms);
         out["reverse_proxies"] = proxies;
@@ -451,24 +641,42 @@ impl Registry {
         Ok(if kind == "ssh" { a.ssh } else { a.snmp }.unwrap_or_default())
     }
 
-    /// Allocated values of a kind on a node, by VM.
+    /// Allocated values of a kind on a node, by VM (main IPs for `ip`).
     pub fn allocated(&self, cn: &str, kind: &str) -> Result<BTreeMap<String, Value>> {
         validate("compute node", cn)?;
-        let rows = self.read(|tx| tx.numbers(kind, cn))?;
+        let rows = self.read(|tx| tx.numbers(kind, cn))?.unwrap_or_default();
         Ok(by_vm(kind, rows))
     }
 
-    /// `set_allocated_ip`: records an explicit IP for a VM (freeing its
-    /// previous one).
+    /// `set_allocated_ip`: records an explicit IP for a declared VM whose
+    /// pillar declares none (freeing its previous one).
     pub fn set_allocated_ip(&self, cn: &str, vm: &str, ip: &str) -> Result<String> {
+        validate("compute node", cn)?;
         validate("VM", vm)?;
+        let ip = parse_ip(&format!("IP for {}", who(cn, vm)), ip)
+            .map_err(|e| Error::argument(e.to_string()))?;
         let node = self.node_plan(cn)?;
-        let ip = parse_ip(&format!("IP for {}", who(cn, vm)), ip)?;
-        node.network.check_explicit(ip, &who(cn, vm))?;
-        self.write(|tx| match tx.number_owner("ip", cn, u32::from(ip))? {
-            Some(o) if o != vm => Err(Error::Conflict(format!(
-                "IP {ip} requested for {} is already allocated to VM {o}",
+        let Some(plan) = node.vm(vm) else {
+            return Err(Error::NotFound(format!(
+                "VM {vm} is not declared on compute node {cn}: set_allocated_ip records IPs of \
+                 declared VMs only; add it under pillar key {LXC}.vms.{cn} first"
+            )));
+        };
+        if let Some(declared) = plan.ip {
+            return Err(Error::Conflict(format!(
+                "{} declares its IP ({declared}) in pillar: an IP set here would be undone at its next \
+                 call; change 'ip' in its pillar declaration instead",
                 who(cn, vm)
+            )));
+        }
+        node.network
+            .check_explicit(ip, &who(cn, vm))
+            .map_err(|e| Error::argument(e.to_string()))?;
+        self.write(|tx| match tx.owner("ip", cn, u32::from(ip))? {
+            Some(o) if o.vm != vm || !o.slot.is_empty() => Err(Error::Conflict(format!(
+                "IP {ip} requested for {} is already allocated to VM {}",
+                who(cn, vm),
+                o.vm
             ))),
             _ => tx.put_number("ip", cn, vm, u32::from(ip)),
         })?;
@@ -479,14 +687,18 @@ impl Registry {
     pub fn remove_allocated_ip(&self, cn: &str, vm: &str) -> Result<Option<String>> {
         validate("compute node", cn)?;
         validate("VM", vm)?;
-        let v = self.write(|tx| tx.remove_number("ip", cn, vm))?;
+        let v = self
+            .write_existing(|tx| tx.remove_number("ip", cn, vm))?
+            .flatten();
         Ok(v.map(|v| Ipv4Addr::from(v).to_string()))
     }
 
     /// `cleanup_allocated_ips` / `cleanup_ssh_ports` / `cleanup_snmp_ports`:
     /// frees the values of kind `kind` held by VMs no longer declared on the
-    /// node. The node itself must be declared (with `{}` for no VMs), so a
-    /// pillar that failed to render never wipes a node.
+    /// node (additional IPs too), and, as a destruction does, retires their
+    /// MACs and forgets their passwords. The node itself must be declared
+    /// (with `{}` for no VMs), so a pillar that failed to render never wipes
+    /// a node.
     pub fn cleanup(&self, cn: &str, kind: &str) -> Result<BTreeMap<String, Value>> {
         let declared: Vec<String> = self
             .config
@@ -494,30 +706,48 @@ impl Registry {
             .iter()
             .map(|d| d.name.clone())
             .collect();
-        let freed = self.write(|tx| {
+        let freed = self.write_existing(|tx| {
             let mut freed = BTreeMap::new();
-            for (vm, v) in tx.numbers(kind, cn)? {
-                if !declared.contains(&vm) {
-                    tx.remove_number(kind, cn, &vm)?;
-                    freed.insert(vm, v);
+            for vm in tx.vms(cn)? {
+                if declared.contains(&vm) {
+                    continue;
                 }
+                if let Some(v) = tx.remove_number(kind, cn, &vm)? {
+                    freed.insert(vm.clone(), v);
+                }
+                if kind == "ip" {
+                    for (slot, _) in tx.extra_ips(cn, &vm)? {
+                        tx.remove_slot("ip", cn, &vm, &slot)?;
+                    }
+                }
+                tx.retire_macs(cn, &vm)?;
+                tx.remove_password(cn, &vm)?;
             }
             Ok(freed)
         })?;
-        Ok(by_vm(kind, freed))
+        Ok(by_vm(kind, freed.unwrap_or_default()))
     }
 
-    /// Frees everything a VM holds: IP and ports are returned to their pools,
-    /// the password is forgotten, MACs are retired (never handed out again).
+    /// Frees everything a VM holds: IPs (additional ones too) and ports are
+    /// returned to their pools, the password is forgotten, MACs are retired
+    /// (never handed out again).
     pub fn destroy_vm(&self, cn: &str, vm: &str) -> Result<Freed> {
         validate("compute node", cn)?;
         validate("VM", vm)?;
-        let freed = self.write(|tx| {
+        let freed = self.write_existing(|tx| {
             let mut f = Freed::new();
             for kind in ["ip", "ssh", "snmp"] {
                 if let Some(v) = tx.remove_number(kind, cn, vm)? {
                     f.insert(kind.into(), shown(kind, v));
                 }
+            }
+            let extra: Vec<Value> = tx
+                .extra_ips(cn, vm)?
+                .into_iter()
+                .map(|(slot, v)| tx.remove_slot("ip", cn, vm, &slot).map(|_| shown("ip", v)))
+                .collect::<Result<_>>()?;
+            if !extra.is_empty() {
+                f.insert("additional_ips".into(), json!(extra));
             }
             tx.set_destroyed(cn, vm, true)?;
             let macs = tx.retire_macs(cn, vm)?;
@@ -528,55 +758,76 @@ impl Registry {
                 f.insert("password".into(), json!("forgotten"));
             }
             if f.is_empty() {
-                return Err(Error::NotFound(format!(
-                    "{} holds no allocation in the registry: nothing to free",
-                    who(cn, vm)
-                )));
+                return Err(self.holds_nothing(cn, vm));
             }
             Ok(f)
         })?;
-        Ok(freed)
+        freed.ok_or_else(|| self.holds_nothing(cn, vm))
+    }
+
+    fn holds_nothing(&self, cn: &str, vm: &str) -> Error {
+        Error::NotFound(format!(
+            "{} holds no allocation in the registry: nothing to free",
+            who(cn, vm)
+        ))
     }
 
     /// Inventory (SPEC §8): every compute node, its VMs with their access
-    /// information, and the free capacity left. Does not allocate.
+    /// information, and the free capacity left. Does not allocate. A node
+    /// whose declaration is broken is listed with its `error`.
     pub fn inventory(&self) -> Result<Value> {
         let declared = self.config.declared()?.clone();
         let mut nodes: Vec<String> = declared.keys().cloned().collect();
-        nodes.extend(self.read(|tx| tx.nodes())?);
+        nodes.extend(self.read(|tx| tx.nodes())?.unwrap_or_default());
         nodes.sort();
         nodes.dedup();
         let mut out = Map::new();
         for cn in nodes {
-            let (ips, ssh, snmp, macs, pws) = self.read(|tx| {
-                let mut pws = BTreeMap::new();
-                for (vm, _) in tx.numbers("ip", &cn)? {
-                    if let Some(p) = tx.password(&cn, &vm)? {
-                        pws.insert(vm, p);
+            let held = self
+                .read(|tx| {
+                    let mut pws = BTreeMap::new();
+                    for (vm, _) in tx.numbers("ip", &cn)? {
+                        if let Some(p) = tx.password(&cn, &vm)? {
+                            pws.insert(vm, p);
+                        }
                     }
-                }
-                Ok((
-                    tx.numbers("ip", &cn)?,
-                    tx.numbers("ssh", &cn)?,
-                    tx.numbers("snmp", &cn)?,
-                    tx.macs(&cn)?,
-                    pws,
-                ))
-            })?;
+                    Ok((
+                        tx.numbers("ip", &cn)?,
+                        tx.numbers("ssh", &cn)?,
+                        tx.numbers("snmp", &cn)?,
+                        tx.macs(&cn)?,
+                        pws,
+                        tx.space("ip", &cn)?,
+                    ))
+                })?
+                .unwrap_or_default();
+            let (ips, ssh, snmp, macs, pws, all_ips) = held;
             let find = |rows: &[(String, u32)], vm: &str| {
                 rows.iter().find(|(v, _)| v == vm).map(|(_, x)| *x)
             };
-            let mut vms = Map::new();
             let decl = declared.get(&cn).cloned().unwrap_or_default();
-            let mut names: Vec<String> = decl.iter().map(|d| d.name.clone()).collect();
+            let node = match &decl.error {
+                None if declared.contains_key(&cn) => Some(self.node_plan(&cn)),
+                _ => None,
+            };
+            let mut error = decl.error.clone();
+            let node = match node {
+                Some(Ok(n)) => Some(n),
+                Some(Err(e)) => {
+                    error = Some(e.to_string());
+                    None
+                }
+                None => None,
+            };
+            let mut vms = Map::new();
+            let mut names: Vec<String> = decl.vms.iter().map(|d| d.name.clone()).collect();
             names.extend(ips.iter().map(|(v, _)| v.clone()));
             names.sort();
             names.dedup();
             for vm in names {
-                let d = decl.iter().find(|d| d.name == vm);
-                let plan = d.and_then(|_| self.config.vm_plan(&cn, &vm).ok());
+                let d = decl.vms.iter().find(|d| d.name == vm);
+                let plan = node.as_ref().and_then(|n| n.vm(&vm));
                 let password = plan
-                    .as_ref()
                     .and_then(|p| p.password.clone())
                     .or_else(|| pws.get(&vm).cloned());
                 vms.insert(vm.clone(), json!({
@@ -589,40 +840,55 @@ impl Registry {
                     "snmp_port": find(&snmp, &vm),
                     "ssh_username": "root",
                     "password": password,
-                    "domains": plan.as_ref().and_then(|p| p.domains(&cn).ok()).unwrap_or_else(|| vec![vm.clone()]),
+                    "domains": plan.and_then(|p| p.domains(&cn).ok()).unwrap_or_else(|| vec![vm.clone()]),
                 }));
             }
             let mut free = Map::new();
-            if declared.contains_key(&cn) {
-                let node = self.node_plan(&cn)?;
-                let used = |rows: &[(String, u32)], pool: &dyn Pool| {
-                    rows.iter().filter(|(_, v)| pool.contains(*v)).count() as u64
+            if let Some(node) = &node {
+                let used = |values: &mut dyn Iterator<Item = u32>, pool: &dyn Pool| {
+                    values.filter(|v| pool.contains(*v)).count() as u64
                 };
                 free.insert(
                     "ips".into(),
-                    json!(node.network.capacity() - used(&ips, &node.network)),
+                    json!(
+                        node.network.capacity()
+                            - used(&mut all_ips.iter().map(|r| r.2), &node.network)
+                    ),
                 );
                 free.insert(
                     "ssh_ports".into(),
-                    json!(node.ssh.capacity() - used(&ssh, &node.ssh)),
+                    json!(node.ssh.capacity() - used(&mut ssh.iter().map(|r| r.1), &node.ssh)),
                 );
                 free.insert(
                     "snmp_ports".into(),
-                    json!(node.snmp.capacity() - used(&snmp, &node.snmp)),
+                    json!(node.snmp.capacity() - used(&mut snmp.iter().map(|r| r.1), &node.snmp)),
                 );
             }
-            out.insert(
-                cn.clone(),
-                json!({
-                    "declared": declared.contains_key(&cn),
-                    "virt_types": ["lxc"],
-                    "vms": vms,
-                    "free": free,
-                }),
-            );
+            let mut entry = json!({
+                "declared": declared.contains_key(&cn),
+                "virt_types": ["lxc"],
+                "vms": vms,
+                "free": free,
+            });
+            if let Some(e) = error {
+                entry["error"] = json!(e);
+            }
+            out.insert(cn.clone(), entry);
         }
         Ok(Value::Object(out))
     }
+}
+
+/// A node's registration: its plan, the allocations of its VMs in name
+/// order, and the VMs left out because of a conflict, with the reason.
+#[derive(Debug)]
+pub struct Registered {
+    /// The node's plan.
+    pub node: Arc<NodePlan>,
+    /// `(vm, allocation)` in name order.
+    pub vms: Vec<(String, VmAllocation)>,
+    /// VM → why it could not be registered.
+    pub errors: BTreeMap<String, String>,
 }
 
 #[cfg(test)]

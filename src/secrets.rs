@@ -31,15 +31,14 @@ pub fn generate_password() -> Result<String> {
     random_string(ALPHABET, PASSWORD_LEN)
 }
 
-/// The crypt salt for a VM's password: derived from the node, the VM and
-/// the password so the hash is stable across calls (states stay idempotent)
-/// yet differs between VMs sharing a password.
-pub fn salt_for(cn: &str, vm: &str, password: &str) -> String {
-    let d = sha2::Sha256::digest(format!("mccloud\0{cn}\0{vm}\0{password}").as_bytes());
-    d.iter()
-        .take(16)
-        .map(|b| char::from(CRYPT64[usize::from(b & 0x3f)]))
-        .collect()
+/// Length of crypt salts.
+pub const SALT_LEN: usize = 16;
+
+/// A new crypt salt: 16 characters of the crypt alphabet from the OS
+/// CSPRNG. It is stored with the VM, so the hash is stable from call to
+/// call (states stay idempotent) and a guess costs a full SHA-512 crypt.
+pub fn generate_salt() -> Result<String> {
+    random_string(CRYPT64, SALT_LEN)
 }
 
 fn repeat_digest(digest: &[u8], len: usize) -> Vec<u8> {
@@ -155,9 +154,10 @@ mod tests {
     }
 
     #[test]
-    fn salt_is_stable_and_per_vm() {
-        assert_eq!(salt_for("n", "a", "p"), salt_for("n", "a", "p"));
-        assert_ne!(salt_for("n", "a", "p"), salt_for("n", "b", "p"));
-        assert_eq!(salt_for("n", "a", "p").len(), 16);
+    fn salts_are_random_crypt_characters() {
+        let (a, b) = (generate_salt().unwrap(), generate_salt().unwrap());
+        assert_eq!(a.len(), SALT_LEN);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| CRYPT64.contains(&c)));
     }
 }

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
+use crate::checks;
 use crate::error::{Error, Result};
 use crate::ipam::{parse_ip, parse_prefix, Network};
 use crate::mac;
@@ -86,10 +87,95 @@ pub struct DeclaredVm {
     pub vt: &'static str,
     /// The VM's own pillar mapping.
     pub pillar: Map<String, Value>,
+    /// The pillar key it is declared under (for messages).
+    pub key: String,
 }
 
-/// VMs declared per compute node, in name order.
-pub type Declared = BTreeMap<String, Vec<DeclaredVm>>;
+/// The declaration of one compute node: its VMs in name order, or what is
+/// wrong with it.
+#[derive(Debug, Clone, Default)]
+pub struct NodeDecl {
+    /// Valid VM declarations, in name order.
+    pub vms: Vec<DeclaredVm>,
+    /// What is wrong with the node's declaration, if anything.
+    pub error: Option<String>,
+    /// Declarations being collected, by name (both pillar forms merge).
+    pending: BTreeMap<String, DeclaredVm>,
+}
+
+impl NodeDecl {
+    fn fail(&mut self, why: String) {
+        match &mut self.error {
+            Some(e) => {
+                e.push_str("; ");
+                e.push_str(&why);
+            }
+            None => self.error = Some(why),
+        }
+    }
+
+    fn add(&mut self, vm: &str, conf: &Value, key: &str) {
+        if let Err(e) = validate("VM", vm) {
+            self.fail(e.in_pillar(&format!("pillar key {key}")).to_string());
+            return;
+        }
+        match self.pending.get_mut(vm) {
+            Some(d) => {
+                let mut merged = Value::Object(std::mem::take(&mut d.pillar));
+                deep_merge(&mut merged, conf);
+                if let Value::Object(m) = merged {
+                    d.pillar = m;
+                }
+                d.key = key.to_owned();
+            }
+            None => {
+                let d = DeclaredVm {
+                    name: vm.to_owned(),
+                    vt: "lxc",
+                    pillar: conf.as_object().cloned().unwrap_or_default(),
+                    key: key.to_owned(),
+                };
+                self.pending.insert(vm.to_owned(), d);
+            }
+        }
+    }
+
+    /// Sorts the VMs and refuses names that differ only in case (DNS names
+    /// are case-insensitive).
+    fn finish(mut self, cn: &str) -> NodeDecl {
+        self.vms = std::mem::take(&mut self.pending).into_values().collect();
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        let mut clashes = vec![];
+        for d in &self.vms {
+            if let Some(other) = seen.insert(d.name.to_ascii_lowercase(), &d.name) {
+                clashes.push(format!(
+                    "compute node {cn} declares VMs {other} and {} (pillar key {}), names that differ only \
+                     in case: DNS names are case-insensitive, keep one",
+                    d.name, d.key
+                ));
+            }
+        }
+        for c in clashes {
+            self.fail(c);
+        }
+        self
+    }
+}
+
+/// Declarations per compute node.
+pub type Declared = BTreeMap<String, NodeDecl>;
+
+/// The JSON type of a value, for messages that must not echo it.
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
 
 /// The settings of a compute node that allocation needs.
 #[derive(Debug, Clone)]
@@ -102,8 +188,51 @@ pub struct NodePlan {
     pub ssh: PortRange,
     /// snmp reverse-proxy ports.
     pub snmp: PortRange,
-    /// Explicit pillar IPs of the node's VMs, by VM, validated and unique.
-    pub explicit_ips: BTreeMap<String, Ipv4Addr>,
+    /// The node's `conf` mapping (reverse proxy, files), validated.
+    pub conf: Value,
+    /// The plan of every VM declared on the node, in name order.
+    pub vms: Vec<VmPlan>,
+}
+
+/// An IP a VM's declaration asks for: its main IP (`slot` empty) or one of
+/// its additional IPs (`slot` is the address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpClaim<'a> {
+    /// The address.
+    pub ip: Ipv4Addr,
+    /// The VM asking for it.
+    pub vm: &'a str,
+    /// Empty for the main IP, the address for an additional one.
+    pub slot: String,
+}
+
+impl NodePlan {
+    /// The plan of VM `vm`, if declared.
+    pub fn vm(&self, vm: &str) -> Option<&VmPlan> {
+        self.vms
+            .binary_search_by(|p| p.vm.as_str().cmp(vm))
+            .ok()
+            .map(|i| &self.vms[i])
+    }
+
+    /// Every IP the node's declarations ask for, main IPs first.
+    pub fn claims(&self) -> Vec<IpClaim<'_>> {
+        let main = self.vms.iter().filter_map(|p| {
+            p.ip.map(|ip| IpClaim {
+                ip,
+                vm: &p.vm,
+                slot: String::new(),
+            })
+        });
+        let extra = self.vms.iter().flat_map(|p| {
+            p.additional.iter().map(move |ip| IpClaim {
+                ip: *ip,
+                vm: &p.vm,
+                slot: ip.to_string(),
+            })
+        });
+        main.chain(extra).collect()
+    }
 }
 
 /// An explicit or generated interface request of a VM.
@@ -128,6 +257,8 @@ pub struct VmPlan {
     pub own: Map<String, Value>,
     /// Explicit pillar IP.
     pub ip: Option<Ipv4Addr>,
+    /// Additional IPs, in declaration order (each reserved like a main IP).
+    pub additional: Vec<Ipv4Addr>,
     /// Interfaces: the main one first, then one per additional IP.
     pub macs: Vec<MacRequest>,
     /// Explicit pillar password.
@@ -258,6 +389,7 @@ impl Config {
         });
         let s = with_pillar(&self.pillar, CLOUD, defaults);
         check_mode(&s["mode"], &format!("{CLOUD}.mode"))?;
+        check_cloud(&s)?;
         Ok(s)
     }
 
@@ -271,14 +403,16 @@ impl Config {
             "root": cloud["root"],
             "all_pillar_dir": cloud["all_pillar_dir"],
         });
-        Ok(with_pillar(
-            &self.pillar,
-            "makina-states.cloud.controller",
-            defaults,
-        ))
+        let s = with_pillar(&self.pillar, "makina-states.cloud.controller", defaults);
+        let what = "makina-states.cloud.controller.ssh_key";
+        checks::abs_path(what, checks::string(what, &s["ssh_key"], false)?)?;
+        Ok(s)
     }
 
-    /// VMs declared per compute node (both pillar forms), validated.
+    /// VMs declared per compute node (both pillar forms). A node whose
+    /// declaration is broken (a bad name, a VM that is not a mapping, two
+    /// names differing only in case) carries its error: it fails the calls
+    /// on that node only.
     pub fn declared(&self) -> Result<&Declared> {
         if let Some(d) = self.declared.get() {
             return Ok(d);
@@ -288,80 +422,69 @@ impl Config {
     }
 
     fn collect_declared(&self) -> Result<Declared> {
-        let mut nodes: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
-        let mut add = |cn: &str, vms: &Value, key: &str| -> Result<()> {
-            validate("compute node", cn)
-                .map_err(|e| Error::invalid(format!("pillar key {key}: {e}")))?;
-            let entry = nodes.entry(cn.to_owned()).or_default();
+        let mut nodes: BTreeMap<String, NodeDecl> = BTreeMap::new();
+        let mut add = |cn: &str, vms: &Value, key: &str| {
+            let node = nodes.entry(cn.to_owned()).or_default();
+            if let Err(e) = validate("compute node", cn) {
+                node.fail(e.in_pillar(&format!("pillar key {key}")).to_string());
+            }
             match vms {
-                Value::Null => Ok(()),
+                Value::Null => {}
                 Value::Object(m) => {
                     for (vm, conf) in m {
-                        let entry_vm = entry.entry(vm.clone()).or_insert_with(|| json!({}));
                         match conf {
-                            Value::Null => {}
-                            Value::Object(_) => deep_merge(entry_vm, conf),
-                            other => {
-                                return Err(Error::invalid(format!(
-                                    "pillar key {key}: VM {vm} must map to a mapping of settings, not {other}"
-                                )))
-                            }
+                            Value::Null | Value::Object(_) => node.add(vm, conf, key),
+                            other => node.fail(format!(
+                                "pillar key {key}: VM {vm:?} must map to a mapping of settings, not {}",
+                                kind_of(other)
+                            )),
                         }
                     }
-                    Ok(())
                 }
-                other => Err(Error::invalid(format!(
-                    "pillar key {key} must be a mapping of VM names to settings, not {other}"
-                ))),
+                other => node.fail(format!(
+                    "pillar key {key} must be a mapping of VM names to settings, not {}",
+                    kind_of(other)
+                )),
             }
         };
         for prefix in VM_PREFIXES {
             if let Some(nested) = self.pillar.get(prefix) {
                 let Value::Object(m) = nested else {
                     return Err(Error::invalid(format!(
-                        "pillar key {prefix} must be a mapping of compute nodes, not {nested}"
+                        "pillar key {prefix} must be a mapping of compute nodes, not {}",
+                        kind_of(nested)
                     )));
                 };
                 for (cn, vms) in m {
-                    add(cn, vms, &format!("{prefix}:{cn}"))?;
+                    add(cn, vms, &format!("{prefix}:{cn}"));
                 }
             }
             let dotted = format!("{prefix}.");
             for (key, vms) in &self.pillar {
                 if let Some(cn) = key.strip_prefix(&dotted) {
-                    add(cn, vms, key)?;
+                    add(cn, vms, key);
                 }
             }
         }
-        let mut out = Declared::new();
-        for (cn, vms) in nodes {
-            let mut list = Vec::with_capacity(vms.len());
-            for (vm, conf) in vms {
-                validate("VM", &vm)
-                    .map_err(|e| Error::invalid(format!("compute node {cn}: {e}")))?;
-                let Value::Object(pillar) = conf else {
-                    unreachable!("VM entries are mappings")
-                };
-                list.push(DeclaredVm {
-                    name: vm,
-                    vt: "lxc",
-                    pillar,
-                });
-            }
-            list.sort_by(|a, b| a.name.cmp(&b.name));
-            out.insert(cn, list);
-        }
-        Ok(out)
+        Ok(nodes
+            .into_iter()
+            .map(|(cn, node)| (cn.clone(), node.finish(&cn)))
+            .collect())
     }
 
-    /// The VMs declared on `cn`, or a clear error when the node is unknown.
+    /// The VMs declared on `cn`, or a clear error when the node is unknown
+    /// or its declaration is broken.
     pub fn node_vms(&self, cn: &str) -> Result<&[DeclaredVm]> {
         validate("compute node", cn)?;
-        self.declared()?.get(cn).map(Vec::as_slice).ok_or_else(|| {
+        let node = self.declared()?.get(cn).ok_or_else(|| {
             Error::NotFound(format!(
                 "compute node {cn} declares no VMs: add pillar key {LXC}.vms.{cn} (a mapping of VMs, {{}} for none)"
             ))
-        })
+        })?;
+        match &node.error {
+            Some(e) => Err(Error::Invalid(e.clone())),
+            None => Ok(&node.vms),
+        }
     }
 
     fn declared_vm(&self, cn: &str, vm: &str) -> Result<&DeclaredVm> {
@@ -382,7 +505,7 @@ impl Config {
         let nodes: Vec<&String> = self
             .declared()?
             .iter()
-            .filter(|(_, vms)| vms.iter().any(|d| d.name == vm))
+            .filter(|(_, node)| node.vms.iter().any(|d| d.name == vm))
             .map(|(cn, _)| cn)
             .collect();
         match nodes.as_slice() {
@@ -456,10 +579,10 @@ impl Config {
         let vms: Map<String, Value> = self
             .declared()?
             .iter()
-            .map(|(cn, vms)| {
+            .map(|(cn, node)| {
                 (
                     cn.clone(),
-                    json!(vms.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()),
+                    json!(node.vms.iter().map(|d| d.name.as_str()).collect::<Vec<_>>()),
                 )
             })
             .collect();
@@ -484,15 +607,22 @@ impl Config {
         let targets: Map<String, Value> = self
             .declared()?
             .iter()
-            .map(|(cn, vms)| {
-                let mut types: Vec<&str> = vms.iter().map(|d| d.vt).collect();
+            .map(|(cn, node)| {
+                let mut types: Vec<&str> = node.vms.iter().map(|d| d.vt).collect();
                 types.dedup();
                 if types.is_empty() {
                     types.push("lxc");
                 }
-                let vms: Map<String, Value> =
-                    vms.iter().map(|d| (d.name.clone(), json!(d.vt))).collect();
-                (cn.clone(), json!({"virt_types": types, "vms": vms}))
+                let vms: Map<String, Value> = node
+                    .vms
+                    .iter()
+                    .map(|d| (d.name.clone(), json!(d.vt)))
+                    .collect();
+                let mut t = json!({"virt_types": types, "vms": vms});
+                if let Some(e) = &node.error {
+                    t["error"] = json!(e);
+                }
+                (cn.clone(), t)
             })
             .collect();
         s["targets"] = Value::Object(targets);
@@ -504,7 +634,7 @@ impl Config {
     /// `ssl_cert`, `haproxy_config` `/etc/haproxy/haproxy.cfg`,
     /// `haproxy_service` true, `hosts_file` `/etc/hosts`, `sysctl_file`,
     /// `firewall_chain` `MCCLOUD-INPUT`.
-    pub fn node_conf(&self, cn: &str) -> Value {
+    pub fn node_conf(&self, cn: &str) -> Result<Value> {
         let mut conf = json!({
             "bind_address": "*",
             "http_port": 80,
@@ -522,7 +652,8 @@ impl Config {
         if let Some(v) = self.pillar.get(&format!("{COMPUTE_NODE}.conf.{cn}")) {
             deep_merge(&mut conf, v);
         }
-        conf
+        check_node_conf(cn, &conf)?;
+        Ok(conf)
     }
 
     /// Whether the node's firewall is managed.
@@ -555,8 +686,9 @@ impl Config {
         Ok((ssh, snmp))
     }
 
-    /// The node-level allocation inputs of `cn`: network, port ranges and the
-    /// validated explicit IPs of all its VMs.
+    /// Everything allocation needs of node `cn`, validated at once: network,
+    /// port ranges, the node's conf and the plan of every VM. Anything wrong
+    /// in the node's declaration fails here, for this node only.
     pub fn node_plan(&self, cn: &str) -> Result<NodePlan> {
         let vms = self.node_vms(cn)?;
         let lxc = self.lxc_full()?;
@@ -568,56 +700,55 @@ impl Config {
         )
         .map_err(|e| Error::invalid(format!("compute node {cn}: {e} (pillar {LXC}.defaults)")))?;
         let (ssh, snmp) = self.port_ranges(&self.compute_node_merged())?;
-        let mut explicit_ips = BTreeMap::new();
-        let mut owners: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
-        for d in vms.iter().filter(|d| !d.pillar.is_empty()) {
-            let whose = format!("VM {} on compute node {cn}", d.name);
-            for key in ["network", "netmask", "gateway"] {
-                if let Some(v) = d.pillar.get(key) {
-                    let what = format!("{key} of {whose}");
-                    if canonical(key, v, &what)? != canonical(key, &lxc["defaults"][key], &what)? {
-                        return Err(Error::invalid(format!(
-                            "{whose} sets its own {key} {v}: VMs of a node share its network; \
-                             set {LXC}.defaults.{key} instead"
-                        )));
-                    }
-                }
-            }
-            let Some(v) = d.pillar.get("ip").filter(|v| !v.is_null()) else {
-                continue;
-            };
-            let ip = parse_ip(
-                &format!("IP of {whose}"),
-                as_str(v, &format!("ip of {whose}"))?,
-            )?;
-            network.check_explicit(ip, &whose)?;
-            if let Some(other) = owners.insert(ip, &d.name) {
-                return Err(Error::Conflict(format!(
-                    "IP {ip} is declared for two VMs of compute node {cn}: {other} and {}; give each its own",
-                    d.name
-                )));
-            }
-            explicit_ips.insert(d.name.clone(), ip);
-        }
+        let conf = self.node_conf(cn)?;
+        let plans = vms
+            .iter()
+            .map(|d| self.vm_plan_with(&lxc, &network, cn, d))
+            .collect::<Result<Vec<_>>>()?;
         Ok(NodePlan {
             cn: cn.into(),
             network,
             ssh,
             snmp,
-            explicit_ips,
+            conf,
+            vms: plans,
         })
     }
 
     /// The per-VM inputs of `vm` on `cn`: merged settings before allocation
     /// and the explicit values the allocators must honour.
     pub fn vm_plan(&self, cn: &str, vm: &str) -> Result<VmPlan> {
-        let d = self.declared_vm(cn, vm)?;
-        let lxc = self.lxc_full()?;
-        self.vm_plan_with(&lxc, cn, d)
+        self.declared_vm(cn, vm)?;
+        let node = self.node_plan(cn)?;
+        Ok(node.vm(vm).expect("declared VMs have plans").clone())
     }
 
-    fn vm_plan_with(&self, lxc: &Value, cn: &str, d: &DeclaredVm) -> Result<VmPlan> {
+    fn vm_plan_with(
+        &self,
+        lxc: &Value,
+        network: &Network,
+        cn: &str,
+        d: &DeclaredVm,
+    ) -> Result<VmPlan> {
         let whose = format!("VM {} on compute node {cn}", d.name);
+        let at = |key: &str| -> String {
+            if d.pillar.contains_key(key) {
+                format!("{key} of {whose} (pillar key {})", d.key)
+            } else {
+                format!("{key} of {whose} (pillar {LXC}.defaults.{key})")
+            }
+        };
+        for key in ["network", "netmask", "gateway"] {
+            if let Some(v) = d.pillar.get(key) {
+                let what = at(key);
+                if canonical(key, v, &what)? != canonical(key, &lxc["defaults"][key], &what)? {
+                    return Err(Error::invalid(format!(
+                        "{what} is {}: VMs of a node share its network; set {LXC}.defaults.{key} instead",
+                        checks::shown(key, v)
+                    )));
+                }
+            }
+        }
         let mut s = lxc["defaults"].clone();
         s["dnsservers"] = lxc["dnsservers"].clone();
         deep_merge(&mut s, &Value::Object(d.pillar.clone()));
@@ -625,47 +756,59 @@ impl Config {
             unreachable!("defaults are a mapping")
         };
         s.insert("name".into(), json!(d.name));
+        checks::no_controls_deep(
+            &format!("settings of {whose} (pillar key {})", d.key),
+            &Value::Object(s.clone()),
+        )?;
+        check_vm_values(&s, &at)?;
         let ip = match s.get("ip").filter(|v| !v.is_null()) {
-            Some(v) => Some(parse_ip(
-                &format!("IP of {whose}"),
-                as_str(v, &format!("ip of {whose}"))?,
-            )?),
+            Some(v) => {
+                let ip = parse_ip(&at("ip"), as_str(v, &at("ip"))?)?;
+                network.check_explicit(ip, &format!("{whose} (pillar key {})", d.key))?;
+                Some(ip)
+            }
             None => None,
         };
         let mut macs = vec![MacRequest {
             slot: String::new(),
             explicit: match s.get("mac").filter(|v| !v.is_null()) {
-                Some(v) => Some(mac::validate(
-                    as_str(v, &format!("mac of {whose}"))?,
-                    &whose,
-                )?),
+                Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &whose)?),
                 None => None,
             },
         }];
-        for extra in additional_ips(&s, &whose)? {
-            macs.push(extra);
+        let extra = additional_ips(&s, &at("additional_ips"))?;
+        let mut additional = Vec::with_capacity(extra.len());
+        for (req, addr) in extra {
+            if Some(addr) == ip {
+                return Err(Error::invalid(format!(
+                    "{}: {addr} is also the VM's main IP; list each address once",
+                    at("additional_ips")
+                )));
+            }
+            if network.includes(addr) {
+                network.check_explicit(
+                    addr,
+                    &format!("{whose} (additional IP, pillar key {})", d.key),
+                )?;
+            }
+            additional.push(addr);
+            macs.push(req);
         }
         let password = match s.get("password").filter(|v| !v.is_null()) {
-            Some(v) => Some(scalar(v, &format!("password of {whose}"))?),
+            Some(v) => Some(secret_scalar(v, &at("password"))?),
             None => None,
         };
         if password.as_deref() == Some("") {
             return Err(Error::invalid(format!(
-                "{whose} has an empty password: remove 'password' to have one generated"
+                "{} is empty: remove 'password' to have one generated",
+                at("password")
             )));
         }
         let profile = profile_of(&s, cn, &whose)?;
         // Checked here, before anything is allocated, so that a bad value
         // never leaves an allocation behind.
-        domains(&s, &d.name, &whose)?;
-        scalar(
-            &s["bootsalt_branch"],
-            &format!("bootsalt_branch of {whose}"),
-        )?;
-        if let Some(v) = s.get("script_args").filter(|v| !v.is_null()) {
-            scalar(v, &format!("script_args of {whose}"))?;
-        }
-        let prefix = parse_prefix(&scalar(&s["netmask"], &format!("netmask of {whose}"))?)?;
+        domains(&s, &d.name, &at("domains"))?;
+        let prefix = parse_prefix(&scalar(&s["netmask"], &at("netmask"))?)?;
         s.insert("netmask".into(), json!(prefix.to_string()));
         Ok(VmPlan {
             vm: d.name.clone(),
@@ -673,19 +816,11 @@ impl Config {
             settings: s,
             own: d.pillar.clone(),
             ip,
+            additional,
             macs,
             password,
             profile,
         })
-    }
-
-    /// Every VM plan of a node, in name order.
-    pub fn node_vm_plans(&self, cn: &str) -> Result<Vec<VmPlan>> {
-        let lxc = self.lxc_full()?;
-        self.node_vms(cn)?
-            .iter()
-            .map(|d| self.vm_plan_with(&lxc, cn, d))
-            .collect()
     }
 
     /// Completes a VM's settings (SPEC §3.3) once its allocations are known.
@@ -758,15 +893,16 @@ impl Config {
         s.insert("mac".into(), json!(alloc.macs[0]));
         s.insert("ip".into(), json!(alloc.ip.to_string()));
         s.insert("password".into(), json!(alloc.password));
-        let salt = crate::secrets::salt_for(cn, &plan.vm, &alloc.password);
         s.insert(
             "password_hash".into(),
-            json!(crate::secrets::sha512_crypt(&alloc.password, &salt)),
+            json!(crate::secrets::sha512_crypt(&alloc.password, &alloc.salt)),
         );
         if full {
             s.insert("ssh_reverse_proxy_port".into(), json!(alloc.ssh));
             s.insert("snmp_reverse_proxy_port".into(), json!(alloc.snmp));
         }
+        let config = crate::lxc::render_config(&s)?;
+        s.insert("lxc_config".into(), json!(config));
         Ok(Value::Object(s))
     }
 
@@ -785,10 +921,13 @@ impl Config {
                 } else {
                     "bootsalt_args"
                 };
-                scalar(&self.cloud_settings()?[key], key)?
+                scalar(&self.cloud_settings()?[key], &format!("{CLOUD}.{key}"))?
             }
         };
-        Ok(with_branch(&base, &branch))
+        checks::word(&format!("bootsalt_branch of {whose}"), &branch, false)?;
+        let args = with_branch(&base, &branch);
+        checks::words(&format!("script_args of {whose}"), &args)?;
+        Ok(args)
     }
 
     /// `mc_cloud_saltify.settings()` (SPEC §7).
@@ -856,6 +995,7 @@ impl Config {
             unreachable!("mapping")
         };
         t.insert("name".into(), json!(name));
+        check_target(name, &t)?;
         let host = ["ssh_host", "ip"]
             .iter()
             .find_map(|k| t.get(*k).filter(|v| !v.is_null()).cloned());
@@ -921,7 +1061,7 @@ impl Config {
         let mut ordered = Map::new();
         ordered.insert(default.clone(), first.clone());
         for (k, v) in images {
-            validate("image", &k)?;
+            check_image(&k, &v)?;
             ordered.entry(k).or_insert(v);
         }
         s["lxc"]["images"] = Value::Object(ordered);
@@ -960,6 +1100,7 @@ fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Result<Profile> 
     let (size_name, custom) = match s.get("profile").filter(|v| !v.is_null()) {
         Some(v) => {
             let p = scalar(v, &format!("profile of {whose}"))?;
+            checks::word(&format!("profile of {whose}"), &p, false)?;
             match size_of(&p) {
                 Some(_) => (p, None),
                 None => ("medium".to_string(), Some(p)),
@@ -1006,6 +1147,8 @@ pub struct VmAllocation {
     pub macs: Vec<String>,
     /// Root password (clear text; also hashed into `password_hash`).
     pub password: String,
+    /// The crypt salt of `password_hash`, random and stored with the VM.
+    pub salt: String,
     /// ssh reverse-proxy port, when allocated.
     pub ssh: Option<u16>,
     /// snmp reverse-proxy port, when allocated.
@@ -1071,18 +1214,15 @@ pub(crate) fn domains(s: &Map<String, Value>, vm: &str, whose: &str) -> Result<V
         Some(Value::Array(a)) => a
             .iter()
             .map(|d| {
-                let d = as_str(d, &format!("domains of {whose}"))?;
-                let host = d.strip_prefix("*.").unwrap_or(d);
-                if d != "*" {
-                    validate("domain", host)
-                        .map_err(|e| Error::invalid(format!("{whose}: {e}")))?;
-                }
+                let d = as_str(d, whose)?;
+                checks::domain(whose, d)?;
                 Ok(d.to_owned())
             })
             .collect::<Result<_>>()?,
         Some(other) => {
             return Err(Error::invalid(format!(
-                "{whose}: 'domains' must be a list of names, not {other}"
+                "{whose} must be a list of names, not {}",
+                kind_of(other)
             )))
         }
     };
@@ -1093,39 +1233,344 @@ pub(crate) fn domains(s: &Map<String, Value>, vm: &str, whose: &str) -> Result<V
     Ok(others)
 }
 
+/// Checks the global cloud settings that reach states and bootstrap
+/// command lines.
+fn check_cloud(s: &Value) -> Result<()> {
+    let what = |k: &str| format!("{CLOUD}.{k}");
+    checks::no_controls_deep(&format!("pillar {CLOUD}"), s)?;
+    let text = |k: &str| s.get(k).and_then(Value::as_str).filter(|v| !v.is_empty());
+    for k in ["script", "ssh_gateway_key", "root", "prefix"] {
+        if let Some(v) = text(k) {
+            checks::abs_path(&what(k), v)?;
+        }
+    }
+    if let Some(v) = text("master") {
+        checks::host(&what("master"), v)?;
+    }
+    if let Some(v) = text("ssh_gateway_user") {
+        checks::user(&what("ssh_gateway_user"), v)?;
+    }
+    for k in ["master_port", "ssh_gateway_port"] {
+        if let Some(v) = s.get(k).filter(|v| !v.is_null()) {
+            checks::port(&what(k), v)?;
+        }
+    }
+    for k in ["bootsalt_args", "bootsalt_mastersalt_args"] {
+        if let Some(v) = text(k) {
+            checks::words(&what(k), v)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks an lxc image declaration: its name, template, release, packages
+/// and template arguments are plain words.
+fn check_image(name: &str, v: &Value) -> Result<()> {
+    let key = format!("{IMAGES}.lxc.images.{name}");
+    validate("image", name).map_err(|e| e.in_pillar(&format!("pillar key {key}")))?;
+    checks::no_controls_deep(&format!("pillar {key}"), v)?;
+    let what = |k: &str| format!("{k} of image {name} (pillar {key})");
+    for k in ["template", "release"] {
+        if let Some(x) = v.get(k).filter(|x| !x.is_null()) {
+            checks::word(&what(k), checks::string(&what(k), x, false)?, false)?;
+        }
+    }
+    if let Some(x) = v.get("template_args").filter(|x| !x.is_null()) {
+        checks::words(
+            &what("template_args"),
+            checks::string(&what("template_args"), x, false)?,
+        )?;
+    }
+    for p in checks::strings(&what("packages"), v.get("packages").unwrap_or(&Value::Null))? {
+        checks::word(&what("packages"), p, false)?;
+    }
+    Ok(())
+}
+
+/// Checks a saltify target's values: host, user, key file, port, and no
+/// control character anywhere (the password is never shown).
+fn check_target(name: &str, t: &Map<String, Value>) -> Result<()> {
+    let key = format!("{SALTIFY}.targets.{name}");
+    let what = |k: &str| format!("{k} of saltify target {name} (pillar {key})");
+    checks::no_controls_deep(&format!("pillar {key}"), &Value::Object(t.clone()))?;
+    let text = |k: &str| -> Result<Option<&str>> {
+        match t.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => checks::string(&what(k), v, checks::is_secret(k)).map(Some),
+        }
+    };
+    for k in ["ssh_host", "ip", "ssh_gateway"] {
+        if let Some(v) = text(k)? {
+            checks::host(&what(k), v)?;
+        }
+    }
+    for k in ["ssh_username", "ssh_gateway_user"] {
+        if let Some(v) = text(k)? {
+            checks::user(&what(k), v)?;
+        }
+    }
+    for k in ["ssh_keyfile", "ssh_gateway_key"] {
+        if let Some(v) = text(k)? {
+            checks::abs_path(&what(k), v)?;
+        }
+    }
+    for k in ["ssh_port", "ssh_gateway_port"] {
+        if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+            checks::port(&what(k), v)?;
+        }
+    }
+    if let Some(v) = t.get("password").filter(|v| !v.is_null()) {
+        secret_scalar(v, &what("password"))?;
+    }
+    Ok(())
+}
+
+/// Checks a node's conf mapping: every value a state receives is what it
+/// must be (host, port, clean absolute paths, an iptables chain name), and
+/// raw haproxy lines hold no control character.
+fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
+    let key = format!("{COMPUTE_NODE}.conf.{cn}");
+    let what = |k: &str| format!("{k} of compute node {cn} (pillar {key})");
+    let Value::Object(m) = conf else {
+        return Err(Error::invalid(format!(
+            "pillar {key} must be a mapping, not {}",
+            kind_of(conf)
+        )));
+    };
+    for (k, v) in m {
+        match k.as_str() {
+            "http_proxy" | "https_proxy" => {
+                for (which, opts) in v.as_object().into_iter().flatten() {
+                    let w = what(&format!("{k}.{which}"));
+                    checks::no_controls(&format!("a key of {w}"), which, false)?;
+                    match opts {
+                        Value::String(text) => text
+                            .lines()
+                            .try_for_each(|l| checks::no_controls(&w, l, false))?,
+                        other => {
+                            for l in checks::strings(&w, other)? {
+                                checks::no_controls(&w, l, false)?;
+                            }
+                        }
+                    }
+                }
+            }
+            "bind_address" => {
+                let a = checks::string(&what(k), v, false)?;
+                if a != "*" {
+                    checks::host(&what(k), a)?;
+                }
+            }
+            "http_port" | "https_port" => {
+                checks::port(&what(k), v)?;
+            }
+            "ssl_cert" | "haproxy_config" | "hosts_file" | "sysctl_file" | "haproxy_pidfile" => {
+                if !(k == "haproxy_pidfile" && v.is_null()) {
+                    checks::abs_path(&what(k), checks::string(&what(k), v, false)?)?;
+                }
+            }
+            "firewall_chain" => {
+                let c = checks::string(&what(k), v, false)?;
+                let ok = c.len() <= 28
+                    && !c.starts_with('-')
+                    && !c.is_empty()
+                    && c.chars()
+                        .all(|x| x.is_ascii_alphanumeric() || x == '-' || x == '_');
+                if !ok {
+                    return Err(Error::invalid(format!(
+                        "{} {c:?} is not an iptables chain name: use up to 28 letters, digits, '-' and '_'",
+                        what(k)
+                    )));
+                }
+            }
+            "haproxy_service" => {
+                if !v.is_boolean() {
+                    return Err(Error::invalid(format!(
+                        "{} must be true or false, not {v}",
+                        what(k)
+                    )));
+                }
+            }
+            _ => checks::no_controls_deep(&what(k), v)?,
+        }
+    }
+    Ok(())
+}
+
 /// Parses `additional_ips`: a list of mappings with an `ip` and an optional
 /// `mac` (and free-form keys such as `gateway`, `netmask`, `link`).
-fn additional_ips(s: &Map<String, Value>, whose: &str) -> Result<Vec<MacRequest>> {
+/// `what` names the setting and where it is declared.
+fn additional_ips(s: &Map<String, Value>, what: &str) -> Result<Vec<(MacRequest, Ipv4Addr)>> {
     let list = match s.get("additional_ips") {
         None | Some(Value::Null) => return Ok(vec![]),
         Some(Value::Array(a)) => a,
         Some(other) => {
             return Err(Error::invalid(format!(
-                "{whose}: 'additional_ips' must be a list of mappings with an 'ip', not {other}"
+                "{what} must be a list of mappings with an 'ip', not {}",
+                kind_of(other)
             )))
         }
     };
-    let mut out: Vec<MacRequest> = Vec::with_capacity(list.len());
+    let mut out: Vec<(MacRequest, Ipv4Addr)> = Vec::with_capacity(list.len());
     for entry in list {
         let ip = entry.get("ip").and_then(Value::as_str).ok_or_else(|| {
-            Error::invalid(format!(
-                "{whose}: each of 'additional_ips' needs an 'ip', got {entry}"
-            ))
+            Error::invalid(format!("{what}: each entry needs an 'ip', got {entry}"))
         })?;
-        let ip = parse_ip(&format!("additional IP of {whose}"), ip)?.to_string();
-        if out.iter().any(|m| m.slot == ip) {
-            return Err(Error::invalid(format!(
-                "{whose}: additional IP {ip} is listed twice"
-            )));
+        let ip = parse_ip(what, ip)?;
+        if out.iter().any(|(_, a)| *a == ip) {
+            return Err(Error::invalid(format!("{what}: {ip} is listed twice")));
         }
         let explicit = match entry.get("mac").filter(|v| !v.is_null()) {
-            Some(v) => Some(mac::validate(
-                as_str(v, &format!("mac of {whose}"))?,
-                whose,
-            )?),
+            Some(v) => Some(mac::validate(as_str(v, what)?, what)?),
             None => None,
         };
-        out.push(MacRequest { slot: ip, explicit });
+        out.push((
+            MacRequest {
+                slot: ip.to_string(),
+                explicit,
+            },
+            ip,
+        ));
+    }
+    Ok(out)
+}
+
+/// A secret scalar (a password): its string form, and a message that never
+/// shows it.
+fn secret_scalar(v: &Value, what: &str) -> Result<String> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        other => Err(Error::invalid(format!(
+            "{what} must be a string, not {} (value hidden: it is a secret)",
+            kind_of(other)
+        ))),
+    }
+}
+
+/// Checks the values of a VM's merged settings that states use as names,
+/// paths, hosts, keys or command arguments. `at(key)` names the setting and
+/// where it is declared.
+fn check_vm_values(s: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Result<()> {
+    let text = |key: &str| -> Result<Option<&str>> {
+        match s.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => checks::string(&at(key), v, false).map(Some),
+        }
+    };
+    for key in ["bridge", "main_bridge"] {
+        if let Some(v) = text(key)? {
+            checks::iface(&at(key), v)?;
+        }
+    }
+    for key in ["lxc_path", "script", "ssh_gateway_key"] {
+        if let Some(v) = text(key)? {
+            checks::abs_path(&at(key), v)?;
+        }
+    }
+    for key in ["from_container", "default_container", "image"] {
+        if let Some(v) = text(key)? {
+            validate("image", v).map_err(|e| e.in_pillar(&at(key)))?;
+        }
+    }
+    for key in ["master", "ssh_gateway"] {
+        if let Some(v) = text(key)?.filter(|v| !v.is_empty()) {
+            checks::host(&at(key), v)?;
+        }
+    }
+    for key in ["master_port", "ssh_gateway_port"] {
+        if let Some(v) = s.get(key).filter(|v| !v.is_null()) {
+            checks::port(&at(key), v)?;
+        }
+    }
+    for key in ["ssh_username", "ssh_gateway_user"] {
+        if let Some(v) = text(key)? {
+            checks::user(&at(key), v)?;
+        }
+    }
+    for key in ["vgname", "lvname", "bootsalt_branch"] {
+        if let Some(v) = s.get(key).filter(|v| !v.is_null()) {
+            checks::word(&at(key), &scalar(v, &at(key))?, false)?;
+        }
+    }
+    if let Some(v) = s.get("script_args").filter(|v| !v.is_null()) {
+        checks::words(&at("script_args"), &scalar(v, &at("script_args"))?)?;
+    }
+    for u in checks::strings(&at("users"), s.get("users").unwrap_or(&Value::Null))? {
+        checks::user(&at("users"), u)?;
+    }
+    for ns in checks::strings(
+        &at("dnsservers"),
+        s.get("dnsservers").unwrap_or(&Value::Null),
+    )? {
+        checks::ip_address(&at("dnsservers"), ns)?;
+    }
+    for line in checks::strings(&at("fstab"), s.get("fstab").unwrap_or(&Value::Null))? {
+        let source = line.split_whitespace().next().unwrap_or("");
+        if line.split_whitespace().count() < 2 {
+            return Err(Error::invalid(format!(
+                "{} entry {line:?} is not a mount entry: write 'source target type options', \
+                 e.g. '/srv/data srv none bind 0 0'",
+                at("fstab")
+            )));
+        }
+        if source.starts_with('/') {
+            checks::abs_path(&at("fstab"), source)?;
+        }
+    }
+    for key in checks::strings(
+        &at("lxc_conf_unset"),
+        s.get("lxc_conf_unset").unwrap_or(&Value::Null),
+    )? {
+        checks::lxc_key(&at("lxc_conf_unset"), key)?;
+    }
+    lxc_conf_entries(s, at)?;
+    Ok(())
+}
+
+/// The `lxc_conf` entries of a VM as `(key, value)` pairs: each item is a
+/// mapping `{key: value}` or a string `key = value`; keys are `lxc.` keys.
+pub(crate) fn lxc_conf_entries(
+    s: &Map<String, Value>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Vec<(String, String)>> {
+    let what = at("lxc_conf");
+    let items = match s.get("lxc_conf") {
+        None | Some(Value::Null) => return Ok(vec![]),
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "{what} must be a list of {{key: value}} mappings, not {}",
+                kind_of(other)
+            )))
+        }
+    };
+    let mut out = vec![];
+    for item in items {
+        match item {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    checks::lxc_key(&what, k)?;
+                    let v = match v {
+                        Value::Null => String::new(),
+                        Value::Bool(b) => u8::from(*b).to_string(),
+                        other => scalar(other, &format!("{what} ({k})"))?,
+                    };
+                    out.push((k.clone(), v));
+                }
+            }
+            Value::String(line) => {
+                let (k, v) = line.split_once('=').unwrap_or((line, ""));
+                checks::lxc_key(&what, k.trim())?;
+                out.push((k.trim().to_owned(), v.trim().to_owned()));
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "{what}: each entry must be a {{key: value}} mapping, not {}",
+                    kind_of(other)
+                )))
+            }
+        }
     }
     Ok(out)
 }

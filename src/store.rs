@@ -11,10 +11,12 @@
 //! reported, never rewritten.
 
 use std::fs::{DirBuilder, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use rusqlite::backup::Backup;
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::error::{Error, Result};
@@ -31,12 +33,16 @@ const BUSY_PREFIX: &str = "the store stayed locked by another process";
 
 /// File name of the database inside the store directory.
 pub const FILE_NAME: &str = "registry.sqlite";
-const SCHEMA_VERSION: i64 = 2;
+/// The store's format, recorded in its identity record.
+pub const FORMAT: &str = "mccloud-registry";
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 3;
 const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS numbers(
-    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, value INTEGER NOT NULL,
-    PRIMARY KEY(kind, cn, vm), UNIQUE(kind, cn, value)) WITHOUT ROWID;
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE numbers(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, slot TEXT NOT NULL DEFAULT '',
+    value INTEGER NOT NULL, space TEXT NOT NULL,
+    PRIMARY KEY(kind, cn, vm, slot), UNIQUE(space, cn, value)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS macs(
     mac TEXT PRIMARY KEY, cn TEXT NOT NULL, vm TEXT NOT NULL, slot TEXT NOT NULL,
     retired INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
@@ -44,18 +50,60 @@ CREATE UNIQUE INDEX IF NOT EXISTS macs_active ON macs(cn, vm, slot) WHERE retire
 CREATE TABLE IF NOT EXISTS passwords(
     cn TEXT NOT NULL, vm TEXT NOT NULL, password TEXT NOT NULL,
     PRIMARY KEY(cn, vm)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS salts(
+    cn TEXT NOT NULL, vm TEXT NOT NULL, salt TEXT NOT NULL,
+    PRIMARY KEY(cn, vm)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS destroyed(
     cn TEXT NOT NULL, vm TEXT NOT NULL, PRIMARY KEY(cn, vm)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS hints(
     pool TEXT NOT NULL, cn TEXT NOT NULL, value INTEGER NOT NULL,
     PRIMARY KEY(pool, cn)) WITHOUT ROWID;
 ";
+/// Version 2 stores (before additional IPs, shared port space, salts and
+/// the identity record) are upgraded in place.
+const UPGRADE_FROM_2: &str = "
+CREATE TABLE numbers_v3(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, slot TEXT NOT NULL DEFAULT '',
+    value INTEGER NOT NULL, space TEXT NOT NULL,
+    PRIMARY KEY(kind, cn, vm, slot), UNIQUE(space, cn, value)) WITHOUT ROWID;
+INSERT INTO numbers_v3(kind, cn, vm, slot, value, space)
+    SELECT kind, cn, vm, '', value, CASE kind WHEN 'ip' THEN 'ip' ELSE 'port' END FROM numbers;
+DROP TABLE numbers;
+ALTER TABLE numbers_v3 RENAME TO numbers;
+CREATE TABLE IF NOT EXISTS salts(
+    cn TEXT NOT NULL, vm TEXT NOT NULL, salt TEXT NOT NULL,
+    PRIMARY KEY(cn, vm)) WITHOUT ROWID;
+";
+
+/// The uniqueness space of a kind of number: IPs, or ports (ssh and snmp
+/// ports share one space: a port is never held twice on a node).
+pub fn space_of(kind: &str) -> &'static str {
+    if kind == "ip" {
+        "ip"
+    } else {
+        "port"
+    }
+}
+
+/// The kinds of a space.
+fn kinds_of(space: &str) -> &'static [&'static str] {
+    if space == "ip" {
+        &["ip"]
+    } else {
+        &["ssh", "snmp"]
+    }
+}
 
 /// An open store.
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Device and inode of the file opened: each transaction checks that
+    /// the store's path still names it.
+    file_id: (u64, u64),
+    /// Device and inode of the write-ahead log, once it exists.
+    wal_id: Option<(u64, u64)>,
 }
 
 /// Who holds a MAC.
@@ -71,26 +119,94 @@ pub struct MacOwner {
     pub retired: bool,
 }
 
+/// Who holds a number (an IP or a port) on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NumberOwner {
+    /// The holding VM.
+    pub vm: String,
+    /// `ip`, `ssh` or `snmp`.
+    pub kind: String,
+    /// Empty for the main IP, the address for an additional IP.
+    pub slot: String,
+}
+
+/// What `mccloud store check` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckReport {
+    /// The store file.
+    pub path: String,
+    /// The files that make up the store and exist now.
+    pub files: Vec<String>,
+    /// Schema version.
+    pub schema_version: i64,
+    /// Store identity (random, fixed at creation).
+    pub identity: String,
+    /// `ok`, or what SQLite's integrity check found.
+    pub integrity: String,
+    /// Compute nodes holding allocations.
+    pub nodes: usize,
+    /// Rows per table.
+    pub rows: std::collections::BTreeMap<String, i64>,
+}
+
 fn map_err(path: &Path, e: rusqlite::Error) -> Error {
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => Error::store(
             path,
             format!(
-                "the file is unreadable ({e}); it was left untouched: restore it from a backup, \
-                 or move it aside to start an empty registry"
+                "the file is unreadable ({e}); it was left untouched: restore it from a backup \
+                 (mccloud store backup), or move it aside to start an empty registry"
             ),
         ),
         Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => Error::store(
             path,
             format!("{BUSY_PREFIX} ({e}); retry when it has finished"),
         ),
+        Some(ErrorCode::DiskFull) => Error::store(
+            path,
+            format!(
+                "the file system holding the store is full ({e}); nothing was written: free space on it and retry"
+            ),
+        ),
         Some(ErrorCode::ReadOnly)
         | Some(ErrorCode::PermissionDenied)
-        | Some(ErrorCode::CannotOpen) => Error::store(
+        | Some(ErrorCode::CannotOpen) => Error::store(path, not_writable(path, &e.to_string())),
+        Some(ErrorCode::SystemIoFailure) => Error::store(
             path,
-            format!("cannot write the store ({e}): run as the controller's Salt user (root)"),
+            format!(
+                "reading or writing the store failed ({e}); nothing was written: check the file \
+                 and its directory ({}) and the disk",
+                path.parent().unwrap_or(Path::new("/")).display()
+            ),
         ),
         _ => Error::store(path, e.to_string()),
+    }
+}
+
+/// Why a store cannot be written: the directory (SQLite writes `-wal` and
+/// `-shm` files beside the store) or the file itself.
+fn not_writable(path: &Path, e: &str) -> String {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let probe = dir.join(format!(".mccloud-write-probe-{}", std::process::id()));
+    let dir_ok = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&probe)
+        .map(|_| {
+            let _ = std::fs::remove_file(&probe);
+        });
+    match dir_ok {
+        Err(de) => format!(
+            "cannot write the store ({e}): its directory {} is not writable ({de}); SQLite needs to \
+             create {FILE_NAME}-wal and {FILE_NAME}-shm there: make it writable by the controller's \
+             Salt user (root), or point MCCLOUD_STORE_DIR / mccloud_store_dir at a writable directory",
+            dir.display()
+        ),
+        Ok(()) => format!(
+            "cannot write the store ({e}): the file (or its -wal/-shm files) is not writable by this \
+             user: run as the controller's Salt user (root) or fix the files' owner and mode"
+        ),
     }
 }
 
@@ -105,42 +221,177 @@ impl<T> AtPath<T> for rusqlite::Result<T> {
     }
 }
 
-impl Store {
-    /// Opens (creating if needed) the store in `dir`.
-    pub fn open(dir: &Path) -> Result<Store> {
-        let path = dir.join(FILE_NAME);
-        if !dir.exists() {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| {
-                    Error::store(dir, format!("cannot create the store directory: {e}"))
-                })?;
+fn io_err(path: &Path, doing: &str, e: &std::io::Error) -> Error {
+    let hint = match e.kind() {
+        std::io::ErrorKind::StorageFull => ": the file system is full, free space on it",
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            ": make the directory writable by the controller's Salt user (root), or point \
+             MCCLOUD_STORE_DIR / mccloud_store_dir elsewhere"
         }
-        match OpenOptions::new()
+        _ => "",
+    };
+    Error::store(path, format!("{doing}: {e}{hint}"))
+}
+
+/// Device and inode of `path`, when it exists.
+fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
+}
+
+/// The `-wal` file beside a store file.
+pub fn wal_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push("-wal");
+    PathBuf::from(p)
+}
+
+/// Checks what sits at the store's path: nothing (`Ok(false)`), a regular
+/// file (`Ok(true)`), or something that is not a store file.
+fn inspect(path: &Path) -> Result<bool> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_err(path, "cannot reach the store file", &e)),
+    };
+    let ft = meta.file_type();
+    let what = if ft.is_file() {
+        return Ok(true);
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(Error::store(
+        path,
+        format!(
+            "this is {what}, not a store file; it was left untouched: move it aside (or restore the \
+             store file there from a backup), or point MCCLOUD_STORE_DIR / mccloud_store_dir at the \
+             store's real directory"
+        ),
+    ))
+}
+
+fn connect(path: &Path) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let conn = Connection::open_with_flags(path, flags).at(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT).at(path)?;
+    // Durable commits; freed pages (forgotten passwords) overwritten with
+    // zeros; the -wal file truncated when it restarts, so old frames do not
+    // linger in it either.
+    conn.execute_batch(
+        "PRAGMA synchronous=FULL; PRAGMA secure_delete=ON; PRAGMA journal_size_limit=0;",
+    )
+    .at(path)?;
+    Ok(conn)
+}
+
+/// A random identity for a new store.
+fn new_identity() -> Result<String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b)
+        .map_err(|e| Error::invalid(format!("the OS random generator failed: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Creates a new store at `path`: built complete under a temporary name,
+/// then linked into place, so no process ever sees a half-made store; when
+/// another process created it first, its store is kept.
+fn create(dir: &Path, path: &Path) -> Result<()> {
+    let tmp = dir.join(format!(
+        ".{FILE_NAME}.new-{}-{}",
+        std::process::id(),
+        new_identity()?
+    ));
+    let result = (|| {
+        OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&path)
-        {
-            Ok(_) => {}
+            .open(&tmp)
+            .map_err(|e| io_err(dir, "cannot create the store file in this directory", &e))?;
+        let conn = Connection::open_with_flags(&tmp, OpenFlags::SQLITE_OPEN_READ_WRITE).at(&tmp)?;
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA journal_mode=DELETE;")
+            .at(path)?;
+        conn.execute_batch(&format!(
+            "BEGIN; {SCHEMA} INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('identity', '{}');
+             PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
+            new_identity()?
+        ))
+        .at(path)?;
+        conn.close().map_err(|(_, e)| map_err(path, e))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io_err(path, "cannot write the new store", &e))?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(Error::store(
-                    &path,
-                    format!("cannot create the store file: {e}"),
-                ))
-            }
+            Err(e) => return Err(io_err(path, "cannot put the new store in place", &e)),
         }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&path, flags).at(&path)?;
-        conn.busy_timeout(BUSY_TIMEOUT).at(&path)?;
-        conn.execute_batch("PRAGMA synchronous=FULL;").at(&path)?;
-        let mut store = Store { conn, path };
-        // Switching to WAL and creating the schema take locks that SQLite's
-        // busy handler does not always wait for when many processes open a
-        // new store at once: retry them for as long as the busy timeout.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err(dir, "cannot sync the store directory", &e))
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it (and the directory) when it
+    /// does not exist. Only a missing file creates a store: a file that is
+    /// not a mccloud store (empty, another program's database) is an error.
+    pub fn open(dir: &Path) -> Result<Store> {
+        Self::open_with(dir, true).map(|s| s.expect("created"))
+    }
+
+    /// Opens the store in `dir` if it exists; `None` when there is none.
+    pub fn open_existing(dir: &Path) -> Result<Option<Store>> {
+        Self::open_with(dir, false)
+    }
+
+    fn open_with(dir: &Path, create_missing: bool) -> Result<Option<Store>> {
+        let path = dir.join(FILE_NAME);
+        if !inspect(&path)? {
+            if !create_missing {
+                return Ok(None);
+            }
+            if !dir.exists() {
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| io_err(dir, "cannot create the store directory", &e))?;
+            }
+            create(dir, &path)?;
+            inspect(&path)?;
+        }
+        let id = file_id(&path).map_err(|e| io_err(&path, "cannot reach the store file", &e))?;
+        let conn = connect(&path)?;
+        if file_id(&path).ok() != Some(id) {
+            return Err(Error::store(
+                &path,
+                "the store file was replaced while it was being opened: retry",
+            ));
+        }
+        let mut store = Store {
+            conn,
+            path,
+            file_id: id,
+            wal_id: None,
+        };
+        store.identify()?;
+        // Switching to WAL and upgrading take locks that SQLite's busy
+        // handler does not always wait for when many processes open the
+        // store at once: retry them for as long as the busy timeout.
         let deadline = Instant::now() + BUSY_TIMEOUT;
         loop {
             match store.setup() {
@@ -150,7 +401,61 @@ impl Store {
                 other => break other?,
             }
         }
-        Ok(store)
+        Ok(Some(store))
+    }
+
+    /// Refuses a file that is not a mccloud store.
+    fn identify(&self) -> Result<()> {
+        let path = &self.path;
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .at(path)?;
+        let has = |table: &str| -> Result<bool> {
+            self.conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name=?1",
+                    params![table],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| n > 0)
+                .at(path)
+        };
+        let format: Option<String> = if has("meta")? {
+            self.conn
+                .query_row("SELECT value FROM meta WHERE key='format'", [], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .at(path)?
+        } else {
+            None
+        };
+        let ours = format.as_deref() == Some(FORMAT) || (version == 2 && has("numbers")?);
+        if !ours {
+            let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            let what = if size == 0 {
+                "an empty file".to_owned()
+            } else {
+                "not a mccloud registry (it has no mccloud identity record: another program's database?)"
+                    .to_owned()
+            };
+            return Err(Error::store(
+                path,
+                format!(
+                    "the file is {what}; it was left untouched and no allocation was made: restore the \
+                     store from a backup (mccloud store backup makes one), or move the file aside so \
+                     that a new, empty registry is created"
+                ),
+            ));
+        }
+        if version > SCHEMA_VERSION {
+            return Err(Error::store(
+                path,
+                format!("schema version {version} is newer than this mccloud knows ({SCHEMA_VERSION}): upgrade mccloud"),
+            ));
+        }
+        Ok(())
     }
 
     fn setup(&mut self) -> Result<()> {
@@ -175,14 +480,28 @@ impl Store {
         if version == SCHEMA_VERSION {
             return Ok(());
         }
-        if version > SCHEMA_VERSION {
-            return Err(Error::store(
-                &self.path,
-                format!("schema version {version} is newer than this mccloud knows ({SCHEMA_VERSION}): upgrade mccloud"),
-            ));
-        }
+        let identity = new_identity()?;
         self.write(|tx| {
-            tx.conn.execute_batch(SCHEMA).at(tx.path)?;
+            // Another process may have upgraded it meanwhile.
+            let v: i64 = tx
+                .conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .at(tx.path)?;
+            if v == SCHEMA_VERSION {
+                return Ok(());
+            }
+            tx.conn.execute_batch(UPGRADE_FROM_2).map_err(|e| {
+                Error::store(
+                    tx.path,
+                    format!(
+                        "cannot upgrade the store to schema version {SCHEMA_VERSION} ({e}): a port is \
+                         probably held both as an ssh and an snmp port on one node; it was left \
+                         unchanged: free one of them with the previous mccloud version, then retry"
+                    ),
+                )
+            })?;
+            tx.set_meta("format", FORMAT)?;
+            tx.set_meta("identity", &identity)?;
             tx.conn
                 .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
                 .at(tx.path)
@@ -196,8 +515,15 @@ impl Store {
 
     /// Runs `f` in a write transaction: the write lock is taken first, every
     /// change is committed durably together, or none is when `f` fails.
+    /// The committed pages are then copied into the store file itself
+    /// (a passive checkpoint), so an acknowledged allocation does not live
+    /// only in the `-wal` file.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        self.run(TransactionBehavior::Immediate, f)
+        let out = self.run(TransactionBehavior::Immediate, f)?;
+        let _ = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        Ok(out)
     }
 
     /// Runs `f` in a read transaction (a consistent snapshot).
@@ -205,11 +531,62 @@ impl Store {
         self.run(TransactionBehavior::Deferred, f)
     }
 
+    /// Checks that the store's path still names the file this store opened
+    /// (and its `-wal` file the log it writes), so a store moved aside,
+    /// deleted or replaced under a running process is never written to.
+    fn check_same_files(&mut self) -> Result<()> {
+        let path = self.path.clone();
+        let moved = |what: &str, fix: &str| {
+            // Never write again through this connection, not even the
+            // checkpoint SQLite makes on close.
+            let _ = self
+                .conn
+                .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
+            Err(Error::store(
+                &path,
+                format!("{what} while mccloud had the store open; nothing was written: {fix}"),
+            ))
+        };
+        match file_id(&path) {
+            Ok(id) if id == self.file_id => {}
+            Ok(_) => {
+                return moved(
+                    "the store file was replaced by another file",
+                    "check which file is the registry, then retry (a new call opens the file now at this path)",
+                )
+            }
+            Err(_) => {
+                return moved(
+                    "the store file was moved or deleted",
+                    "put it back (or restore a backup) and retry; without it, a new empty registry would \
+                     hand out values already held",
+                )
+            }
+        }
+        let wal = wal_path(&path);
+        match (self.wal_id, file_id(&wal).ok()) {
+            (Some(known), Some(now)) if known != now => moved(
+                &format!("the write-ahead log {} was replaced", wal.display()),
+                "it is part of the store, never delete it; retry (a new call opens the store again)",
+            ),
+            (Some(_), None) => moved(
+                &format!("the write-ahead log {} was deleted", wal.display()),
+                "it is part of the store, never delete it; retry (a new call opens the store again)",
+            ),
+            (None, now) => {
+                self.wal_id = now;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn run<T>(
         &mut self,
         behavior: TransactionBehavior,
         f: impl FnOnce(&Tx) -> Result<T>,
     ) -> Result<T> {
+        self.check_same_files()?;
         let path = self.path.clone();
         let tx = self.conn.transaction_with_behavior(behavior).at(&path)?;
         let out = f(&Tx {
@@ -218,6 +595,105 @@ impl Store {
         })?;
         tx.commit().at(&path)?;
         Ok(out)
+    }
+
+    /// A consistent copy of the store to `dest` (SQLite's online backup,
+    /// taken from one snapshot while others keep writing). `dest` must not
+    /// exist; it is written under a temporary name, checked and then moved
+    /// into place, mode 0600.
+    pub fn backup(&mut self, dest: &Path) -> Result<()> {
+        self.check_same_files()?;
+        if std::fs::symlink_metadata(dest).is_ok() {
+            return Err(Error::store(
+                dest,
+                "the backup destination already exists: choose a new file name",
+            ));
+        }
+        let dir = dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(".mccloud-backup-{}", new_identity()?));
+        let result = (|| {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| io_err(dest, "cannot create the backup file", &e))?;
+            {
+                let mut dst = Connection::open(&tmp).at(dest)?;
+                let b = Backup::new(&self.conn, &mut dst).at(dest)?;
+                b.step(-1).at(dest)?;
+                drop(b);
+                dst.execute_batch("PRAGMA journal_mode=DELETE;").at(dest)?;
+                let ok: String = dst
+                    .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                    .at(dest)?;
+                if ok != "ok" {
+                    return Err(Error::store(
+                        dest,
+                        format!("the backup does not check out: {ok}"),
+                    ));
+                }
+            }
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io_err(dest, "cannot write the backup", &e))?;
+            std::fs::hard_link(&tmp, dest)
+                .map_err(|e| io_err(dest, "cannot put the backup in place", &e))
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        result
+    }
+
+    /// Integrity check, schema version and identity of the store.
+    pub fn check(&mut self) -> Result<CheckReport> {
+        let path = self.path.clone();
+        self.read(|tx| {
+            let integrity: Vec<String> = {
+                let mut s = tx.conn.prepare("PRAGMA integrity_check").at(&path)?;
+                let rows = s.query_map([], |r| r.get(0)).at(&path)?;
+                rows.collect::<rusqlite::Result<_>>().at(&path)?
+            };
+            let mut rows = std::collections::BTreeMap::new();
+            for t in [
+                "numbers",
+                "macs",
+                "passwords",
+                "salts",
+                "destroyed",
+                "hints",
+                "meta",
+            ] {
+                let n: i64 = tx
+                    .conn
+                    .query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
+                    .at(&path)?;
+                rows.insert(t.to_owned(), n);
+            }
+            let files = [path.clone(), wal_path(&path), {
+                let mut p = path.as_os_str().to_owned();
+                p.push("-shm");
+                PathBuf::from(p)
+            }]
+            .iter()
+            .filter(|p| p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+            Ok(CheckReport {
+                path: path.display().to_string(),
+                files,
+                schema_version: tx
+                    .conn
+                    .query_row("PRAGMA user_version", [], |r| r.get(0))
+                    .at(&path)?,
+                identity: tx.meta("identity")?.unwrap_or_default(),
+                integrity: integrity.join("; "),
+                nodes: tx.nodes()?.len(),
+                rows,
+            })
+        })
     }
 }
 
@@ -233,30 +709,49 @@ impl Tx<'_> {
         self.path
     }
 
-    /// The value of kind `kind` (`ip`, `ssh`, `snmp`) held by a VM.
+    /// The value of kind `kind` (`ip`, `ssh`, `snmp`) held by a VM (its
+    /// main IP for `ip`).
     pub fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
         self.conn
-            .prepare_cached("SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3")
+            .prepare_cached(
+                "SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=''",
+            )
             .and_then(|mut s| s.query_row(params![kind, cn, vm], |r| r.get(0)).optional())
             .at(self.path)
     }
 
-    /// The VM holding `value` of kind `kind` on a node.
-    pub fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
+    /// Who holds `value` in the space of `kind` on a node (any IP for
+    /// `ip`; any port, ssh or snmp, for a port kind).
+    pub fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
         self.conn
-            .prepare_cached("SELECT vm FROM numbers WHERE kind=?1 AND cn=?2 AND value=?3")
+            .prepare_cached(
+                "SELECT vm, kind, slot FROM numbers WHERE space=?1 AND cn=?2 AND value=?3",
+            )
             .and_then(|mut s| {
-                s.query_row(params![kind, cn, value], |r| r.get(0))
-                    .optional()
+                s.query_row(params![space_of(kind), cn, value], |r| {
+                    Ok(NumberOwner {
+                        vm: r.get(0)?,
+                        kind: r.get(1)?,
+                        slot: r.get(2)?,
+                    })
+                })
+                .optional()
             })
             .at(self.path)
     }
 
-    /// All values of kind `kind` on a node, by VM name.
+    /// The VM holding `value` in the space of `kind` on a node.
+    pub fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
+        Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
+    }
+
+    /// All values of kind `kind` on a node (main IPs for `ip`), by VM name.
     pub fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
         let mut s = self
             .conn
-            .prepare_cached("SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 ORDER BY vm")
+            .prepare_cached(
+                "SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 AND slot='' ORDER BY vm",
+            )
             .at(self.path)?;
         let rows = s
             .query_map(params![kind, cn], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -264,10 +759,44 @@ impl Tx<'_> {
         rows.collect::<rusqlite::Result<_>>().at(self.path)
     }
 
-    /// Records `value` for a VM, replacing what it held before (whose value
-    /// becomes free). The UNIQUE constraint refuses a value held by another.
+    /// Every value held in the space of `kind` on a node (additional IPs
+    /// included), as `(vm, slot, value)`.
+    pub fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot",
+            )
+            .at(self.path)?;
+        let rows = s
+            .query_map(params![space_of(kind), cn], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .at(self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(self.path)
+    }
+
+    /// Records `value` for a VM's main slot, replacing what it held before
+    /// (whose value becomes free). The UNIQUE constraint refuses a value
+    /// held by another.
     pub fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
-        if let Some(old) = self.number(kind, cn, vm)? {
+        self.put_slot(kind, cn, vm, "", value)
+    }
+
+    /// Records `value` for a VM's slot (an additional IP's slot is its
+    /// address), replacing what the slot held before.
+    pub fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        let old: Option<u32> = self
+            .conn
+            .prepare_cached(
+                "SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=?4",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![kind, cn, vm, slot], |r| r.get(0))
+                    .optional()
+            })
+            .at(self.path)?;
+        if let Some(old) = old {
             if old == value {
                 return Ok(());
             }
@@ -275,25 +804,49 @@ impl Tx<'_> {
         }
         self.conn
             .prepare_cached(
-                "INSERT INTO numbers(kind, cn, vm, value) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(kind, cn, vm) DO UPDATE SET value = excluded.value",
+                "INSERT INTO numbers(kind, cn, vm, slot, value, space) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(kind, cn, vm, slot) DO UPDATE SET value = excluded.value",
             )
-            .and_then(|mut s| s.execute(params![kind, cn, vm, value]))
+            .and_then(|mut s| s.execute(params![kind, cn, vm, slot, value, space_of(kind)]))
             .at(self.path)?;
         Ok(())
     }
 
-    /// Frees the value a VM holds, returning it.
-    pub fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
-        let old = self.number(kind, cn, vm)?;
+    /// The additional IPs a VM holds: `(slot, value)`.
+    pub fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=?1 AND vm=?2 AND slot<>'' ORDER BY slot",
+            )
+            .at(self.path)?;
+        let rows = s
+            .query_map(params![cn, vm], |r| Ok((r.get(0)?, r.get(1)?)))
+            .at(self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(self.path)
+    }
+
+    /// Frees one slot of a VM, returning its value.
+    pub fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=?4 RETURNING value",
+            )
+            .at(self.path)?;
+        let old: Option<u32> = s
+            .query_row(params![kind, cn, vm, slot], |r| r.get(0))
+            .optional()
+            .at(self.path)?;
         if let Some(v) = old {
-            self.conn
-                .prepare_cached("DELETE FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3")
-                .and_then(|mut s| s.execute(params![kind, cn, vm]))
-                .at(self.path)?;
             self.lower_hints(kind, cn, v)?;
         }
         Ok(old)
+    }
+
+    /// Frees the value a VM holds in its main slot, returning it.
+    pub fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        self.remove_slot(kind, cn, vm, "")
     }
 
     /// Every candidate below a pool's hint is taken: allocation starts there.
@@ -316,14 +869,18 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// A freed value may lie in any pool of its space (ssh and snmp ranges
+    /// may have changed): every such pool's hint drops to it.
     fn lower_hints(&self, kind: &str, cn: &str, freed: u32) -> Result<()> {
-        self.conn
-            .prepare_cached(
-                "UPDATE hints SET value = ?3 WHERE cn = ?2 AND value > ?3
-                 AND substr(pool, 1, length(?1) + 1) = ?1 || ':'",
-            )
-            .and_then(|mut s| s.execute(params![kind, cn, freed]))
-            .at(self.path)?;
+        for k in kinds_of(space_of(kind)) {
+            self.conn
+                .prepare_cached(
+                    "UPDATE hints SET value = ?3 WHERE cn = ?2 AND value > ?3
+                     AND substr(pool, 1, length(?1) + 1) = ?1 || ':'",
+                )
+                .and_then(|mut s| s.execute(params![k, cn, freed]))
+                .at(self.path)?;
+        }
         Ok(())
     }
 
@@ -353,11 +910,13 @@ impl Tx<'_> {
             .at(self.path)
     }
 
-    /// Records a MAC for a VM interface, replacing (and forgetting) the
-    /// interface's previous one.
+    /// Records a MAC for a VM interface; the interface's previous MAC is
+    /// retired (never handed out again), not freed.
     pub fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
         self.conn
-            .prepare_cached("DELETE FROM macs WHERE cn=?1 AND vm=?2 AND slot=?3 AND retired=0")
+            .prepare_cached(
+                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND slot=?3 AND retired=0",
+            )
             .and_then(|mut s| s.execute(params![cn, vm, slot]))
             .at(self.path)?;
         self.conn
@@ -396,13 +955,23 @@ impl Tx<'_> {
     /// Retires every MAC of a VM: they stay reserved and are never handed out
     /// again. Returns them.
     pub fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
+        self.retire_macs_except(cn, vm, &[])
+    }
+
+    /// Retires the MACs of a VM whose slot is not in `keep` (interfaces no
+    /// longer declared). Returns them.
+    pub fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+        let keep = serde_json::to_string(keep).unwrap_or_else(|_| "[]".into());
         let mut s = self
             .conn
             .prepare_cached(
-                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND retired=0 RETURNING mac",
+                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND retired=0
+                 AND slot NOT IN (SELECT value FROM json_each(?3)) RETURNING mac",
             )
             .at(self.path)?;
-        let rows = s.query_map(params![cn, vm], |r| r.get(0)).at(self.path)?;
+        let rows = s
+            .query_map(params![cn, vm, keep], |r| r.get(0))
+            .at(self.path)?;
         let mut out: Vec<String> = rows.collect::<rusqlite::Result<_>>().at(self.path)?;
         out.sort();
         Ok(out)
@@ -428,13 +997,65 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Forgets a VM's password; returns whether there was one.
+    /// Forgets a VM's password and crypt salt; returns whether there was a
+    /// password.
     pub fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+        self.conn
+            .prepare_cached("DELETE FROM salts WHERE cn=?1 AND vm=?2")
+            .and_then(|mut s| s.execute(params![cn, vm]))
+            .at(self.path)?;
         self.conn
             .prepare_cached("DELETE FROM passwords WHERE cn=?1 AND vm=?2")
             .and_then(|mut s| s.execute(params![cn, vm]))
             .map(|n| n > 0)
             .at(self.path)
+    }
+
+    /// The crypt salt of a VM's password hash.
+    pub fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT salt FROM salts WHERE cn=?1 AND vm=?2")
+            .and_then(|mut s| s.query_row(params![cn, vm], |r| r.get(0)).optional())
+            .at(self.path)
+    }
+
+    /// Stores a VM's crypt salt.
+    pub fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO salts(cn, vm, salt) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(cn, vm) DO UPDATE SET salt = excluded.salt",
+            )
+            .and_then(|mut s| s.execute(params![cn, vm, salt]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    /// VMs holding anything on node `cn` (numbers, active MACs, secrets).
+    pub fn vms(&self, cn: &str) -> Result<Vec<String>> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "SELECT vm FROM numbers WHERE cn=?1 UNION SELECT vm FROM macs WHERE cn=?1 AND retired=0
+                 UNION SELECT vm FROM passwords WHERE cn=?1 UNION SELECT vm FROM salts WHERE cn=?1 ORDER BY 1",
+            )
+            .at(self.path)?;
+        let rows = s.query_map(params![cn], |r| r.get(0)).at(self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(self.path)
+    }
+
+    /// Nodes other than `cn` where VM `vm` holds anything.
+    pub fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "SELECT cn FROM numbers WHERE vm=?1 AND cn<>?2 UNION SELECT cn FROM macs WHERE vm=?1
+                 AND cn<>?2 AND retired=0 UNION SELECT cn FROM passwords WHERE vm=?1 AND cn<>?2
+                 UNION SELECT cn FROM salts WHERE vm=?1 AND cn<>?2 ORDER BY 1",
+            )
+            .at(self.path)?;
+        let rows = s.query_map(params![vm, cn], |r| r.get(0)).at(self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(self.path)
     }
 
     /// Marks a VM destroyed (or, with `false`, provisioned again): node-wide
@@ -559,6 +1180,228 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), garbage);
     }
 
+    fn err_of<T: std::fmt::Debug>(r: Result<T>) -> String {
+        r.expect_err("should fail").to_string()
+    }
+
+    #[test]
+    fn only_a_missing_file_creates_a_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        assert!(Store::open_existing(dir.path()).unwrap().is_none());
+        assert!(!path.exists(), "looking for a store creates nothing");
+        // An empty file is not a new registry.
+        std::fs::write(&path, b"").unwrap();
+        let e = err_of(Store::open(dir.path()));
+        assert!(
+            e.contains("empty file") && e.contains(&path.display().to_string()),
+            "{e}"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "left untouched");
+        // Nor is another program's database.
+        std::fs::remove_file(&path).unwrap();
+        let foreign = Connection::open(&path).unwrap();
+        foreign
+            .execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        drop(foreign);
+        let before = std::fs::read(&path).unwrap();
+        let e = err_of(Store::open(dir.path()));
+        assert!(e.contains("not a mccloud registry"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        // A new store carries its identity.
+        let other = tempfile::tempdir().unwrap();
+        let mut s = Store::open(other.path()).unwrap();
+        let report = s.check().unwrap();
+        assert_eq!(report.integrity, "ok");
+        assert_eq!(report.schema_version, SCHEMA_VERSION);
+        assert_eq!(report.identity.len(), 32);
+    }
+
+    #[test]
+    fn things_that_are_not_store_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        std::fs::create_dir(&path).unwrap();
+        let e = err_of(Store::open(dir.path()));
+        assert!(e.contains("a directory, not a store file"), "{e}");
+        assert!(!e.contains("root"), "not a permission problem: {e}");
+        std::fs::remove_dir(&path).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+        let e = err_of(Store::open(dir.path()));
+        assert!(e.contains("FIFO"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        let real = tempfile::tempdir().unwrap();
+        drop(Store::open(real.path()).unwrap());
+        std::os::unix::fs::symlink(real.path().join(FILE_NAME), &path).unwrap();
+        let e = err_of(Store::open(dir.path()));
+        assert!(e.contains("symbolic link"), "{e}");
+    }
+
+    #[test]
+    fn a_store_moved_deleted_or_replaced_under_an_open_store_is_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let mut s = Store::open(dir.path()).unwrap();
+        s.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+        let aside = dir.path().join("moved.sqlite");
+        std::fs::rename(&path, &aside).unwrap();
+        let e = err_of(s.write(|tx| tx.put_number("ip", "cn", "b", 8)));
+        assert!(e.contains("moved or deleted"), "{e}");
+        drop(s);
+        // Acknowledged values are in the moved file itself (not only in a
+        // -wal file left behind), and nothing was written after the move.
+        let conn = Connection::open(&aside).unwrap();
+        let rows: Vec<i64> = conn
+            .prepare("SELECT value FROM numbers ORDER BY value")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(rows, [7]);
+        drop(conn);
+        std::fs::rename(&aside, &path).unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        // Replaced by another store.
+        let other = tempfile::tempdir().unwrap();
+        drop(Store::open(other.path()).unwrap());
+        std::fs::rename(other.path().join(FILE_NAME), &path).unwrap();
+        let e = err_of(s.read(|tx| tx.number("ip", "cn", "a")));
+        assert!(e.contains("replaced"), "{e}");
+    }
+
+    #[test]
+    fn a_deleted_wal_is_reported_and_loses_nothing_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let mut s = Store::open(dir.path()).unwrap();
+        for v in 1..=20 {
+            s.write(|tx| tx.put_number("ip", "cn", &format!("vm{v}"), v))
+                .unwrap();
+        }
+        std::fs::remove_file(wal_path(&path)).unwrap();
+        let e = err_of(s.write(|tx| tx.put_number("ip", "cn", "late", 99)));
+        assert!(
+            e.contains("write-ahead log") && e.contains("deleted"),
+            "{e}"
+        );
+        drop(s);
+        let mut s = Store::open(dir.path()).unwrap();
+        let n = s.read(|tx| tx.numbers("ip", "cn")).unwrap();
+        assert_eq!(n.len(), 20, "every acknowledged value is kept");
+        assert_eq!(s.check().unwrap().integrity, "ok");
+    }
+
+    #[test]
+    fn forgotten_secrets_leave_no_bytes_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = "Zq9SecretPasswordThatMustVanish_";
+        let mut s = Store::open(dir.path()).unwrap();
+        s.write(|tx| {
+            tx.put_password("cn", "a", secret)?;
+            tx.put_salt("cn", "a", "saltsaltsaltsalt")
+        })
+        .unwrap();
+        s.write(|tx| tx.remove_password("cn", "a")).unwrap();
+        s.write(|tx| tx.put_number("ip", "cn", "b", 3)).unwrap();
+        drop(s);
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "the forgotten password is still in the store's bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn version_2_stores_are_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+             CREATE TABLE numbers(kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL,
+                value INTEGER NOT NULL, PRIMARY KEY(kind, cn, vm), UNIQUE(kind, cn, value)) WITHOUT ROWID;
+             CREATE TABLE macs(mac TEXT PRIMARY KEY, cn TEXT NOT NULL, vm TEXT NOT NULL, slot TEXT NOT NULL,
+                retired INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+             CREATE TABLE passwords(cn TEXT NOT NULL, vm TEXT NOT NULL, password TEXT NOT NULL,
+                PRIMARY KEY(cn, vm)) WITHOUT ROWID;
+             CREATE TABLE destroyed(cn TEXT NOT NULL, vm TEXT NOT NULL, PRIMARY KEY(cn, vm)) WITHOUT ROWID;
+             CREATE TABLE hints(pool TEXT NOT NULL, cn TEXT NOT NULL, value INTEGER NOT NULL,
+                PRIMARY KEY(pool, cn)) WITHOUT ROWID;
+             INSERT INTO numbers VALUES ('ip', 'cn', 'a', 167837698), ('ssh', 'cn', 'a', 40000);
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+        drop(old);
+        let mut s = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            s.read(|tx| tx.number("ip", "cn", "a")).unwrap(),
+            Some(167837698)
+        );
+        assert_eq!(
+            s.read(|tx| tx.number_owner("snmp", "cn", 40000))
+                .unwrap()
+                .as_deref(),
+            Some("a")
+        );
+        let r = s.check().unwrap();
+        assert_eq!(
+            (r.schema_version, r.integrity.as_str()),
+            (SCHEMA_VERSION, "ok")
+        );
+        assert_eq!(r.identity.len(), 32);
+    }
+
+    #[test]
+    fn backups_are_consistent_while_others_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        let writer_dir = dir.path().to_path_buf();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let writer = std::thread::spawn(move || {
+            let mut w = Store::open(&writer_dir).unwrap();
+            let mut n = 0u32;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                w.write(|tx| tx.put_number("ssh", "cn", &format!("vm{n}"), n))
+                    .unwrap();
+            }
+            n
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("copy.sqlite");
+        s.backup(&dest).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let written = writer.join().unwrap();
+        assert!(written > 0);
+        let e = err_of(s.backup(&dest));
+        assert!(e.contains("already exists"), "{e}");
+        let mode = std::fs::metadata(&dest).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let copy = out.path().join("restore");
+        std::fs::create_dir(&copy).unwrap();
+        std::fs::copy(&dest, copy.join(FILE_NAME)).unwrap();
+        let mut restored = Store::open(&copy).unwrap();
+        let r = restored.check().unwrap();
+        assert_eq!(r.integrity, "ok");
+        assert_eq!(r.identity, s.check().unwrap().identity);
+        // One snapshot: values 1..=k for some k, no gap.
+        let got = restored.read(|tx| tx.numbers("ssh", "cn")).unwrap();
+        let mut values: Vec<u32> = got.iter().map(|(_, v)| *v).collect();
+        values.sort_unstable();
+        assert_eq!(values, (1..=values.len() as u32).collect::<Vec<_>>());
+    }
+
     #[test]
     fn hints_drop_when_values_are_freed() {
         let dir = tempfile::tempdir().unwrap();
@@ -573,6 +1416,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.read(|tx| tx.hint("ssh:1-9", "cn")).unwrap(), Some(3));
         assert_eq!(s.read(|tx| tx.hint("ssh:1-9", "other")).unwrap(), Some(8));
-        assert_eq!(s.read(|tx| tx.hint("snmp:1-9", "cn")).unwrap(), Some(8));
+        // ssh and snmp ports share one space: a freed port lowers both.
+        assert_eq!(s.read(|tx| tx.hint("snmp:1-9", "cn")).unwrap(), Some(3));
     }
 }

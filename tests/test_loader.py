@@ -32,17 +32,20 @@ SPEC_FUNCTIONS = {
 BAD_MODE = {"makina-states.cloud.mode": "bogus"}
 BAD_RANGE = {"makina-states.cloud.compute_node.ssh_port_range_start": 60000}
 BAD_IMAGE = {"makina-states.cloud.images.lxc.default": "missing"}
-# function -> (args, pillar additions, expected Salt exception)
+BAD_VMS = {"makina-states.cloud.lxc.vms": "not a mapping"}
+# function -> (args, pillar additions, expected Salt exception): a bad
+# command-line argument is a SaltInvocationError (Salt prints the usage);
+# pillar, allocation and store problems are CommandExecutionError.
 FAILURES: dict[str, tuple[tuple[Any, ...], dict[str, Any], type[Exception]]] = {
-    "mc_cloud.settings": ((), BAD_MODE, SaltInvocationError),
-    "mc_cloud.inventory": ((), BAD_RANGE, SaltInvocationError),
-    "mc_cloud_controller.settings": ((), BAD_MODE, SaltInvocationError),
-    "mc_cloud_compute_node.settings": ((), BAD_RANGE, SaltInvocationError),
+    "mc_cloud.settings": ((), BAD_MODE, CommandExecutionError),
+    "mc_cloud.inventory": ((), BAD_VMS, CommandExecutionError),
+    "mc_cloud_controller.settings": ((), BAD_MODE, CommandExecutionError),
+    "mc_cloud_compute_node.settings": ((), BAD_RANGE, CommandExecutionError),
     "mc_cloud_compute_node.get_settings_for_target": (("ghost",), {}, CommandExecutionError),
     "mc_cloud_compute_node.find_ip_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
     "mc_cloud_compute_node.find_mac_for_vm": ((CN, "a/b"), {}, SaltInvocationError),
     "mc_cloud_compute_node.find_password_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
-    "mc_cloud_compute_node.get_ssh_port": ((CN, "vm1.foo"), BAD_RANGE, SaltInvocationError),
+    "mc_cloud_compute_node.get_ssh_port": ((CN, "vm1.foo"), BAD_RANGE, CommandExecutionError),
     "mc_cloud_compute_node.get_snmp_port": ((CN, "ghost"), {}, CommandExecutionError),
     "mc_cloud_compute_node.get_allocated_ips": (("a b",), {}, SaltInvocationError),
     "mc_cloud_compute_node.set_allocated_ip": ((CN, "vm1.foo", "10.5.0.1"), {}, SaltInvocationError),
@@ -51,11 +54,11 @@ FAILURES: dict[str, tuple[tuple[Any, ...], dict[str, Any], type[Exception]]] = {
     "mc_cloud_compute_node.cleanup_ssh_ports": (("ghost",), {}, CommandExecutionError),
     "mc_cloud_compute_node.cleanup_snmp_ports": (("ghost",), {}, CommandExecutionError),
     "mc_cloud_compute_node.destroy_vm_allocations": ((CN, "vm1.foo"), {}, CommandExecutionError),
-    "mc_cloud_lxc.settings": ((), BAD_MODE, SaltInvocationError),
+    "mc_cloud_lxc.settings": ((), BAD_MODE, CommandExecutionError),
     "mc_cloud_lxc.get_settings_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
-    "mc_cloud_saltify.settings": ((), BAD_MODE, SaltInvocationError),
+    "mc_cloud_saltify.settings": ((), BAD_MODE, CommandExecutionError),
     "mc_cloud_saltify.settings_for_target": (("ghost",), {}, CommandExecutionError),
-    "mc_cloud_images.settings": ((), BAD_IMAGE, SaltInvocationError),
+    "mc_cloud_images.settings": ((), BAD_IMAGE, CommandExecutionError),
 }
 # Functions with no failure mode: pure string or pillar reads.
 CANNOT_FAIL = {"mc_cloud_controller.gen_id", "mc_cloud_vm.vm_settings"}

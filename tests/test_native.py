@@ -64,8 +64,9 @@ def test_corrupt_store_is_a_store_error(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
     (store / "registry.sqlite").write_bytes(b"garbage" * 1000)
+    reg = registry(tmp_path, {"a.vm": {}})  # the store is opened on first use
     with pytest.raises(StoreError, match="registry.sqlite.*left untouched"):
-        registry(tmp_path, {})
+        reg.find_ip(CN, "a.vm")
 
 
 def test_vm_settings_shape(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ through the ``salt.loader`` entry point.
 
 from mccloud._native import (
     AllocationError,
+    ArgumentError,
     Config,
     InvalidInputError,
     MccloudError,
@@ -19,6 +20,7 @@ from mccloud._native import (
 
 __all__ = [
     "AllocationError",
+    "ArgumentError",
     "Config",
     "InvalidInputError",
     "MccloudError",

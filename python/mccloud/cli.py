@@ -9,6 +9,9 @@
 - ``mccloud inventory``: compute nodes, VMs and free capacity, without Salt.
 - ``mccloud sls-root``: the directory holding the SLS tree (``makina-states/``),
   to add to the master's ``file_roots``.
+- ``mccloud store backup DEST`` / ``mccloud store check``: a consistent copy
+  of the store (SQLite's online backup, while others keep allocating), and
+  its integrity check, schema version and identity.
 """
 
 from __future__ import annotations
@@ -127,6 +130,44 @@ def inventory(args: argparse.Namespace) -> int:
     return 0
 
 
+def store_dir_of(args: argparse.Namespace) -> str:
+    """The store directory: ``--store``, else ``$MCCLOUD_STORE_DIR``, else the
+    one the Salt configuration in ``--config`` (default
+    ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt) resolves to, as
+    ``mastersalt-call`` would."""
+    if args.store:
+        return str(args.store)
+    if os.environ.get(saltsupport.STORE_ENV):
+        return os.environ[saltsupport.STORE_ENV]
+    import salt.config
+
+    conf = args.config or os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
+    minion = os.path.join(conf, "minion")
+    if not os.path.isfile(minion):
+        raise mccloud.NotFoundError(
+            f"no Salt configuration at {minion}: give the store directory with --store, "
+            f"or the configuration directory with --config"
+        )
+    opts = salt.config.minion_config(minion)
+    return saltsupport.store_dir(opts, saltsupport.config(opts, {}))
+
+
+def store_backup(args: argparse.Namespace) -> int:
+    """Copies the store consistently to ``args.dest`` (must not exist)."""
+    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args))
+    reg.backup(args.dest)
+    print(f"backed up {reg.store_path} to {args.dest}")
+    return 0
+
+
+def store_check(args: argparse.Namespace) -> int:
+    """Prints the store's integrity check, schema version and identity;
+    non-zero when the integrity check finds a problem."""
+    report = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args)).check()
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0 if report["integrity"] == "ok" else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mccloud", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -140,6 +181,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the VMs")
     p.add_argument("--id", default="controller", help="controller minion id")
     p.set_defaults(func=inventory)
+    store = sub.add_parser("store", help="back up or check the registry store").add_subparsers(
+        dest="store_command", required=True)
+    for name, func, text in (
+        ("backup", store_backup, "a consistent copy of the store (safe while others allocate)"),
+        ("check", store_check, "integrity check, schema version and identity of the store"),
+    ):
+        p = store.add_parser(name, help=text)
+        if name == "backup":
+            p.add_argument("dest", help="the backup file to write (must not exist)")
+        p.add_argument("--store", help="the store directory (default: as mastersalt-call resolves it)")
+        p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
+                       "or /etc/mastersalt)")
+        p.set_defaults(func=func)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -12,7 +12,7 @@ import os
 from typing import Any, Callable, Mapping, TypeVar
 
 import mccloud
-from mccloud import InvalidInputError, MccloudError
+from mccloud import ArgumentError, MccloudError
 
 #: Environment variable overriding the store directory.
 STORE_ENV = "MCCLOUD_STORE_DIR"
@@ -119,8 +119,10 @@ def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Regi
 
 
 def salt_errors(func: F) -> F:
-    """Turns mccloud errors into Salt's: bad input becomes
-    ``SaltInvocationError``, anything else ``CommandExecutionError``."""
+    """Turns mccloud errors into Salt's: a bad command-line argument becomes
+    ``SaltInvocationError`` (Salt shows the function's usage); pillar,
+    allocation and store problems become ``CommandExecutionError`` ("Error
+    running ...: what, where, what to do")."""
     from salt.exceptions import CommandExecutionError, SaltInvocationError
 
     @functools.wraps(func)
@@ -128,7 +130,7 @@ def salt_errors(func: F) -> F:
         kwargs = {k: v for k, v in kwargs.items() if not k.startswith("__")}
         try:
             return func(*args, **kwargs)
-        except InvalidInputError as exc:
+        except ArgumentError as exc:
             raise SaltInvocationError(str(exc)) from None
         except MccloudError as exc:
             raise CommandExecutionError(str(exc)) from None

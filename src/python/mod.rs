@@ -24,6 +24,12 @@ create_exception!(
 );
 create_exception!(
     mccloud._native,
+    ArgumentError,
+    InvalidInputError,
+    "A bad command-line argument (a malformed name, IP or kind)."
+);
+create_exception!(
+    mccloud._native,
     AllocationError,
     MccloudError,
     "A conflicting explicit value or an exhausted pool."
@@ -45,6 +51,7 @@ create_exception!(
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     match e.kind() {
+        ErrorKind::Argument => ArgumentError::new_err(msg),
         ErrorKind::Invalid => InvalidInputError::new_err(msg),
         ErrorKind::Allocation => AllocationError::new_err(msg),
         ErrorKind::NotFound => NotFoundError::new_err(msg),
@@ -176,7 +183,7 @@ impl Registry {
 
     fn port(&self, py: Python<'_>, cn: &str, vm: &str, kind: &str) -> PyResult<u16> {
         if kind != "ssh" && kind != "snmp" {
-            return Err(InvalidInputError::new_err(format!(
+            return Err(ArgumentError::new_err(format!(
                 "port kind {kind:?} is neither 'ssh' nor 'snmp'"
             )));
         }
@@ -214,12 +221,24 @@ impl Registry {
         let r = py.detach(|| self.inner.inventory());
         out(py, r)
     }
+
+    /// A consistent copy of the store to `dest` (SQLite's online backup).
+    fn backup(&self, py: Python<'_>, dest: &str) -> PyResult<()> {
+        py.detach(|| self.inner.backup(std::path::Path::new(dest)))
+            .map_err(to_py)
+    }
+
+    /// Integrity check, schema version and identity of the store.
+    fn check(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.check());
+        out(py, r)
+    }
 }
 
 fn kind_checked(kind: &str) -> crate::Result<&str> {
     match kind {
         "ip" | "ssh" | "snmp" => Ok(kind),
-        _ => Err(Error::invalid(format!(
+        _ => Err(Error::argument(format!(
             "allocation kind {kind:?} is not one of ip, ssh, snmp"
         ))),
     }
@@ -242,7 +261,7 @@ fn sha512_crypt(password: &str, salt: &str) -> String {
 mod _native {
     #[pymodule_export]
     use super::{
-        gen_id, sha512_crypt, AllocationError, Config, InvalidInputError, MccloudError,
-        NotFoundError, Registry, StoreError,
+        gen_id, sha512_crypt, AllocationError, ArgumentError, Config, InvalidInputError,
+        MccloudError, NotFoundError, Registry, StoreError,
     };
 }

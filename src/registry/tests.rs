@@ -106,9 +106,20 @@ fn open(pillar: Map<String, Value>) -> (TempDir, Registry) {
 /// Every row of every table of the store, sorted: equal dumps mean an
 /// unchanged store.
 fn dump(reg: &Registry) -> Vec<String> {
+    if !Path::new(&reg.store_path()).exists() {
+        return vec![];
+    }
     let conn = rusqlite::Connection::open(reg.store_path()).unwrap();
     let mut rows = vec![];
-    for table in ["meta", "numbers", "macs", "passwords", "hints"] {
+    for table in [
+        "meta",
+        "numbers",
+        "macs",
+        "passwords",
+        "salts",
+        "destroyed",
+        "hints",
+    ] {
         let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
         let columns = st.column_count();
         let mut q = st.query([]).unwrap();
@@ -203,8 +214,16 @@ fn explicit_pillar_values_are_honoured() {
             &json!("pw")
         )
     );
-    let hash = crate::secrets::sha512_crypt("pw", &crate::secrets::salt_for(CN, "a.test", "pw"));
-    assert_eq!(s["password_hash"], hash);
+    // The salt is random, stored with the VM: the hash is a SHA-512 crypt
+    // of the password with it, and stays the same from call to call.
+    let hash = s["password_hash"].as_str().unwrap();
+    let salt = hash.split('$').nth(2).unwrap();
+    assert_eq!(salt.len(), crate::secrets::SALT_LEN);
+    assert_eq!(hash, crate::secrets::sha512_crypt("pw", salt));
+    assert_eq!(
+        seen(&reg, CN, "a.test")["password_hash"],
+        s["password_hash"]
+    );
     assert_eq!(
         ip_map(&reg, CN),
         BTreeMap::from([("a.test".to_owned(), json!("10.5.0.20"))])
@@ -511,23 +530,174 @@ fn conflicts_leave_the_store_unchanged() {
     );
     assert_eq!(ip_map(&reg, CN), ips);
     assert_eq!(dump(&reg), store);
-    // Declaring a VM's IP for another VM is refused on every call on the node.
+    // Declaring a VM's IP for another VM fails that VM only: the node's
+    // other VMs still allocate, and node-wide registration lists the
+    // conflict instead of failing.
     let b_ip = b["ip"].as_str().unwrap();
     let vms = json!({"a.test": {}, "b.test": {}, "d.test": {}, "c.test": {"ip": b_ip}});
     let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
-    for vm in ["d.test", "c.test"] {
+    failed(
+        reg.find_ip(CN, "c.test"),
+        Error::Conflict,
+        &[CN, "c.test", "b.test", b_ip],
+    );
+    assert_eq!(dump(&reg), store);
+    assert!(reg.find_ip(CN, "d.test").is_ok());
+    let t = reg.target_settings(CN, &[]).unwrap();
+    assert!(t["vms"].get("c.test").is_none());
+    assert!(t["vms"].get("d.test").is_some());
+    let why = t["errors"]["c.test"].as_str().unwrap();
+    assert!(why.contains(b_ip) && why.contains("b.test"), "{why}");
+    assert_eq!(ip_map(&reg, CN)["b.test"], json!(b_ip));
+}
+
+#[test]
+fn two_vms_declaring_one_ip_both_fail_the_others_allocate() {
+    let vms = json!({"a.test": {"ip": "10.5.0.9"}, "b.test": {"ip": "10.5.0.9"}, "c.test": {}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    for vm in ["a.test", "b.test"] {
         failed(
             reg.find_ip(CN, vm),
             Error::Conflict,
-            &[CN, "c.test", "b.test", b_ip],
+            &[CN, "a.test", "b.test", "10.5.0.9"],
         );
     }
+    assert_eq!(reg.find_ip(CN, "c.test").unwrap(), "10.5.0.2");
+    assert!(!ip_map(&reg, CN).contains_key("a.test"));
+}
+
+#[test]
+fn a_vm_declaring_an_ip_cannot_have_it_set_by_hand() {
+    let vms = json!({"a.test": {"ip": "10.5.0.9"}, "b.test": {}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
     failed(
-        reg.target_settings(CN, &[]),
+        reg.set_allocated_ip(CN, "a.test", "10.5.0.12"),
         Error::Conflict,
-        &[CN, "c.test", b_ip],
+        &[CN, "a.test", "10.5.0.9", "pillar"],
     );
-    assert_eq!(dump(&reg), store);
+    assert!(!Path::new(&reg.store_path()).exists());
+    assert_eq!(reg.find_ip(CN, "a.test").unwrap(), "10.5.0.9");
+}
+
+#[test]
+fn additional_ips_are_reserved_like_main_ips_and_freed_with_the_vm() {
+    let vms = json!({"a.test": {"additional_ips": [{"ip": "10.5.0.3"}]}, "b.test": {}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    // b asks first: a's additional IP is reserved before any automatic IP.
+    assert_eq!(reg.find_ip(CN, "b.test").unwrap(), "10.5.0.2");
+    assert_eq!(reg.find_ip(CN, "a.test").unwrap(), "10.5.0.4");
+    let t = reg.target_settings(CN, &[]).unwrap();
+    assert_eq!(t["vms"]["a.test"]["ip"], "10.5.0.4");
+    // The database refuses the address for anyone else.
+    let conn = rusqlite::Connection::open(reg.store_path()).unwrap();
+    let dup = conn.execute(
+        "INSERT INTO numbers(kind, cn, vm, slot, value, space) VALUES ('ip', ?1, 'z', '', ?2, 'ip')",
+        rusqlite::params![CN, u32::from(Ipv4Addr::new(10, 5, 0, 3))],
+    );
+    assert!(dup.is_err(), "UNIQUE must refuse a held additional IP");
+    drop(conn);
+    let freed = reg.destroy_vm(CN, "a.test").unwrap();
+    assert_eq!(freed["additional_ips"], json!(["10.5.0.3"]));
+    // Declared for another VM now, it is free for it.
+    let vms = json!({"b.test": {}, "c.test": {"ip": "10.5.0.3"}});
+    let reg2 = Registry::open(
+        Config::new(Context::default(), pillar(&Pools::small(), &[CN], &vms)),
+        Path::new(&reg.store_path()).parent().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(reg2.find_ip(CN, "c.test").unwrap(), "10.5.0.3");
+}
+
+#[test]
+fn a_declared_additional_ip_held_by_another_vm_fails_that_vm_only() {
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
+    assert_eq!(reg.find_ip(CN, "a.test").unwrap(), "10.5.0.2");
+    drop(reg);
+    let vms =
+        json!({"a.test": {}, "b.test": {"additional_ips": [{"ip": "10.5.0.2"}]}, "c.test": {}});
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
+    failed(
+        reg.find_ip(CN, "b.test"),
+        Error::Conflict,
+        &[CN, "b.test", "a.test", "10.5.0.2"],
+    );
+    assert_eq!(reg.find_ip(CN, "c.test").unwrap(), "10.5.0.3");
+}
+
+#[test]
+fn a_port_is_never_held_twice_on_a_node_whatever_its_kind() {
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
+    assert_eq!(reg.port(CN, "a.test", "ssh").unwrap(), 40000);
+    drop(reg);
+    // The operator moves the snmp range onto the old ssh range.
+    let mut pools = Pools::small();
+    pools.ssh = (41000, 41031);
+    pools.snmp = (40000, 40031);
+    let reg = open_at(
+        &dir,
+        pillar(&pools, &[CN], &plain_vms(&["a.test", "b.test"])),
+    );
+    assert_eq!(reg.port(CN, "a.test", "ssh").unwrap(), 40000, "kept");
+    assert_ne!(reg.port(CN, "b.test", "snmp").unwrap(), 40000);
+    assert_eq!(reg.port(CN, "b.test", "snmp").unwrap(), 40001);
+}
+
+#[test]
+fn cleanup_and_moves_retire_macs_and_forget_passwords() {
+    let vms = json!({"a.test": {}, "b.test": {}});
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN, CN2], &json!({})));
+    drop(reg);
+    let both = |a: &Value, b: &Value| {
+        let mut p = pillar(&Pools::small(), &[], &json!({}));
+        p.insert(format!("{LXC}.vms.{CN}"), a.clone());
+        p.insert(format!("{LXC}.vms.{CN2}"), b.clone());
+        open_at(&dir, p)
+    };
+    let reg = both(&vms, &json!({}));
+    let a_mac = reg.find_mac(CN, "a.test").unwrap();
+    let b_mac = reg.find_mac(CN, "b.test").unwrap();
+    drop(reg);
+    // a is dropped from CN; b moves to CN2.
+    let reg = both(&json!({}), &json!({"b.test": {}}));
+    reg.find_ip(CN2, "b.test").unwrap();
+    reg.cleanup(CN, "ip").unwrap();
+    let conn = rusqlite::Connection::open(reg.store_path()).unwrap();
+    let active = |mac: &str| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM macs WHERE mac=?1 AND retired=0",
+            [mac],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(active(&a_mac), 0, "cleanup retires the MAC");
+    assert_eq!(active(&b_mac), 0, "a move retires the old MAC");
+    let secrets: i64 = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM passwords WHERE cn=?1) + (SELECT count(*) FROM salts WHERE cn=?1)",
+            [CN],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        secrets, 0,
+        "secrets of VMs gone from the node are forgotten"
+    );
+}
+
+#[test]
+fn an_explicit_mac_retires_the_generated_one() {
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
+    let generated = reg.find_mac(CN, "a.test").unwrap();
+    drop(reg);
+    let vms = json!({"a.test": {"mac": "00:16:3e:7f:00:01"}, "b.test": {"mac": generated}});
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
+    assert_eq!(reg.find_mac(CN, "a.test").unwrap(), "00:16:3e:7f:00:01");
+    failed(
+        reg.find_mac(CN, "b.test"),
+        Error::Conflict,
+        &["b.test", "a.test", "retired", &generated],
+    );
 }
 
 #[test]
@@ -554,8 +724,13 @@ fn set_and_remove_allocated_ip() {
     );
     failed(
         reg.set_allocated_ip(CN, "b.test", "10.6.0.9"),
-        Error::Invalid,
+        Error::Argument,
         &[CN, "b.test", "10.6.0.9"],
+    );
+    failed(
+        reg.set_allocated_ip(CN, "nope.test", "10.5.0.12"),
+        Error::NotFound,
+        &[CN, "nope.test", "not declared"],
     );
     assert_eq!(
         reg.remove_allocated_ip(CN, "a.test").unwrap().as_deref(),
@@ -568,11 +743,14 @@ fn set_and_remove_allocated_ip() {
 fn bad_names_never_reach_the_store() {
     let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
     for bad in ["../x", "a/b", "a b"] {
-        failed(reg.destroy_vm(CN, bad), Error::Invalid, &[bad]);
-        failed(reg.allocated(bad, "ip"), Error::Invalid, &[bad]);
-        failed(reg.find_ip(bad, "a.test"), Error::Invalid, &[bad]);
+        failed(reg.destroy_vm(CN, bad), Error::Argument, &[bad]);
+        failed(reg.allocated(bad, "ip"), Error::Argument, &[bad]);
+        failed(reg.find_ip(bad, "a.test"), Error::Argument, &[bad]);
     }
-    assert!(dump(&reg).iter().all(|row| !row.starts_with("numbers")));
+    assert!(
+        !Path::new(&reg.store_path()).exists(),
+        "a rejected call creates no store"
+    );
 }
 
 #[test]

@@ -54,6 +54,7 @@ fn finish(cfg: &Config, cn: &str, vm: &str) -> Result<Value> {
         ip: plan.ip.unwrap_or(Ipv4Addr::new(10, 5, 0, 2)),
         macs,
         password: plan.password.clone().unwrap_or_else(|| "generated".into()),
+        salt: "saltsaltsaltsalt".into(),
         ssh: Some(40000),
         snmp: Some(30000),
     };
@@ -74,14 +75,6 @@ fn invalid<T: std::fmt::Debug>(r: Result<T>, parts: &[&str]) -> String {
     match r {
         Err(Error::Invalid(msg)) => assert_names(msg, parts),
         other => panic!("expected Error::Invalid naming {parts:?}, got {other:?}"),
-    }
-}
-
-/// The message of an `Error::Conflict`, after checking it names `parts`.
-fn conflict<T: std::fmt::Debug>(r: Result<T>, parts: &[&str]) -> String {
-    match r {
-        Err(Error::Conflict(msg)) => assert_names(msg, parts),
-        other => panic!("expected Error::Conflict naming {parts:?}, got {other:?}"),
     }
 }
 
@@ -228,10 +221,15 @@ fn seed_duplicate_ip_is_a_conflict() {
     let mut vms = seed_vms();
     vms["gfoobar2.test.coma"]["ip"] = json!("10.5.10.17");
     let cfg = config(node_pillar(CN, vms, json!({})));
-    conflict(
-        cfg.node_plan(CN),
-        &[CN, "10.5.10.17", "gfoobar2.test.coma", "gfoobar3.test.com"],
-    );
+    // Both VMs claim it; the registry refuses both (and only them).
+    let plan = cfg.node_plan(CN).unwrap();
+    let claimants: Vec<&str> = plan
+        .claims()
+        .into_iter()
+        .filter(|c| c.ip == Ipv4Addr::new(10, 5, 10, 17))
+        .map(|c| c.vm)
+        .collect();
+    assert_eq!(claimants, ["gfoobar2.test.coma", "gfoobar3.test.com"]);
 }
 
 // --- defaults and merging --------------------------------------------------
@@ -700,20 +698,7 @@ fn explicit_ip_must_be_a_host_of_the_network() {
     }
     invalid(node_plan_of(json!({"ip": "10.5.0"})), &[VM, CN, "10.5.0"]);
     let plan = node_plan_of(json!({"ip": "10.5.10.16"})).unwrap();
-    assert_eq!(
-        plan.explicit_ips.get(VM),
-        Some(&Ipv4Addr::new(10, 5, 10, 16))
-    );
-}
-
-#[test]
-fn two_vms_declaring_one_ip_conflict() {
-    let cfg = config(node_pillar(
-        CN,
-        json!({"a.test": {"ip": "10.5.0.9"}, "b.test": {"ip": "10.5.0.9"}}),
-        json!({}),
-    ));
-    conflict(cfg.node_plan(CN), &[CN, "a.test", "b.test", "10.5.0.9"]);
+    assert_eq!(plan.vm(VM).unwrap().ip, Some(Ipv4Addr::new(10, 5, 10, 16)));
 }
 
 #[test]
@@ -730,17 +715,22 @@ fn explicit_mac_must_be_well_formed_unicast() {
 fn vm_and_node_names_are_minion_ids() {
     for bad in ["a/b", "../etc", "a..b", "a b", "a\nb", "a\u{7}b"] {
         let shown = format!("{bad:?}");
-        let vm_cfg = config(node_pillar(CN, json!({ bad: {} }), json!({})));
-        invalid(vm_cfg.lxc_settings(), &[CN, "invalid VM name", &shown]);
+        // A bad name breaks its own node, not the listings nor other nodes.
+        let mut p = node_pillar(CN, json!({ bad: {}, VM: {} }), json!({}));
+        p["makina-states.cloud.lxc.vms.other.local"] = json!({"ok.test": {}});
+        let vm_cfg = config(p);
+        invalid(vm_cfg.node_vms(CN), &[CN, "invalid VM name", &shown]);
+        assert_eq!(vm_cfg.lxc_settings().unwrap()["vms"][CN], json!([VM]));
+        assert!(vm_cfg.node_plan("other.local").is_ok());
         let node_cfg = config(node_pillar(bad, json!({ VM: {} }), json!({})));
-        invalid(
-            node_cfg.lxc_settings(),
-            &["invalid compute node name", &shown],
-        );
-        invalid(
-            config(json!({})).node_vms(bad),
-            &["invalid compute node name", &shown],
-        );
+        let targets = node_cfg.compute_node_settings().unwrap()["targets"].clone();
+        assert!(targets[bad]["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid compute node name"));
+        let e = config(json!({})).node_vms(bad).unwrap_err();
+        assert!(matches!(e, Error::Argument(_)), "{e:?}");
+        assert!(e.to_string().contains(&shown), "{e}");
     }
 }
 

@@ -1,0 +1,454 @@
+//! Validation of every value the registry hands to a state.
+//!
+//! States write files from these values and pass them to commands as
+//! arguments, never through a shell line; still, a value must mean what the
+//! operator can have meant: no control characters anywhere, host names that
+//! are host names, interface names, clean absolute paths, `lxc.` keys.
+//! Each check names the value by `what` (e.g. `bridge of VM a on compute
+//! node b (pillar makina-states.cloud.lxc.vms.b)`) and never repeats the
+//! value of a secret.
+
+use std::net::IpAddr;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// Keys whose values are secrets: never shown in a message.
+pub const SECRET_KEYS: [&str; 2] = ["password", "ssh_gateway_password"];
+
+/// Whether `key` holds a secret.
+pub fn is_secret(key: &str) -> bool {
+    SECRET_KEYS.contains(&key)
+}
+
+/// How a value is shown in a message: quoted, or hidden when secret.
+pub fn shown(key: &str, v: &Value) -> String {
+    if is_secret(key) {
+        "(value hidden: it is a secret)".into()
+    } else {
+        match v {
+            Value::String(s) => format!("{s:?}"),
+            other => other.to_string(),
+        }
+    }
+}
+
+fn bad(what: &str, value: &str, secret: bool, why: &str, fix: &str) -> Error {
+    let shown = if secret {
+        String::new()
+    } else {
+        format!(" {value:?}")
+    };
+    Error::invalid(format!("{what}{shown} {why}: {fix}"))
+}
+
+/// No control character (newline, carriage return, tab, escape, NUL, DEL,
+/// or any other Unicode control) anywhere in `value`.
+pub fn no_controls(what: &str, value: &str, secret: bool) -> Result<()> {
+    match value.chars().find(|c| c.is_control()) {
+        None => Ok(()),
+        Some(c) => Err(bad(
+            what,
+            value,
+            secret,
+            &format!("contains the control character U+{:04X}", u32::from(c)),
+            "remove it (values are written into configuration files line by line)",
+        )),
+    }
+}
+
+/// Every string inside `v` (keys included) is free of control characters.
+/// `what` names the root; nested keys are appended (`what.key[0]`).
+pub fn no_controls_deep(what: &str, v: &Value) -> Result<()> {
+    if has_controls(v) {
+        walk(what, v, false)
+    } else {
+        Ok(())
+    }
+}
+
+/// [`no_controls_deep`] over a mapping's entries.
+pub fn no_controls_map(what: &str, m: &serde_json::Map<String, Value>) -> Result<()> {
+    m.iter().try_for_each(|(k, x)| {
+        if k.chars().any(char::is_control) {
+            no_controls(&format!("a key of {what}"), k, false)
+        } else if has_controls(x) {
+            walk(&format!("{what}.{k}"), x, is_secret(k))
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// Whether any string in `v` (keys included) holds a control character:
+/// the fast path, which allocates nothing.
+fn has_controls(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.chars().any(char::is_control),
+        Value::Array(a) => a.iter().any(has_controls),
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, x)| k.chars().any(char::is_control) || has_controls(x)),
+        _ => false,
+    }
+}
+
+/// Finds and reports the first control character under `path`.
+fn walk(path: &str, v: &Value, secret: bool) -> Result<()> {
+    match v {
+        Value::String(s) => no_controls(path, s, secret),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, x)| walk(&format!("{path}[{i}]"), x, secret)),
+        Value::Object(m) => m.iter().try_for_each(|(k, x)| {
+            no_controls(&format!("a key of {path}"), k, false)?;
+            walk(&format!("{path}.{k}"), x, secret || is_secret(k))
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A DNS host name: dot-separated labels of letters, digits, `-` and `_`,
+/// no label empty, longer than 63 or starting or ending with `-`.
+pub fn hostname(what: &str, value: &str) -> Result<()> {
+    let fix = "use a host name made of letters, digits, '-' and '_' in dot-separated labels";
+    no_controls(what, value, false)?;
+    if value.is_empty() || value.len() > 253 {
+        return Err(bad(
+            what,
+            value,
+            false,
+            "is not a host name (empty or over 253 characters)",
+            fix,
+        ));
+    }
+    for label in value.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            return Err(bad(
+                what,
+                value,
+                false,
+                &format!("is not a host name (label {label:?})"),
+                fix,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A domain routed by the reverse proxy: a host name, `*.` and a host name,
+/// or `*` (every host).
+pub fn domain(what: &str, value: &str) -> Result<()> {
+    if value == "*" {
+        return Ok(());
+    }
+    hostname(what, value.strip_prefix("*.").unwrap_or(value)).map_err(|_| {
+        bad(
+            what,
+            value,
+            false,
+            "is not a domain",
+            "use a host name such as www.example.com, optionally prefixed with '*.'",
+        )
+    })
+}
+
+/// A host name or an IP address (v4 or v6).
+pub fn host(what: &str, value: &str) -> Result<()> {
+    if value.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    hostname(what, value).map_err(|_| {
+        bad(
+            what,
+            value,
+            false,
+            "is neither a host name nor an IP address",
+            "use a host name or an address such as 10.5.0.1",
+        )
+    })
+}
+
+/// An IP address (v4 or v6).
+pub fn ip_address(what: &str, value: &str) -> Result<()> {
+    value.parse::<IpAddr>().map(|_| ()).map_err(|_| {
+        bad(
+            what,
+            value,
+            false,
+            "is not an IP address",
+            "use an address such as 8.8.8.8",
+        )
+    })
+}
+
+/// A Linux network interface name: 1 to 15 characters of letters, digits,
+/// `.`, `-`, `_`, not starting with `-` or `.`.
+pub fn iface(what: &str, value: &str) -> Result<()> {
+    let ok = !value.is_empty()
+        && value.len() <= 15
+        && !value.starts_with(['-', '.'])
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(
+            what,
+            value,
+            false,
+            "is not a network interface name",
+            "use 1 to 15 letters, digits, '.', '-' or '_' (e.g. lxcbr1)",
+        ))
+    }
+}
+
+/// A clean absolute path: starts with `/`, no empty, `.` or `..`
+/// component, and only letters, digits and `/ . - _ + @ : , =`.
+pub fn abs_path(what: &str, value: &str) -> Result<()> {
+    let fix =
+        "use a clean absolute path such as /var/lib/lxc (letters, digits and / . - _ + @ : , =)";
+    if !value.starts_with('/') {
+        return Err(bad(what, value, false, "is not an absolute path", fix));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "/.-_+@:,=".contains(*c)))
+    {
+        return Err(bad(
+            what,
+            value,
+            false,
+            &format!("contains the character {c:?}"),
+            fix,
+        ));
+    }
+    let rest = &value[1..];
+    if !rest.is_empty()
+        && rest
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+    {
+        return Err(bad(
+            what,
+            value,
+            false,
+            "is not a clean path (empty, '.' or '..' component)",
+            fix,
+        ));
+    }
+    Ok(())
+}
+
+/// An LXC configuration key: `lxc.` then lowercase letters, digits, `.`
+/// and `_`.
+pub fn lxc_key(what: &str, value: &str) -> Result<()> {
+    let ok = value.len() > 4
+        && value.starts_with("lxc.")
+        && !value.ends_with('.')
+        && !value.contains("..")
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(
+            what,
+            value,
+            false,
+            "is not an lxc configuration key",
+            "use a key such as lxc.cgroup2.memory.max (it must start with 'lxc.')",
+        ))
+    }
+}
+
+/// A word safe as one command argument: letters, digits and `. _ - + = , : / @ %`,
+/// not starting with `-` unless `option` allows it.
+pub fn word(what: &str, value: &str, option: bool) -> Result<()> {
+    let ok = !value.is_empty()
+        && (option || !value.starts_with('-'))
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-+=,:/@%".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(
+            what,
+            value,
+            false,
+            "is not a plain word",
+            "use letters, digits and . _ - + = , : / @ % only",
+        ))
+    }
+}
+
+/// Space-separated arguments (e.g. `script_args`), each a [`word`] that may
+/// be an option.
+pub fn words(what: &str, value: &str) -> Result<()> {
+    no_controls(what, value, false)?;
+    value
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .try_for_each(|w| word(what, w, true))
+        .map_err(|_| {
+            bad(
+                what,
+                value,
+                false,
+                "holds something other than plain words",
+                "use space-separated words of letters, digits and . _ - + = , : / @ % only",
+            )
+        })
+}
+
+/// A Unix user name.
+pub fn user(what: &str, value: &str) -> Result<()> {
+    let ok = !value.is_empty()
+        && value.len() <= 32
+        && value.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(
+            what,
+            value,
+            false,
+            "is not a user name",
+            "use lowercase letters, digits, '_' and '-', starting with a letter",
+        ))
+    }
+}
+
+/// A TCP/UDP port number (1–65535).
+pub fn port(what: &str, v: &Value) -> Result<u16> {
+    let n = match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    n.filter(|n| (1..=65535).contains(n))
+        .map(|n| n as u16)
+        .ok_or_else(|| Error::invalid(format!("{what} {v} is not a port number: use 1 to 65535")))
+}
+
+/// The string at `v`, or an error naming `what` (the value is hidden when
+/// `secret`).
+pub fn string<'a>(what: &str, v: &'a Value, secret: bool) -> Result<&'a str> {
+    v.as_str().ok_or_else(|| {
+        let shown = if secret {
+            "another type (value hidden: it is a secret)".to_owned()
+        } else {
+            v.to_string()
+        };
+        Error::invalid(format!("{what} must be a string, not {shown}"))
+    })
+}
+
+/// A list of strings at `v` (`null` is an empty list).
+pub fn strings<'a>(what: &str, v: &'a Value) -> Result<Vec<&'a str>> {
+    match v {
+        Value::Null => Ok(vec![]),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| string(&format!("{what}[{i}]"), x, false))
+            .collect(),
+        other => Err(Error::invalid(format!(
+            "{what} must be a list of strings, not {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn formats() {
+        hostname("h", "a-b.example_1.com").unwrap();
+        for b in ["", "-a.com", "a..b", "a b", "a;b", "a.com.", "é.com"] {
+            assert!(hostname("h", b).is_err(), "{b:?}");
+        }
+        domain("d", "*.example.com").unwrap();
+        domain("d", "*").unwrap();
+        assert!(domain("d", "*.*.com").is_err());
+        host("m", "10.5.0.1").unwrap();
+        host("m", "fe80::1").unwrap();
+        iface("b", "lxcbr1").unwrap();
+        for b in ["", "-x", "a b", "a/b", "verylonginterface0", "br\n0"] {
+            assert!(iface("b", b).is_err(), "{b:?}");
+        }
+        abs_path("p", "/var/lib/lxc").unwrap();
+        abs_path("p", "/").unwrap();
+        for b in ["var", "/a/../b", "/a//b", "/a/", "/a b", "/a;b", "/a$(x)"] {
+            assert!(abs_path("p", b).is_err(), "{b:?}");
+        }
+        lxc_key("k", "lxc.cgroup2.memory.max").unwrap();
+        for b in ["lxc.", "foo.bar", "lxc.a b", "lxc.A", "lxc..a", "lxc.a=1"] {
+            assert!(lxc_key("k", b).is_err(), "{b:?}");
+        }
+        words("a", "-C --from-salt-cloud -b master").unwrap();
+        assert!(words("a", "-C; reboot").is_err());
+        user("u", "sysadmin").unwrap();
+        assert!(user("u", "Root").is_err());
+        assert_eq!(port("p", &json!("22")).unwrap(), 22);
+        assert!(port("p", &json!(0)).is_err());
+    }
+
+    #[test]
+    fn secrets_are_never_shown() {
+        let e = no_controls("password of VM a", "s3cret\nx", true).unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let e = string("password of VM a", &json!(["s3cret"]), true).unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let e = no_controls_deep("VM a", &json!({"password": "s3cret\u{7}"})).unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(e.to_string().contains("VM a.password"), "{e}");
+    }
+
+    proptest! {
+        /// Every check refuses a value holding a control character, wherever
+        /// it sits.
+        #[test]
+        fn control_characters_are_refused_everywhere(
+            prefix in "[a-z0-9./]{0,12}",
+            suffix in "[a-z0-9./]{0,12}",
+            c in prop::sample::select(vec!['\n', '\r', '\t', '\0', '\u{1b}', '\u{7f}', '\u{85}', '\u{9b}']),
+        ) {
+            let v = format!("{prefix}{c}{suffix}");
+            let path = format!("/{v}");
+            let key = format!("lxc.{v}");
+            prop_assert!(no_controls("x", &v, false).is_err());
+            prop_assert!(hostname("x", &v).is_err());
+            prop_assert!(domain("x", &v).is_err());
+            prop_assert!(host("x", &v).is_err());
+            prop_assert!(iface("x", &v).is_err());
+            prop_assert!(abs_path("x", &path).is_err());
+            prop_assert!(lxc_key("x", &key).is_err());
+            prop_assert!(word("x", &v, true).is_err());
+            prop_assert!(words("x", &v).is_err());
+            prop_assert!(user("x", &v).is_err());
+            let nested = json!({"k": [v.clone()]});
+            let keyed = json!({v.clone(): 1});
+            prop_assert!(no_controls_deep("x", &nested).is_err());
+            prop_assert!(no_controls_deep("x", &keyed).is_err());
+        }
+    }
+}
