@@ -68,13 +68,17 @@ pub fn no_controls_deep(what: &str, v: &Value) -> Result<()> {
     }
 }
 
-/// [`no_controls_deep`] over a mapping's entries.
-pub fn no_controls_map(what: &str, m: &serde_json::Map<String, Value>) -> Result<()> {
+/// [`no_controls_deep`] over a mapping's entries; `at(key)` names an entry
+/// and where it is declared.
+pub fn no_controls_map(
+    at: &dyn Fn(&str) -> String,
+    m: &serde_json::Map<String, Value>,
+) -> Result<()> {
     m.iter().try_for_each(|(k, x)| {
         if k.chars().any(char::is_control) {
-            no_controls(&format!("a key of {what}"), k, false)
+            no_controls(&format!("a key of {}", at("settings")), k, false)
         } else if has_controls(x) {
-            walk(&format!("{what}.{k}"), x, is_secret(k))
+            walk(&at(k), x, is_secret(k))
         } else {
             Ok(())
         }

@@ -756,10 +756,8 @@ impl Config {
             unreachable!("defaults are a mapping")
         };
         s.insert("name".into(), json!(d.name));
-        checks::no_controls_deep(
-            &format!("settings of {whose} (pillar key {})", d.key),
-            &Value::Object(s.clone()),
-        )?;
+        let declared_at = format!("{whose} (pillar key {})", d.key);
+        checks::no_controls_map(&at, &s)?;
         check_vm_values(&s, &at)?;
         let ip = match s.get("ip").filter(|v| !v.is_null()) {
             Some(v) => {
@@ -772,7 +770,7 @@ impl Config {
         let mut macs = vec![MacRequest {
             slot: String::new(),
             explicit: match s.get("mac").filter(|v| !v.is_null()) {
-                Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &whose)?),
+                Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &declared_at)?),
                 None => None,
             },
         }];
@@ -788,7 +786,10 @@ impl Config {
             if network.includes(addr) {
                 network.check_explicit(
                     addr,
-                    &format!("{whose} (additional IP, pillar key {})", d.key),
+                    &format!(
+                        "{whose} (an additional IP in additional_ips, pillar key {})",
+                        d.key
+                    ),
                 )?;
             }
             additional.push(addr);
@@ -804,7 +805,7 @@ impl Config {
                 at("password")
             )));
         }
-        let profile = profile_of(&s, cn, &whose)?;
+        let profile = profile_of(&s, cn, &declared_at)?;
         // Checked here, before anything is allocated, so that a bad value
         // never leaves an allocation behind.
         domains(&s, &d.name, &at("domains"))?;
@@ -1338,6 +1339,9 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
         )));
     };
     for (k, v) in m {
+        if !matches!(k.as_str(), "http_proxy" | "https_proxy") {
+            checks::no_controls_deep(&what(k), v)?;
+        }
         match k.as_str() {
             "http_proxy" | "https_proxy" => {
                 for (which, opts) in v.as_object().into_iter().flatten() {
