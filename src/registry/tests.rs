@@ -1048,3 +1048,76 @@ proptest! {
         prop_assert_eq!(ip_map(&reg, CN), ips);
     }
 }
+
+proptest! {
+    #![proptest_config(cases(24))]
+
+    /// Additional IPs and ports never collide with anything on the node:
+    /// whatever VMs declare (including the same additional IP twice, or an
+    /// IP another VM holds) and however the port ranges move, every IP
+    /// (main or additional) and every port (ssh or snmp) is held once, a VM
+    /// that got its settings holds all its declared IPs, and a VM refused
+    /// is refused for a conflict naming the IP.
+    #[test]
+    fn additional_ips_and_ports_never_collide(
+        names in vm_names(8),
+        extras in proptest::collection::vec(proptest::collection::vec(2u8..12, 0..3), 8),
+        order in Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
+        move_snmp in any::<bool>(),
+    ) {
+        let mut vms = Map::new();
+        for (i, n) in names.iter().enumerate() {
+            let mut ips: Vec<u8> = extras[i].clone();
+            ips.sort_unstable();
+            ips.dedup();
+            let list: Vec<Value> = ips.iter().map(|x| json!({"ip": format!("10.5.0.{x}")})).collect();
+            vms.insert(n.clone(), json!({"additional_ips": list}));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut pools = Pools::small();
+        let mut ordered = names.clone();
+        let k = order as usize % ordered.len().max(1);
+        ordered.rotate_left(k);
+        let half = ordered.len() / 2;
+        let mut ok: BTreeSet<String> = BTreeSet::new();
+        for (step, chunk) in [&ordered[..half], &ordered[half..]].into_iter().enumerate() {
+            if step == 1 && move_snmp {
+                pools.ssh = (40040, 40071);
+                pools.snmp = (40000, 40031);
+            }
+            let reg = open_at(&dir, pillar(&pools, &[CN], &Value::Object(vms.clone())));
+            for vm in chunk {
+                match reg.vm_settings(CN, vm, true) {
+                    Ok(_) => { ok.insert(vm.clone()); }
+                    Err(Error::Conflict(m)) => prop_assert!(m.contains("10.5.0."), "{m}"),
+                    Err(e) => return Err(TestCaseError::fail(format!("{vm}: {e}"))),
+                }
+            }
+        }
+        let conn = rusqlite::Connection::open(dir.path().join(FILE_NAME)).unwrap();
+        for space in ["ip", "port"] {
+            let (all, distinct): (i64, i64) = conn
+                .query_row(
+                    "SELECT count(*), count(DISTINCT value) FROM numbers WHERE space=?1 AND cn=?2",
+                    rusqlite::params![space, CN],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap();
+            prop_assert_eq!(all, distinct, "a value of space {} is held twice", space);
+        }
+        for vm in &ok {
+            let declared = vms[vm]["additional_ips"].as_array().unwrap();
+            for entry in declared {
+                let ip: Ipv4Addr = entry["ip"].as_str().unwrap().parse().unwrap();
+                let owner: String = conn
+                    .query_row(
+                        "SELECT vm FROM numbers WHERE space='ip' AND cn=?1 AND value=?2",
+                        rusqlite::params![CN, u32::from(ip)],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                prop_assert_eq!(&owner, vm);
+            }
+        }
+    }
+}
