@@ -247,3 +247,35 @@ def test_store_location_overrides(salt_env: SaltEnv, tmp_path_factory: pytest.Te
     minion.write_text(minion.read_text().rstrip().rstrip("}") + f', "mccloud_store_dir": "{elsewhere}"}}')
     salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, VM)
     assert (elsewhere / "registry.sqlite").exists() and not salt_env.store_file.exists()
+
+
+def test_a_bad_declaration_breaks_only_its_own_node(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
+    broken = copy.deepcopy(sample)
+    broken["makina-states.cloud.lxc.vms.other.local"] = {"../../etc": {}, "fine.other": {}}
+    salt_env.set_pillar(broken)
+    ok = salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, VM)
+    assert ok["ip"] == "10.5.0.2"
+    assert VM in salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)["vms"]
+    r = salt_env.call("mc_cloud_lxc.get_settings_for_vm", "other.local", "fine.other")
+    assert r.returncode != 0 and "Traceback" not in r.output
+    assert "../../etc" in r.output and "makina-states.cloud.lxc.vms.other.local" in r.output
+    inventory = salt_env.ok("mc_cloud.inventory")
+    assert "../../etc" in inventory["other.local"]["error"]
+    assert "error" not in inventory[CN] and VM in inventory[CN]["vms"]
+    assert "../../etc" in salt_env.ok("mc_cloud_compute_node.settings")["targets"]["other.local"]["error"]
+
+
+def test_conflicting_vm_fails_alone(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
+    first = salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, VM)
+    clash = copy.deepcopy(sample)
+    seed = clash[f"makina-states.services.cloud.lxc.targets.{CN}"]
+    seed["late.foo.com"] = {"ip": first["ip"]}
+    seed["other.foo.com"] = {}
+    salt_env.set_pillar(clash)
+    before = salt_env.dump_store()
+    r = salt_env.call("mc_cloud_lxc.get_settings_for_vm", CN, "late.foo.com")
+    assert r.returncode != 0 and first["ip"] in r.output and VM in r.output and "late.foo.com" in r.output
+    assert salt_env.dump_store() == before
+    assert salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, "other.foo.com")["ip"] == "10.5.0.3"
+    node = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
+    assert "late.foo.com" not in node["vms"] and first["ip"] in node["errors"]["late.foo.com"]
