@@ -119,6 +119,23 @@ pub struct MacOwner {
     pub retired: bool,
 }
 
+/// The per-VM secrets the store keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Secret {
+    Password,
+    Salt,
+}
+
+impl Secret {
+    /// Table and column.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Secret::Password => ("passwords", "password"),
+            Secret::Salt => ("salts", "salt"),
+        }
+    }
+}
+
 /// Who holds a number (an IP or a port) on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NumberOwner {
@@ -977,58 +994,64 @@ impl Tx<'_> {
         Ok(out)
     }
 
-    /// A VM's generated password.
-    pub fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+    /// A per-VM secret (`passwords.password`, `salts.salt`).
+    fn secret(&self, table: Secret, cn: &str, vm: &str) -> Result<Option<String>> {
+        let (t, col) = table.names();
         self.conn
-            .prepare_cached("SELECT password FROM passwords WHERE cn=?1 AND vm=?2")
+            .prepare_cached(&format!("SELECT {col} FROM {t} WHERE cn=?1 AND vm=?2"))
             .and_then(|mut s| s.query_row(params![cn, vm], |r| r.get(0)).optional())
             .at(self.path)
     }
 
-    /// Stores a VM's generated password.
-    pub fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+    /// Stores a per-VM secret.
+    fn put_secret(&self, table: Secret, cn: &str, vm: &str, value: &str) -> Result<()> {
+        let (t, col) = table.names();
         self.conn
-            .prepare_cached(
-                "INSERT INTO passwords(cn, vm, password) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(cn, vm) DO UPDATE SET password = excluded.password",
-            )
-            .and_then(|mut s| s.execute(params![cn, vm, password]))
+            .prepare_cached(&format!(
+                "INSERT INTO {t}(cn, vm, {col}) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(cn, vm) DO UPDATE SET {col} = excluded.{col}"
+            ))
+            .and_then(|mut s| s.execute(params![cn, vm, value]))
             .at(self.path)?;
         Ok(())
+    }
+
+    /// A VM's generated password.
+    pub fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        self.secret(Secret::Password, cn, vm)
+    }
+
+    /// Stores a VM's generated password.
+    pub fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+        self.put_secret(Secret::Password, cn, vm, password)
+    }
+
+    /// The crypt salt of a VM's password hash.
+    pub fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        self.secret(Secret::Salt, cn, vm)
+    }
+
+    /// Stores a VM's crypt salt.
+    pub fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+        self.put_secret(Secret::Salt, cn, vm, salt)
     }
 
     /// Forgets a VM's password and crypt salt; returns whether there was a
     /// password.
     pub fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
-        self.conn
-            .prepare_cached("DELETE FROM salts WHERE cn=?1 AND vm=?2")
-            .and_then(|mut s| s.execute(params![cn, vm]))
-            .at(self.path)?;
-        self.conn
-            .prepare_cached("DELETE FROM passwords WHERE cn=?1 AND vm=?2")
-            .and_then(|mut s| s.execute(params![cn, vm]))
-            .map(|n| n > 0)
-            .at(self.path)
-    }
-
-    /// The crypt salt of a VM's password hash.
-    pub fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
-        self.conn
-            .prepare_cached("SELECT salt FROM salts WHERE cn=?1 AND vm=?2")
-            .and_then(|mut s| s.query_row(params![cn, vm], |r| r.get(0)).optional())
-            .at(self.path)
-    }
-
-    /// Stores a VM's crypt salt.
-    pub fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO salts(cn, vm, salt) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(cn, vm) DO UPDATE SET salt = excluded.salt",
-            )
-            .and_then(|mut s| s.execute(params![cn, vm, salt]))
-            .at(self.path)?;
-        Ok(())
+        let mut had = false;
+        for table in [Secret::Salt, Secret::Password] {
+            let n = self
+                .conn
+                .prepare_cached(&format!(
+                    "DELETE FROM {} WHERE cn=?1 AND vm=?2",
+                    table.names().0
+                ))
+                .and_then(|mut s| s.execute(params![cn, vm]))
+                .at(self.path)?;
+            had = n > 0 && table == Secret::Password;
+        }
+        Ok(had)
     }
 
     /// VMs holding anything on node `cn` (numbers, active MACs, secrets).
