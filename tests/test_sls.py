@@ -83,5 +83,12 @@ def test_every_sls_renders(data: dict[str, Any], sls: str) -> None:
 def test_scratch_vms_are_created_from_the_image(data: dict[str, Any]) -> None:
     p = show_sls(data["tmp"], "makina-states.cloud.lxc.vm.spawn", data["scratch"])
     create = json.loads(p.stdout)["local"]["mccloud-lxc-vm-create"]["cmd"]
-    name = next(a["name"] for a in create if isinstance(a, dict) and "name" in a)
-    assert name.startswith("lxc-create -P /var/lib/lxc -n b.example.net -t debian -- -r bookworm --packages=")
+    args = {k: v for a in create if isinstance(a, dict) for k, v in a.items()}
+    # The command is constant: the values reach it through its environment.
+    assert "exec lxc-create \"$@\"" in args["name"] and "b.example.net" not in args["name"]
+    assert args["creates"] == "/var/lib/lxc/b.example.net/config"
+    env = args["env"]
+    assert env["MCCLOUD_LXC_PATH"] == "/var/lib/lxc" and env["MCCLOUD_NAME"] == "b.example.net"
+    assert env["MCCLOUD_TEMPLATE"] == "debian" and env["MCCLOUD_RELEASE"] == "bookworm"
+    assert env["MCCLOUD_PACKAGES"].split(",")[0] == "openssh-server"
+

@@ -130,7 +130,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     cloud.e2e_declare(autostart=False)  # type: ignore[attr-defined]
     data = timed(phases, "reconfigure (autostart off)", cloud, "mc_cloud_lxc.vm_reconfigure", VMS[0])
     assert "mccloud-lxc-vm-restart" in str(data["changes"]), data
-    assert "lxc.start.auto = 0" in (lxc / VMS[0] / "config").read_text()
+    assert "lxc.start.auto = 0" in (lxc / VMS[0] / "mccloud.conf").read_text()
     assert "RUNNING" in sh("lxc-info", "-P", str(lxc), "-n", VMS[0], "-s").stdout
     ssh_banner(a["ssh_reverse_proxy_port"])
     rc, again, out = cloud.run("mc_cloud_lxc.vm_reconfigure", VMS[0])

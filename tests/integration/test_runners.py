@@ -104,9 +104,17 @@ def test_vm_steps(cloud: Cloud) -> None:
     assert pub in (root / "root" / ".ssh" / "authorized_keys").read_text()
     assert "nameserver 8.8.8.8" in (root / "etc" / "resolv.conf").read_text()
     assert (root / "etc" / "shadow").read_text().startswith(f"root:{settings['password_hash']}:")
+    # The registry's lxc settings live in mccloud.conf, included on the
+    # config's last line: its `lxc.net =` clears the network lxc-copy wrote.
     config = (base / "config").read_text()
-    assert f"lxc.net.0.hwaddr = {settings['mac']}" in config
-    assert f"lxc.net.0.ipv4.address = {settings['ip']}/24" in config and "lxc.net.0.type = empty" not in config
+    assert config.splitlines()[-1] == f"lxc.include = {base}/mccloud.conf"
+    included = (base / "mccloud.conf").read_text()
+    assert included == settings["lxc_config"]
+    assert "lxc.net =" in included.splitlines()
+    assert f"lxc.net.0.hwaddr = {settings['mac']}" in included
+    assert f"lxc.net.0.ipv4.address = {settings['ip']}/24" in included
+    effective = sh(f"lxc-info -P {cloud.root / 'lxc'} -n vm1.test.lan -c lxc.net.0.type -c lxc.net.0.hwaddr")
+    assert effective.splitlines() == ["lxc.net.0.type = veth", f"lxc.net.0.hwaddr = {settings['mac']}"]
     assert settings["password"] not in out  # the clear text never shows
     assert "not a minion of this master" in out
 

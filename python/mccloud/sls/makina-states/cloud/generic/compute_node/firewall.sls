@@ -1,15 +1,15 @@
 {#- Firewall: an iptables chain accepting http/https and the allocated
     ssh/snmp reverse-proxy ports, jumped to from INPUT. Accept rules only:
-    nothing already allowed is closed. The script is re-run whenever the
-    chain does not carry the digest of the current script (changed rules,
-    reboot). #}
+    nothing already allowed is closed. The script is static: the chain and
+    the ports reach it through the environment, never through a shell line.
+    It is re-run whenever the chain does not carry the digest of the script
+    and its inputs (changed rules, reboot). #}
 {%- set d = pillar['mccloud'] %}
 {%- set c = d.conf %}
 {%- if d.has.firewall %}
-{%- set chain = c.firewall_chain %}
-{%- set script = '/etc/mccloud/firewall-' ~ chain ~ '.sh' %}
-{%- set ssh = d.vms.values() | map(attribute='ssh_reverse_proxy_port') | list %}
-{%- set snmp = d.vms.values() | map(attribute='snmp_reverse_proxy_port') | list %}
+{%- set ssh = d.vms.values() | map(attribute='ssh_reverse_proxy_port') | map('string') | list %}
+{%- set snmp = d.vms.values() | map(attribute='snmp_reverse_proxy_port') | map('string') | list %}
+{%- set script = '/etc/mccloud/firewall.sh' %}
 mccloud-firewall-pkg:
   pkg.installed:
     - name: iptables
@@ -21,24 +21,45 @@ mccloud-firewall-script:
     - mode: '0755'
     - contents: |
         #!/bin/sh
-        # Managed by mccloud: reverse-proxy ports of compute node {{ d.target }}.
-        set -e
-        C={{ chain }}
+        # Managed by mccloud: the reverse-proxy firewall chain of this compute
+        # node. Inputs, from the environment: MCCLOUD_CHAIN (the chain),
+        # MCCLOUD_TCP_PORTS and MCCLOUD_UDP_PORTS (comma-separated port
+        # numbers). "firewall.sh check" succeeds when the chain already holds
+        # these rules; "firewall.sh" rebuilds it (accept rules only).
+        set -eu
+        C=$MCCLOUD_CHAIN
+        for list in "$MCCLOUD_TCP_PORTS" "$MCCLOUD_UDP_PORTS"; do
+            case "$list" in
+                *[!0-9,]*) echo "mccloud firewall: a port list holds something else than port numbers" >&2; exit 2 ;;
+            esac
+        done
+        tag="mccloud-$({ cat "$0"; printf '%s\n' "$C" "$MCCLOUD_TCP_PORTS" "$MCCLOUD_UDP_PORTS"; } | sha1sum | cut -c1-12)"
+        if [ "${1:-}" = check ]; then
+            iptables -S "$C" 2>/dev/null | grep -qF -e "$tag"
+            exit
+        fi
+        accept() {  # accept PROTO PORTS: one rule per 15 ports (multiport's limit)
+            rest=$2
+            while [ -n "$rest" ]; do
+                chunk=$(printf '%s\n' "$rest" | cut -d, -f1-15)
+                rest=$(printf '%s\n' "$rest" | cut -s -d, -f16-)
+                [ -z "$chunk" ] || iptables -A "$C" -p "$1" -m multiport --dports "$chunk" -j ACCEPT
+            done
+        }
         iptables -N "$C" 2>/dev/null || iptables -F "$C"
         iptables -C INPUT -j "$C" 2>/dev/null || iptables -I INPUT -j "$C"
-        iptables -A "$C" -p tcp -m multiport --dports {{ c.http_port }},{{ c.https_port }} -j ACCEPT
-        {%- for i in range(0, ssh | length, 15) %}
-        iptables -A "$C" -p tcp -m multiport --dports {{ ssh[i:i + 15] | join(',') }} -j ACCEPT
-        {%- endfor %}
-        {%- for i in range(0, snmp | length, 15) %}
-        iptables -A "$C" -p udp -m multiport --dports {{ snmp[i:i + 15] | join(',') }} -j ACCEPT
-        {%- endfor %}
-        iptables -A "$C" -m comment --comment "mccloud-$(sha1sum < "$0" | cut -c1-12)" -j RETURN
+        accept tcp "$MCCLOUD_TCP_PORTS"
+        accept udp "$MCCLOUD_UDP_PORTS"
+        iptables -A "$C" -m comment --comment "$tag" -j RETURN
 
 mccloud-firewall-apply:
   cmd.run:
-    - name: {{ script }}
-    - unless: iptables -S {{ chain }} 2>/dev/null | grep -q "mccloud-$(sha1sum < {{ script }} | cut -c1-12)"
+    - name: /etc/mccloud/firewall.sh
+    - unless: /etc/mccloud/firewall.sh check
+    - env:
+        MCCLOUD_CHAIN: {{ c.firewall_chain | string | tojson }}
+        MCCLOUD_TCP_PORTS: {{ ([c.http_port | string, c.https_port | string] + ssh) | join(',') | tojson }}
+        MCCLOUD_UDP_PORTS: {{ snmp | join(',') | tojson }}
     - require:
       - pkg: mccloud-firewall-pkg
       - file: mccloud-firewall-script

@@ -1,16 +1,17 @@
 {#- One managed block in the hosts file: `<vm ip> <domain>` for every domain
     of every VM of the node. Rewritten whole, so removed VMs disappear. #}
 {%- set d = pillar['mccloud'] %}
+{%- set lines = [] %}
+{%- for vm, v in d.vms | dictsort %}
+{%- for dom in v.domains %}
+{%- do lines.append(v.ip ~ ' ' ~ dom) %}
+{%- endfor %}
+{%- endfor %}
 mccloud-hosts:
   file.blockreplace:
-    - name: {{ d.conf.hosts_file }}
-    - marker_start: "# mccloud: VMs of {{ d.target }} -- managed, do not edit"
-    - marker_end: "# mccloud: end of VMs of {{ d.target }}"
-    - content: |
-        {%- for vm, v in d.vms | dictsort %}
-        {%- for dom in v.domains %}
-        {{ v.ip }} {{ dom }}
-        {%- endfor %}
-        {%- endfor %}
+    - name: {{ d.conf.hosts_file | tojson }}
+    - marker_start: {{ ('# mccloud: VMs of ' ~ d.target ~ ' -- managed, do not edit') | tojson }}
+    - marker_end: {{ ('# mccloud: end of VMs of ' ~ d.target) | tojson }}
+    - content: {{ (lines | join('\n') ~ ('\n' if lines else '')) | tojson }}
     - append_if_not_found: true
     - show_changes: true

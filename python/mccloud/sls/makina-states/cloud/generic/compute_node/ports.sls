@@ -4,5 +4,5 @@
 mccloud-reserved-ports:
   sysctl.present:
     - name: net.ipv4.ip_local_reserved_ports
-    - value: "{{ d.reserved_ports }}"
-    - config: {{ d.conf.sysctl_file }}
+    - value: {{ d.reserved_ports | string | tojson }}
+    - config: {{ d.conf.sysctl_file | tojson }}

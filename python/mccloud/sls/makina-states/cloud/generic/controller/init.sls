@@ -1,22 +1,25 @@
 {#- Controller layout: the registry directory and the controller's ssh key
-    pair (used to reach compute nodes and VMs). Data: pillar mccloud. #}
+    pair (used to reach compute nodes and VMs). Data: pillar mccloud;
+    commands receive it through their environment only. #}
 {%- set d = pillar['mccloud'] %}
 mccloud-controller-store-dir:
   file.directory:
-    - name: {{ d.store_dir }}
+    - name: {{ d.store_dir | tojson }}
     - makedirs: true
     - mode: '0700'
 
 mccloud-controller-ssh-dir:
   file.directory:
-    - name: {{ salt['file.dirname'](d.ssh_key) }}
+    - name: {{ salt['file.dirname'](d.ssh_key) | tojson }}
     - makedirs: true
     - mode: '0700'
 
 mccloud-controller-ssh-key:
   cmd.run:
-    - name: ssh-keygen -q -t ed25519 -N '' -C mccloud-controller -f {{ d.ssh_key }}
-    - creates: {{ d.ssh_key }}
+    - name: ssh-keygen -q -t ed25519 -N '' -C mccloud-controller -f "$MCCLOUD_SSH_KEY"
+    - creates: {{ d.ssh_key | tojson }}
+    - env:
+        MCCLOUD_SSH_KEY: {{ d.ssh_key | string | tojson }}
     - require:
       - file: mccloud-controller-ssh-dir
 

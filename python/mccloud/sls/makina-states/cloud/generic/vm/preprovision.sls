@@ -9,23 +9,23 @@ include:
 
 mccloud-vm-this-host:
   file.managed:
-    - name: {{ root }}/this_host
-    - contents: {{ d.target }}
+    - name: {{ (root ~ '/this_host') | tojson }}
+    - contents: {{ d.target | string | tojson }}
     - follow_symlinks: false
     - require:
       - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-this-port:
   file.managed:
-    - name: {{ root }}/this_port
-    - contents: "{{ d.vm.ssh_reverse_proxy_port }}"
+    - name: {{ (root ~ '/this_port') | tojson }}
+    - contents: {{ d.vm.ssh_reverse_proxy_port | string | tojson }}
     - follow_symlinks: false
     - require:
       - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-grains:
   file.serialize:
-    - name: {{ root }}/etc/salt/grains
+    - name: {{ (root ~ '/etc/salt/grains') | tojson }}
     - makedirs: true
     - serializer: yaml
     - merge_if_exists: true
@@ -36,7 +36,7 @@ mccloud-vm-grains:
 
 mccloud-vm-root-ssh:
   file.directory:
-    - name: {{ root }}/root/.ssh
+    - name: {{ (root ~ '/root/.ssh') | tojson }}
     - makedirs: true
     - mode: '0700'
     - require:
@@ -44,8 +44,8 @@ mccloud-vm-root-ssh:
 
 mccloud-vm-controller-key:
   file.append:
-    - name: {{ root }}/root/.ssh/authorized_keys
-    - text: {{ d.controller_pubkey | json }}
+    - name: {{ (root ~ '/root/.ssh/authorized_keys') | tojson }}
+    - text: {{ d.controller_pubkey | string | tojson }}
     - require:
       - test: mccloud-vm-rootfs-guard
       - file: mccloud-vm-root-ssh

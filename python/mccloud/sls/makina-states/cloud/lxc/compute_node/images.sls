@@ -1,39 +1,51 @@
 {#- Template containers (images) on the compute node. An image is built here
     from its lxc template when absent (the debian template debootstraps from
     Debian's mirror); otherwise it is synchronised from the controller by the
-    sync_images runner. Data: pillar mccloud:images, mccloud:lxc_path. #}
+    sync_images runner. Data: pillar mccloud:images, mccloud:lxc_path. The
+    command receives it through its environment only; state ids number the
+    images in name order (an image name is data, never part of an id). #}
 {%- set d = pillar['mccloud'] %}
 {%- set needs = {'debian': ['debootstrap'], 'busybox': ['busybox-static'], 'sshd': ['openssh-server']} %}
-{%- for name, img in d.images.items() %}
-{%- set template = img.get('template', 'debian') %}
-{%- if template == 'debian' %}
-{%- set args = '-r ' ~ img.get('release', 'bookworm') ~ (' --packages=' ~ img.packages | join(',') if img.get('packages') else '') %}
-{%- else %}
-{%- set args = img.get('template_args', '') %}
-{%- endif %}
-{%- if needs.get(template) %}
-mccloud-lxc-image-deps-{{ name }}:
+{%- for name, img in d.images | dictsort %}
+{%- set i = loop.index0 %}
+{%- set template = img.get('template') or 'debian' %}
+{%- set targs = img.get('template_args') or '' %}
+{%- set targs = targs.split() if targs is string else targs | map('string') | list %}
+mccloud-lxc-image-deps-{{ i }}:
   pkg.installed:
-    - pkgs: {{ needs[template] | json }}
-{%- endif %}
+    - pkgs: {{ (['lxc'] + needs.get(template, [])) | tojson }}
 
-mccloud-lxc-image-{{ name }}:
+mccloud-lxc-image-{{ i }}:
   cmd.run:
-    - name: lxc-create -P {{ d.lxc_path }} -n {{ name }} -t {{ template }}{{ ' -- ' ~ args if args else '' }}
-    - unless: test -e {{ d.lxc_path }}/{{ name }}/config
-{%- if needs.get(template) %}
+    - name: |
+        set -f
+        IFS='
+        '
+        if [ "$MCCLOUD_TEMPLATE" = debian ]; then
+            set -- -r "$MCCLOUD_RELEASE"
+            if [ -n "$MCCLOUD_PACKAGES" ]; then set -- "$@" "--packages=$MCCLOUD_PACKAGES"; fi
+        else
+            # one template argument per line
+            set -- $MCCLOUD_TEMPLATE_ARGS
+        fi
+        if [ "$#" -gt 0 ]; then set -- -- "$@"; fi
+        exec lxc-create -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t "$MCCLOUD_TEMPLATE" "$@"
+    - creates: {{ (d.lxc_path ~ '/' ~ name ~ '/config') | tojson }}
+    - env:
+        MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
+        MCCLOUD_NAME: {{ name | string | tojson }}
+        MCCLOUD_TEMPLATE: {{ template | string | tojson }}
+        MCCLOUD_RELEASE: {{ (img.get('release') or 'bookworm') | string | tojson }}
+        MCCLOUD_PACKAGES: {{ (img.get('packages') or []) | map('string') | join(',') | tojson }}
+        MCCLOUD_TEMPLATE_ARGS: {{ targs | join('\n') | tojson }}
     - require:
-      - pkg: mccloud-lxc-image-deps-{{ name }}
-{%- endif %}
-{%- endfor %}
+      - pkg: mccloud-lxc-image-deps-{{ i }}
 
-{%- for name, img in d.images.items() %}
-
-mccloud-lxc-image-version-{{ name }}:
+mccloud-lxc-image-version-{{ i }}:
   file.managed:
-    - name: {{ d.lxc_path }}/{{ name }}/mccloud-image-version
-    - contents: "{{ (img | json | sha256)[:16] }}"
+    - name: {{ (d.lxc_path ~ '/' ~ name ~ '/mccloud-image-version') | tojson }}
+    - contents: {{ (img | json | sha256)[:16] | tojson }}
     - replace: false
     - require:
-      - cmd: mccloud-lxc-image-{{ name }}
+      - cmd: mccloud-lxc-image-{{ i }}
 {%- endfor %}

@@ -1,10 +1,20 @@
 {#- LXC on a compute node: Debian packages, the VM bridge carrying the
     gateway address, IP forwarding and NAT of the VM network towards the
-    outside. Data: pillar mccloud (the node's settings from the registry). #}
+    outside. Data: pillar mccloud (the node's settings from the registry).
+    Commands and scripts are static: they read the bridge, the address and
+    the network from their environment. #}
 {%- set d = pillar['mccloud'] %}
 {%- set n = d.network %}
-{%- set br = n.bridge %}
+{%- set br = n.bridge | string %}
+{%- set address = n.gateway ~ '/' ~ n.netmask %}
 {%- set cidr = n.network ~ '/' ~ n.netmask %}
+{#- ifupdown runs its methods through a shell with the stanza's values
+    substituted: the boot stanza is written only for plain values. #}
+{%- set ipv4 = '(?:[0-9]{1,3}[.]){3}[0-9]{1,3}' %}
+{%- set mask = '(?:[0-9]{1,2}|' ~ ipv4 ~ ')' %}
+{%- set plain = (br | regex_match('([A-Za-z0-9_.-]{1,15})\\Z'))
+                and (address | regex_match('(' ~ ipv4 ~ '/' ~ mask ~ ')\\Z'))
+                and (cidr | regex_match('(' ~ ipv4 ~ '/' ~ mask ~ ')\\Z')) and true or false %}
 mccloud-lxc-pkgs:
   pkg.{{ 'latest' if d.get('upgrade') else 'installed' }}:
     - pkgs:
@@ -14,32 +24,69 @@ mccloud-lxc-pkgs:
 
 mccloud-lxc-path:
   file.directory:
-    - name: {{ d.lxc_path }}
+    - name: {{ d.lxc_path | tojson }}
     - makedirs: true
     - mode: '0755'
 
 mccloud-lxc-bridge:
   cmd.run:
     - name: |
-        ip link show {{ br }} >/dev/null 2>&1 || ip link add {{ br }} type bridge
-        ip -o addr show dev {{ br }} | grep -q " {{ n.gateway }}/{{ n.netmask }} " || ip addr add {{ n.gateway }}/{{ n.netmask }} dev {{ br }}
-        ip link set {{ br }} up
+        set -e
+        ip link show "$MCCLOUD_BRIDGE" >/dev/null 2>&1 || ip link add "$MCCLOUD_BRIDGE" type bridge
+        ip -o addr show dev "$MCCLOUD_BRIDGE" | grep -qF -e " $MCCLOUD_ADDRESS " || ip addr add "$MCCLOUD_ADDRESS" dev "$MCCLOUD_BRIDGE"
+        ip link set "$MCCLOUD_BRIDGE" up
     - unless: >-
-        ip -o addr show dev {{ br }} 2>/dev/null | grep -q " {{ n.gateway }}/{{ n.netmask }} "
-        && ip -o link show {{ br }} | grep -q ",UP"
+        ip -o addr show dev "$MCCLOUD_BRIDGE" 2>/dev/null | grep -qF -e " $MCCLOUD_ADDRESS "
+        && ip -o link show "$MCCLOUD_BRIDGE" | grep -q ",UP"
+    - env:
+        MCCLOUD_BRIDGE: {{ br | tojson }}
+        MCCLOUD_ADDRESS: {{ address | tojson }}
+
+mccloud-lxc-nat-script:
+  file.managed:
+    - name: /etc/mccloud/lxc-nat.sh
+    - makedirs: true
+    - mode: '0755'
+    - contents: |
+        #!/bin/sh
+        # Managed by mccloud: NAT of the VM network towards the outside. The
+        # network (CIDR) comes from MCCLOUD_NAT_CIDR, or from the bridge
+        # stanza's mccloud-nat-cidr option (ifupdown exports it as
+        # IF_MCCLOUD_NAT_CIDR). "lxc-nat.sh check" only tells whether the
+        # rule is in place.
+        set -eu
+        cidr=${MCCLOUD_NAT_CIDR:-${IF_MCCLOUD_NAT_CIDR:-}}
+        if [ -z "$cidr" ]; then echo "lxc-nat.sh: no network given" >&2; exit 2; fi
+        mode=${1:-apply}
+        set -- POSTROUTING -s "$cidr" ! -d "$cidr" -j MASQUERADE
+        if iptables -t nat -C "$@" 2>/dev/null; then exit 0; fi
+        if [ "$mode" = check ]; then exit 1; fi
+        iptables -t nat -A "$@"
+
+mccloud-lxc-bridge-boot-values:
+  test.configurable_test_state:
+    - name: the bridge's boot stanza holds plain values
+    - changes: false
+    - result: {{ plain }}
+    - allow_test_mode_failure: true
+    - comment: {{ ('the bridge name, gateway, netmask and network are plain values' if plain else
+                   'not writing the boot stanza of the VM bridge: its name must be an interface name and the gateway, netmask and network IPv4 values (ifupdown passes them to a shell)') | tojson }}
 
 mccloud-lxc-bridge-boot:
   file.managed:
-    - name: /etc/network/interfaces.d/mccloud-{{ br }}
+    - name: {{ ('/etc/network/interfaces.d/mccloud-' ~ br) | tojson }}
     - makedirs: true
-    - contents: |
-        # Managed by mccloud: the VM bridge of this compute node.
-        auto {{ br }}
-        iface {{ br }} inet static
-            address {{ n.gateway }}/{{ n.netmask }}
-            bridge_ports none
-            bridge_fd 0
-            post-up iptables -t nat -C POSTROUTING -s {{ cidr }} ! -d {{ cidr }} -j MASQUERADE 2>/dev/null || iptables -t nat -A POSTROUTING -s {{ cidr }} ! -d {{ cidr }} -j MASQUERADE
+    - contents: {{ ('# Managed by mccloud: the VM bridge of this compute node.\n'
+                    ~ 'auto ' ~ br ~ '\n'
+                    ~ 'iface ' ~ br ~ ' inet static\n'
+                    ~ '    address ' ~ address ~ '\n'
+                    ~ '    bridge_ports none\n'
+                    ~ '    bridge_fd 0\n'
+                    ~ '    mccloud-nat-cidr ' ~ cidr ~ '\n'
+                    ~ '    post-up /etc/mccloud/lxc-nat.sh\n') | tojson }}
+    - require:
+      - test: mccloud-lxc-bridge-boot-values
+      - file: mccloud-lxc-nat-script
 
 mccloud-lxc-ip-forward:
   sysctl.present:
@@ -49,7 +96,10 @@ mccloud-lxc-ip-forward:
 
 mccloud-lxc-nat:
   cmd.run:
-    - name: iptables -t nat -A POSTROUTING -s {{ cidr }} ! -d {{ cidr }} -j MASQUERADE
-    - unless: iptables -t nat -C POSTROUTING -s {{ cidr }} ! -d {{ cidr }} -j MASQUERADE
+    - name: /etc/mccloud/lxc-nat.sh
+    - unless: /etc/mccloud/lxc-nat.sh check
+    - env:
+        MCCLOUD_NAT_CIDR: {{ cidr | tojson }}
     - require:
       - pkg: mccloud-lxc-pkgs
+      - file: mccloud-lxc-nat-script

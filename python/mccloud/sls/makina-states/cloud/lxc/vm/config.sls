@@ -1,59 +1,68 @@
-{#- The container's lxc configuration from the registry: network (bridge,
-    allocated MAC and IP, gateway), autostart, mount entries and raw
-    lxc_conf lines, in one marked block at the end of its config file; a
-    guest network configuration that does not wait for DHCP. A running
+{#- The container's lxc configuration from the registry: the core renders
+    the whole block (pillar mccloud:vm:lxc_config: network with the bridge,
+    allocated MAC and IP, gateway; autostart; unset keys; mount entries; raw
+    lxc_conf lines). It is written as <lxc_path>/<name>/mccloud.conf, which
+    the container's config includes on its last line, after lxc-copy's own
+    lxc.net.0.* lines (the fragment starts with `lxc.net =`, which clears
+    them). The guest network configuration does not wait for DHCP. A running
     container restarts when its configuration changed. #}
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
 
 {%- set d = pillar['mccloud'] %}
 {%- set v = d.vm %}
-{%- set cfg = d.lxc_path ~ '/' ~ v.name ~ '/config' %}
-{%- set block -%}
-lxc.net.0.type = veth
-lxc.net.0.link = {{ v.bridge }}
-lxc.net.0.flags = up
-lxc.net.0.name = eth0
-lxc.net.0.hwaddr = {{ v.mac }}
-lxc.net.0.ipv4.address = {{ v.ip }}/{{ v.netmask }}
-lxc.net.0.ipv4.gateway = {{ v.gateway }}
-lxc.start.auto = {{ 1 if v.autostart else 0 }}
-{%- for line in v.fstab or [] %}
-lxc.mount.entry = {{ line }}
-{%- endfor %}
-{%- for item in v.lxc_conf or [] %}
-{%- for k, val in (item.items() if item is mapping else [(item, None)]) %}
-{{ k if val is none else k ~ ' = ' ~ val }}
-{%- endfor %}
-{%- endfor %}
-{%- endset %}
-{%- set marker = '# mccloud settings ' ~ (block | sha256)[:16] %}
+{%- set dir = d.lxc_path ~ '/' ~ v.name %}
+{%- set cfg = dir ~ '/config' %}
+{%- set conf = dir ~ '/mccloud.conf' %}
+
 mccloud-lxc-vm-config:
-  cmd.run:
-    - name: |
-        set -e
-        sed -i -e '/^lxc\.net\./d' -e '/^lxc\.start\.auto/d' -e '/^# mccloud settings/,$d' {{ cfg }}
-        {%- for key in v.lxc_conf_unset or [] %}
-        sed -i -e '/^{{ key | regex_escape }}\s*=/d' {{ cfg }}
-        {%- endfor %}
-        cat >> {{ cfg }} <<'MCCLOUD_EOF'
-        {{ marker }}
-        {{ block | indent(8) }}
-        MCCLOUD_EOF
-    - unless: grep -qxF '{{ marker }}' {{ cfg }}
+  file.managed:
+    - name: {{ conf | tojson }}
+    - contents_pillar: mccloud:vm:lxc_config
+    - mode: '0644'
+    - follow_symlinks: false
+
+{#- Earlier versions appended a marked block to the config: it goes. So
+    does an include of mccloud.conf that is not the last setting (anything
+    after it would override the registry's values); the next state appends
+    it again at the end. #}
+mccloud-lxc-vm-config-legacy:
+  file.replace:
+    - name: {{ cfg | tojson }}
+    - pattern: '^# mccloud settings .*|^lxc\.include = [^\n]*/mccloud\.conf\n(?=.*^[^#\s])'
+    - repl: ''
+    - flags: ['MULTILINE', 'DOTALL']
+    - bufsize: file
+    - backup: false
+    - show_changes: true
+    - require:
+      - file: mccloud-lxc-vm-config
+
+mccloud-lxc-vm-config-include:
+  file.append:
+    - name: {{ cfg | tojson }}
+    - text: {{ ('lxc.include = ' ~ conf) | tojson }}
+    - require:
+      - file: mccloud-lxc-vm-config-legacy
 
 mccloud-lxc-vm-restart:
   cmd.run:
     - name: >-
-        lxc-stop -P {{ d.lxc_path }} -n {{ v.name }} -t 30;
-        lxc-start -P {{ d.lxc_path }} -n {{ v.name }} && lxc-wait -P {{ d.lxc_path }} -n {{ v.name }} -s RUNNING -t 60
-    - onlyif: lxc-info -P {{ d.lxc_path }} -n {{ v.name }} -s | grep -q RUNNING
+        lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t 30;
+        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME"
+        && lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60
+    - onlyif: lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING
+    - env:
+        MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
+        MCCLOUD_NAME: {{ v.name | string | tojson }}
     - onchanges:
-      - cmd: mccloud-lxc-vm-config
+      - file: mccloud-lxc-vm-config
+      - file: mccloud-lxc-vm-config-legacy
+      - file: mccloud-lxc-vm-config-include
 
 mccloud-lxc-vm-guest-network:
   file.managed:
-    - name: {{ d.rootfs }}/etc/network/interfaces
+    - name: {{ (d.rootfs ~ '/etc/network/interfaces') | tojson }}
     - makedirs: true
     - follow_symlinks: false
     - require:

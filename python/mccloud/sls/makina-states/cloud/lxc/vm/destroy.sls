@@ -1,7 +1,14 @@
 {#- Destroy: stop and remove the VM's container. Data: pillar mccloud
-    (name, lxc_path). #}
+    (name, lxc_path), given to the command through its environment. #}
 {%- set d = pillar['mccloud'] %}
 mccloud-lxc-vm-destroy:
   cmd.run:
-    - name: lxc-stop -P {{ d.lxc_path }} -n {{ d.name }} -k >/dev/null 2>&1; lxc-destroy -P {{ d.lxc_path }} -n {{ d.name }}
-    - onlyif: test -e {{ d.lxc_path }}/{{ d.name }}/config
+    - name: >-
+        lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -k >/dev/null 2>&1;
+        lxc-destroy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME"
+    - onlyif:
+      - fun: file.file_exists
+        path: {{ (d.lxc_path ~ '/' ~ d.name ~ '/config') | tojson }}
+    - env:
+        MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
+        MCCLOUD_NAME: {{ d.name | string | tojson }}

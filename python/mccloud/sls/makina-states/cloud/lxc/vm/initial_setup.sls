@@ -6,9 +6,9 @@ include:
 
 mccloud-lxc-vm-root-password:
   file.replace:
-    - name: {{ d.rootfs }}/etc/shadow
+    - name: {{ (d.rootfs ~ '/etc/shadow') | tojson }}
     - pattern: '^root:[^:]*:'
-    - repl: 'root:{{ d.vm.password_hash }}:'
+    - repl: {{ ('root:' ~ (d.vm.password_hash | string | replace('\\', '\\\\')) ~ ':') | tojson }}
     - count: 1
     - show_changes: false
     - require:

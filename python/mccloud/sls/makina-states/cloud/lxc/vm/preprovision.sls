@@ -5,7 +5,7 @@ include:
 
 mccloud-lxc-vm-grains:
   file.serialize:
-    - name: {{ d.rootfs }}/etc/salt/grains
+    - name: {{ (d.rootfs ~ '/etc/salt/grains') | tojson }}
     - makedirs: true
     - serializer: yaml
     - merge_if_exists: true

@@ -1,9 +1,12 @@
 {#- Spawn: clone the template container (dir; overlayfs as a snapshot) or
     create from the image (*-scratch types), configure it from the registry
-    and start it. Running it again on an existing container changes nothing. #}
+    and start it. Running it again on an existing container changes nothing.
+    Commands receive the data through their environment only. #}
 {%- set d = pillar['mccloud'] %}
 {%- set v = d.vm %}
 {%- set P = d.lxc_path %}
+{%- set img = d.images.get(v.image, {'template': v.image}) if v.image is string else {} %}
+{%- set template = img.get('template') or 'debian' %}
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
   - makina-states.cloud.lxc.vm.config
@@ -11,31 +14,56 @@ include:
 
 mccloud-lxc-vm-create:
   cmd.run:
-{%- if v.from_container %}
-    - name: >-
-        lxc-copy -P {{ P }} -n {{ v.from_container }} -N {{ v.name }}
-        {%- if v.backing == 'overlayfs' %} -s -B overlay{% endif %}
-        {%- if v.backing == 'lvm' %} -B lvm -L {{ v.size }}{% endif %}
+{%- if v.get('from_container') %}
+    - name: |
+        case "$MCCLOUD_BACKING" in
+            overlayfs) set -- -s -B overlay ;;
+            lvm) set -- -B lvm -L "$MCCLOUD_SIZE" ;;
+            *) set -- ;;
+        esac
+        exec lxc-copy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_FROM" -N "$MCCLOUD_NAME" "$@"
 {%- else %}
-{%- set img = d.images.get(v.image, {'template': v.image}) %}
-    - name: >-
-        lxc-create -P {{ P }} -n {{ v.name }} -t {{ img.get('template', 'debian') }}
-        {%- if v.backing == 'lvm' %} -B lvm --vgname {{ v.vgname }} --fssize {{ v.size }}
-        {%- if v.lvname %} --lvname {{ v.lvname }}{% endif %}{% endif %}
-        {%- if img.get('template', 'debian') == 'debian' %} -- -r {{ img.get('release', 'bookworm') }}
-        {%- if img.get('packages') %} --packages={{ img.packages | join(',') }}{% endif %}{% endif %}
+    - name: |
+        set -- -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t "$MCCLOUD_TEMPLATE"
+        if [ "$MCCLOUD_BACKING" = lvm ]; then
+            set -- "$@" -B lvm --vgname "$MCCLOUD_VGNAME" --fssize "$MCCLOUD_SIZE"
+            if [ -n "$MCCLOUD_LVNAME" ]; then set -- "$@" --lvname "$MCCLOUD_LVNAME"; fi
+        fi
+        if [ "$MCCLOUD_TEMPLATE" = debian ]; then
+            set -- "$@" -- -r "$MCCLOUD_RELEASE"
+            if [ -n "$MCCLOUD_PACKAGES" ]; then set -- "$@" "--packages=$MCCLOUD_PACKAGES"; fi
+        fi
+        exec lxc-create "$@"
 {%- endif %}
-    - unless: test -e {{ P }}/{{ v.name }}/config
+    - creates: {{ (P ~ '/' ~ v.name ~ '/config') | tojson }}
+    - env:
+        MCCLOUD_LXC_PATH: {{ P | string | tojson }}
+        MCCLOUD_NAME: {{ v.name | string | tojson }}
+        MCCLOUD_BACKING: {{ (v.get('backing') or '') | string | tojson }}
+        MCCLOUD_SIZE: {{ (v.get('size') or '') | string | tojson }}
+{%- if v.get('from_container') %}
+        MCCLOUD_FROM: {{ v.from_container | string | tojson }}
+{%- else %}
+        MCCLOUD_VGNAME: {{ (v.get('vgname') or '') | string | tojson }}
+        MCCLOUD_LVNAME: {{ (v.get('lvname') or '') | string | tojson }}
+        MCCLOUD_TEMPLATE: {{ template | string | tojson }}
+        MCCLOUD_RELEASE: {{ (img.get('release') or 'bookworm') | string | tojson }}
+        MCCLOUD_PACKAGES: {{ (img.get('packages') or []) | map('string') | join(',') | tojson }}
+{%- endif %}
     - require_in:
-      - cmd: mccloud-lxc-vm-config
+      - file: mccloud-lxc-vm-config
       - file: mccloud-lxc-vm-guest-network
-      - test: mccloud-vm-rootfs-guard
+      - sls: makina-states.cloud.generic.vm.rootfs_guard
 
 mccloud-lxc-vm-start:
   cmd.run:
-    - name: lxc-start -P {{ P }} -n {{ v.name }} && lxc-wait -P {{ P }} -n {{ v.name }} -s RUNNING -t 60
-    - unless: lxc-info -P {{ P }} -n {{ v.name }} -s | grep -q RUNNING
+    - name: lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" && lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60
+    - unless: lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING
+    - env:
+        MCCLOUD_LXC_PATH: {{ P | string | tojson }}
+        MCCLOUD_NAME: {{ v.name | string | tojson }}
     - require:
-      - cmd: mccloud-lxc-vm-config
+      - file: mccloud-lxc-vm-config
+      - file: mccloud-lxc-vm-config-include
       - file: mccloud-lxc-vm-guest-network
       - sls: makina-states.cloud.lxc.vm.volumes

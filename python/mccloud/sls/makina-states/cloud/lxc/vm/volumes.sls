@@ -2,16 +2,16 @@
 {%- set d = pillar['mccloud'] %}
 {%- set sources = [] %}
 {%- for line in d.vm.fstab or [] %}
-{%- set src = line.split()[0] %}
+{%- set src = (line | string).split()[0] if (line | string).split() else '' %}
 {%- if src.startswith('/') %}{% do sources.append(src) %}{% endif %}
 {%- endfor %}
 {%- if sources %}
 mccloud-lxc-vm-volume-sources:
   file.directory:
-    - names: {{ sources | json }}
+    - names: {{ sources | tojson }}
     - makedirs: true
 {%- else %}
 mccloud-lxc-vm-no-volumes:
   test.nop:
-    - name: no bind mounts declared for {{ d.vm.name }}
+    - name: {{ ('no bind mounts declared for ' ~ d.vm.name) | tojson }}
 {%- endif %}
