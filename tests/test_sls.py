@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import socket
 import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import mccloud
 from mccloud.cli import write_masterless_config
-from mccloud.orchestration import sls_root
+from mccloud.orchestration import compute_node_deploy, sls_root
 
 CN = "cn1.example.net"
 ROOT = Path(sls_root())
@@ -92,3 +97,51 @@ def test_scratch_vms_are_created_from_the_image(data: dict[str, Any]) -> None:
     assert env["MCCLOUD_TEMPLATE"] == "debian" and env["MCCLOUD_RELEASE"] == "bookworm"
     assert env["MCCLOUD_PACKAGES"].split(",")[0] == "openssh-server"
 
+
+def test_ports_are_reserved_before_the_reverse_proxy() -> None:
+    """An outgoing connection must not take a VM's port before haproxy binds
+    it: the compute node deploy reserves the ranges first."""
+    applied: list[str] = []
+    env = SimpleNamespace(
+        progress=lambda m: None, functions={},
+        registry=SimpleNamespace(target_settings=lambda t: {"vms": {}, "virt_types": []}),
+        sls=lambda t, sls, d: applied.append(sls.rsplit(".", 1)[1]) or {"result": True},
+    )
+    assert compute_node_deploy(env, CN).result  # type: ignore[arg-type]
+    assert applied == ["grains", "ports", "reverse_proxy", "firewall", "hosts"]
+    init = (ROOT / "makina-states" / "cloud" / "generic" / "compute_node" / "init.sls").read_text()
+    assert init.index("compute_node.ports") < init.index("compute_node.reverse_proxy")
+
+
+def test_a_port_held_by_another_process_fails_before_haproxy(data: dict[str, Any], tmp_path: Path) -> None:
+    """A port haproxy must bind, held by another process (e.g. a connection
+    opened before the range was reserved), fails the reverse proxy before
+    its configuration changes; haproxy's own sockets (a previous deploy) are
+    fine."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    haproxy = tmp_path / "haproxy"  # a process named haproxy, holding a port too
+    haproxy.symlink_to(sys.executable)
+    code = "import socket,time; s=socket.socket(); s.bind(('0.0.0.0',0)); s.listen(); " \
+           "print(s.getsockname()[1], flush=True); time.sleep(120)"
+    proc = subprocess.Popen([str(haproxy), "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        own = int(proc.stdout.readline()) if proc.stdout else 0
+        node = copy.deepcopy(data["node"])
+        node["conf"]["bind_address"] = "127.0.0.1"
+        a, b = node["vms"].values()
+        a["ssh_reverse_proxy_port"], b["ssh_reverse_proxy_port"] = port, own
+        p = show_sls(tmp_path, "makina-states.cloud.generic.compute_node.reverse_proxy", node)
+    finally:
+        proc.kill()
+        held.close()
+    states = json.loads(p.stdout)["local"]
+    check = {k: v for c in states["mccloud-haproxy-ports-free"]["test"] if isinstance(c, dict) for k, v in c.items()}
+    name = Path("/proc/self/comm").read_text().strip()
+    assert check["result"] is False
+    assert check["comment"] == (f"port {port} is held by {name} (pid {os.getpid()}), opened before the range "
+                                "was reserved: stop it or wait for it to close, then deploy again")
+    config = states["mccloud-haproxy-config"]["file"]
+    assert {"test": "mccloud-haproxy-ports-free"} in next(c["require"] for c in config if "require" in c)

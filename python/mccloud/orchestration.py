@@ -330,9 +330,10 @@ def controller_deploy(env: Env) -> Outcome:
 
 
 def compute_node_deploy(env: Env, target: str) -> Outcome:
-    """Registers the node, then its reverse proxy, firewall, hosts and port
-    reservation, then ``install_vt`` of each virtualisation type, with the
-    drivers' pre and post hooks."""
+    """Registers the node, then its port reservation, reverse proxy,
+    firewall and hosts, then ``install_vt`` of each virtualisation type, with
+    the drivers' pre and post hooks. The ports are reserved first: an
+    outgoing connection must not take a port before haproxy binds it."""
     out = Outcome()
     env.progress(f"{target}: registering the compute node (allocating its VMs)")
     data = env.registry.target_settings(target)
@@ -341,7 +342,7 @@ def compute_node_deploy(env: Env, target: str) -> Outcome:
     for fun in hook_functions(env.functions, vts, "pre_deploy_compute_node"):
         if not out.add(fun, env.call(fun, target)):
             return out
-    for part in ("grains", "reverse_proxy", "firewall", "hosts", "ports"):
+    for part in ("grains", "ports", "reverse_proxy", "firewall", "hosts"):
         sls = f"makina-states.cloud.generic.compute_node.{part}"
         if not out.add(sls, env.sls(target, sls, data)):
             return out

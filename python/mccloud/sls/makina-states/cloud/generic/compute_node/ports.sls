@@ -1,5 +1,6 @@
 {#- The reverse-proxy port ranges are reserved from the kernel's ephemeral
-    ports, so no outgoing connection can take a VM's port. #}
+    ports, so no outgoing connection can take a VM's port. Applied before
+    the reverse proxy (see reverse_proxy.sls for ports taken earlier). #}
 {%- set d = pillar['mccloud'] %}
 mccloud-reserved-ports:
   sysctl.present:

@@ -1,13 +1,68 @@
 {#- haproxy: http/https by domain and one tcp listen per VM ssh port. The
     configuration is rendered by the registry (pillar mccloud:reverse_proxies)
-    and must pass `haproxy -c` before it replaces the current one. Commands
-    receive data through their environment only. #}
+    and must pass `haproxy -c` before it replaces the current one. Before
+    that, no port haproxy binds may be held by another process: a connection
+    opened before the port ranges were reserved (ports.sls) can hold a VM's
+    port, and haproxy would then fail to bind it. Commands receive data
+    through their environment only. #}
 {%- set d = pillar['mccloud'] %}
 {%- set c = d.conf %}
 {%- set cert = d.reverse_proxies.ssl_cert %}
+{#- Which ports haproxy binds, and which of them another process holds
+    (`ss`, run without a shell; haproxy's own sockets are fine). #}
+{%- set ssh_ports = d.vms.values() | map(attribute='ssh_reverse_proxy_port') | map('string') | list %}
+{%- set wanted = {} %}
+{%- for p in ssh_ports %}{% do wanted.update({p: 'ssh'}) %}{% endfor %}
+{%- for p in [c.http_port, c.https_port] %}{% do wanted.update({p | string: 'web'}) %}{% endfor %}
+{%- set bind = (c.get('bind_address') or '*') | string %}
+{%- set wildcards = ['*', '0.0.0.0', '::', ''] %}
+{%- set held = {} %}
+{%- if not salt['cmd.which']('ss') %}
+{%- do held.update({'': 'cannot tell which process holds the ports haproxy binds: ss is missing (install iproute2), then deploy again'}) %}
+{%- else %}
+{%- set sockets = salt['cmd.run_all'](['ss', '-Htanp'], python_shell=False, ignore_retcode=True, output_loglevel='quiet') %}
+{%- if sockets.retcode != 0 %}
+{%- do held.update({'': 'cannot tell which process holds the ports haproxy binds: ss -Htanp failed (' ~ sockets.stderr ~ ')'}) %}
+{%- endif %}
+{%- for line in sockets.stdout.splitlines() if sockets.retcode == 0 %}
+{%- set f = line.split() %}
+{%- if f | length >= 5 and ':' in f[3] %}
+{%- set port = f[3].rsplit(':', 1)[1] %}
+{%- set addr = f[3].rsplit(':', 1)[0].strip('[]').split('%')[0] %}
+{%- set addr = addr[7:] if addr.startswith('::ffff:') else addr %}
+{%- if port in wanted and port not in held and (bind in wildcards or addr in wildcards or addr == bind) %}
+{%- set procs = [] %}
+{%- if 'users:((' in line %}
+{%- for u in line.split('users:((', 1)[1].rstrip().rstrip(')').split('),(') %}
+{%- set name = u.split(',pid=', 1)[0].strip('"') %}
+{%- set pid = u.split('pid=', 1)[1].split(',', 1)[0] if 'pid=' in u else '?' %}
+{%- if name != 'haproxy' %}{% do procs.append(name ~ ' (pid ' ~ pid ~ ')') %}{% endif %}
+{%- endfor %}
+{%- elif f[0] == 'LISTEN' %}
+{%- do procs.append('a process ss cannot name') %}
+{%- endif %}
+{%- if procs %}
+{%- if wanted[port] == 'ssh' %}
+{%- do held.update({port: 'port ' ~ port ~ ' is held by ' ~ procs | unique | join(', ') ~ ', opened before the range was reserved: stop it or wait for it to close, then deploy again'}) %}
+{%- else %}
+{%- do held.update({port: 'port ' ~ port ~ ' is held by ' ~ procs | unique | join(', ') ~ ', and haproxy must bind it: stop it or choose another port, then deploy again'}) %}
+{%- endif %}
+{%- endif %}
+{%- endif %}
+{%- endif %}
+{%- endfor %}
+{%- endif %}
 mccloud-haproxy-pkg:
   pkg.installed:
     - name: haproxy
+
+mccloud-haproxy-ports-free:
+  test.configurable_test_state:
+    - name: the ports haproxy binds are free
+    - changes: false
+    - result: {{ held | length == 0 }}
+    - allow_test_mode_failure: true
+    - comment: {{ (held | dictsort | map(attribute=1) | join('; ') if held else 'no other process holds a port haproxy binds') | tojson }}
 
 mccloud-haproxy-cert-dir:
   file.directory:
@@ -41,6 +96,7 @@ mccloud-haproxy-config:
     - check_cmd: haproxy -q -c -f
     - require:
       - pkg: mccloud-haproxy-pkg
+      - test: mccloud-haproxy-ports-free
       - cmd: mccloud-haproxy-cert
 {%- if c.get('haproxy_pidfile') %}
 {#- Standalone mode: an haproxy of our own on this configuration file
