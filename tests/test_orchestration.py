@@ -87,3 +87,15 @@ def test_haproxy_config_for_shared_and_wildcard_domains(tmp_path: Path) -> None:
     assert "    timeout client 2m\n" in cfg and "http-request set-header X-Via mccloud" in cfg
     for vm, v in t["vms"].items():
         assert f"bind 127.0.0.1:{v['ssh_reverse_proxy_port']}\n    mode tcp\n    server {vm} {v['ip']}:22" in cfg
+
+
+def test_a_node_with_conflicting_vms_is_deployed_but_fails_naming_them() -> None:
+    from mccloud.orchestration import Outcome, with_conflicts
+
+    done = Outcome()
+    done.add("reverse_proxy", {"result": True, "comment": "applied"})
+    out = with_conflicts(done, {"errors": {"b.test": "IP 10.5.0.9 declared for b.test is held by a.test"}}).as_dict()
+    assert out["result"] is False and out["retcode"] == 1
+    assert [s["name"] for s in out["steps"]] == ["reverse_proxy", "conflicts"]
+    assert "b.test left out" in out["comment"] and "10.5.0.9" in out["comment"]
+    assert with_conflicts(Outcome(), {"errors": {}}).as_dict()["result"] is True

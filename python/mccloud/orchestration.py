@@ -352,6 +352,16 @@ def compute_node_deploy(env: Env, target: str) -> Outcome:
     for fun in hook_functions(env.functions, vts, "post_deploy_compute_node"):
         if not out.add(fun, env.call(fun, target)):
             return out
+    return with_conflicts(out, data)
+
+
+def with_conflicts(out: Outcome, data: Mapping[str, Any]) -> Outcome:
+    """A node deployed for its other VMs still fails, naming the VMs left
+    out because a declared IP is in conflict (``errors`` of the node data)."""
+    errors = data.get("errors") or {}
+    if errors:
+        out.add("conflicts", {"result": False, "comment": "; ".join(
+            f"{vm} left out: {why}" for vm, why in sorted(errors.items()))})
     return out
 
 
@@ -364,7 +374,7 @@ def vm_provision(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
     wanted = names(steps) or [*VM_STEPS, "ping", "post_provision"]
     unknown = sorted(set(wanted) - {*VM_STEPS, "ping", "post_provision"})
     if unknown:
-        raise mccloud.InvalidInputError(
+        raise mccloud.ArgumentError(
             f"unknown step(s) {', '.join(unknown)}: steps are {', '.join(VM_STEPS)}, ping, post_provision"
         )
     todo = [s for s in wanted if s not in set(names(skip))]
