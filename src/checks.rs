@@ -34,6 +34,16 @@ pub fn shown(key: &str, v: &Value) -> String {
     }
 }
 
+/// A value as a message may show it: scalars as they are, lists and
+/// mappings by their kind only (they may hold a secret).
+pub fn brief(v: &Value) -> String {
+    match v {
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "a mapping".into(),
+        other => other.to_string(),
+    }
+}
+
 fn bad(what: &str, value: &str, secret: bool, why: &str, fix: &str) -> Error {
     let shown = if secret {
         String::new()
@@ -237,7 +247,8 @@ pub fn abs_path(what: &str, value: &str) -> Result<()> {
             fix,
         ));
     }
-    let rest = &value[1..];
+    // One trailing slash is fine (`/var/lib/lxc/`).
+    let rest = value[1..].strip_suffix('/').unwrap_or(&value[1..]);
     if !rest.is_empty()
         && rest
             .split('/')
@@ -254,16 +265,17 @@ pub fn abs_path(what: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// An LXC configuration key: `lxc.` then lowercase letters, digits, `.`
-/// and `_`.
+/// An LXC configuration key: `lxc.` then dot-separated parts of lowercase
+/// letters, digits, `_` and `-` (`lxc.hook.pre-start`).
 pub fn lxc_key(what: &str, value: &str) -> Result<()> {
     let ok = value.len() > 4
         && value.starts_with("lxc.")
-        && !value.ends_with('.')
-        && !value.contains("..")
-        && value
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_');
+        && value[4..].split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        });
     if ok {
         Ok(())
     } else {
@@ -272,7 +284,8 @@ pub fn lxc_key(what: &str, value: &str) -> Result<()> {
             value,
             false,
             "is not an lxc configuration key",
-            "use a key such as lxc.cgroup2.memory.max (it must start with 'lxc.')",
+            "write 'lxc.' then dot-separated parts of lowercase letters, digits, '_' and '-', \
+             such as lxc.cgroup2.memory.max or lxc.hook.pre-start",
         ))
     }
 }
@@ -347,7 +360,12 @@ pub fn port(what: &str, v: &Value) -> Result<u16> {
     };
     n.filter(|n| (1..=65535).contains(n))
         .map(|n| n as u16)
-        .ok_or_else(|| Error::invalid(format!("{what} {v} is not a port number: use 1 to 65535")))
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "{what} {} is not a port number: use 1 to 65535",
+                brief(v)
+            ))
+        })
 }
 
 /// The string at `v`, or an error naming `what` (the value is hidden when
@@ -357,7 +375,7 @@ pub fn string<'a>(what: &str, v: &'a Value, secret: bool) -> Result<&'a str> {
         let shown = if secret {
             "another type (value hidden: it is a secret)".to_owned()
         } else {
-            v.to_string()
+            brief(v)
         };
         Error::invalid(format!("{what} must be a string, not {shown}"))
     })
@@ -373,7 +391,8 @@ pub fn strings<'a>(what: &str, v: &'a Value) -> Result<Vec<&'a str>> {
             .map(|(i, x)| string(&format!("{what}[{i}]"), x, false))
             .collect(),
         other => Err(Error::invalid(format!(
-            "{what} must be a list of strings, not {other}"
+            "{what} must be a list of strings, not {}",
+            brief(other)
         ))),
     }
 }
@@ -400,12 +419,16 @@ mod tests {
             assert!(iface("b", b).is_err(), "{b:?}");
         }
         abs_path("p", "/var/lib/lxc").unwrap();
+        abs_path("p", "/var/lib/lxc/").unwrap();
         abs_path("p", "/").unwrap();
-        for b in ["var", "/a/../b", "/a//b", "/a/", "/a b", "/a;b", "/a$(x)"] {
+        for b in ["var", "/a/../b", "/a//b", "/a//", "/a b", "/a;b", "/a$(x)"] {
             assert!(abs_path("p", b).is_err(), "{b:?}");
         }
         lxc_key("k", "lxc.cgroup2.memory.max").unwrap();
-        for b in ["lxc.", "foo.bar", "lxc.a b", "lxc.A", "lxc..a", "lxc.a=1"] {
+        lxc_key("k", "lxc.hook.pre-start").unwrap();
+        for b in [
+            "lxc.", "foo.bar", "lxc.a b", "lxc.A", "lxc..a", "lxc.a=1", "lxc.a.",
+        ] {
             assert!(lxc_key("k", b).is_err(), "{b:?}");
         }
         words("a", "-C --from-salt-cloud -b master").unwrap();

@@ -334,20 +334,47 @@ fn allocate_vm(
     })
 }
 
+/// The conflict of `vm` when one of its declared IPs is declared for
+/// another VM of the node too.
+fn shared_claim(node: &NodePlan, vm: &str) -> Option<Error> {
+    let claims = node.claims();
+    claims.iter().filter(|c| c.vm == vm).find_map(|mine| {
+        let others: Vec<&str> = claims
+            .iter()
+            .filter(|c| c.ip == mine.ip && c.vm != vm)
+            .map(|c| c.vm)
+            .collect();
+        (!others.is_empty()).then(|| {
+            Error::Conflict(format!(
+                "IP {} is declared for several VMs of compute node {} ({vm} and {}): give each its own IP",
+                mine.ip,
+                node.cn,
+                others.join(" and ")
+            ))
+        })
+    })
+}
+
 /// A VM now declared on `cn` but holding values on nodes that no longer
 /// declare it has moved: like a destroyed VM there, its MACs are retired
 /// and its secrets forgotten (its IP and ports there are freed by that
 /// node's cleanup calls).
 fn retire_moved(tx: &Tx, config: &Config, cn: &str, vm: &str) -> Result<()> {
     for other in tx.other_nodes_of(vm, cn)? {
-        let still_declared = config
-            .declared()?
-            .get(&other)
-            .is_some_and(|n| n.vms.iter().any(|d| d.name == vm));
-        if !still_declared {
-            tx.retire_macs(&other, vm)?;
-            tx.remove_password(&other, vm)?;
-        }
+        retire_moved_from(tx, config, &other, vm)?;
+    }
+    Ok(())
+}
+
+/// [`retire_moved`] for one other node.
+fn retire_moved_from(tx: &Tx, config: &Config, other: &str, vm: &str) -> Result<()> {
+    let still_declared = config
+        .declared()?
+        .get(other)
+        .is_some_and(|n| n.vms.iter().any(|d| d.name == vm));
+    if !still_declared {
+        tx.retire_macs(other, vm)?;
+        tx.remove_password(other, vm)?;
     }
     Ok(())
 }
@@ -424,14 +451,17 @@ impl Registry {
 
     /// A consistent copy of the store to `dest` (see [`Store::backup`]).
     pub fn backup(&self, dest: &Path) -> Result<()> {
-        self.with_store(false, |s| s.backup(dest))?
-            .ok_or_else(|| self.no_store())
+        self.inspect()?.backup(dest)
     }
 
-    /// Integrity, schema version and identity of the store.
+    /// Integrity, schema version and identity of the store (an older
+    /// schema is reported, not upgraded).
     pub fn check(&self) -> Result<crate::store::CheckReport> {
-        self.with_store(false, |s| s.check())?
-            .ok_or_else(|| self.no_store())
+        self.inspect()?.check()
+    }
+
+    fn inspect(&self) -> Result<Store> {
+        Store::open_to_inspect(&self.dir)?.ok_or_else(|| self.no_store())
     }
 
     fn no_store(&self) -> Error {
@@ -462,6 +492,13 @@ impl Registry {
                 "VM {vm} is not declared on compute node {cn}: add it under pillar key {LXC}.vms.{cn}"
             ))
         })?;
+        if !Path::new(&self.store_path()).exists() {
+            // With no store yet, an IP declared for several VMs is theirs to
+            // fight over: refuse before anything is created.
+            if let Some(e) = shared_claim(&node, vm) {
+                return Err(e);
+            }
+        }
         let alloc = self.write(|tx| {
             legacy::import_node(tx, &self.dir, cn, self.config.node_vms(cn)?)?;
             tx.set_destroyed(cn, vm, false)?;
@@ -492,6 +529,13 @@ impl Registry {
             let mut skip = tx.destroyed(cn)?;
             skip.extend(exclude.iter().cloned());
             let conflicts = reserve_claims(tx, &node, &skip)?;
+            let here: std::collections::HashSet<&str> =
+                node.vms.iter().map(|p| p.vm.as_str()).collect();
+            for (vm, other) in tx.held_elsewhere(cn)? {
+                if here.contains(vm.as_str()) && !skip.contains(&vm) {
+                    retire_moved_from(tx, &self.config, &other, &vm)?;
+                }
+            }
             let ips: HashMap<String, u32> = tx.numbers("ip", cn)?.into_iter().collect();
             let ssh: HashMap<String, u32> = tx.numbers("ssh", cn)?.into_iter().collect();
             let snmp: HashMap<String, u32> = tx.numbers("snmp", cn)?.into_iter().collect();
@@ -672,6 +716,13 @@ impl Registry {
         node.network
             .check_explicit(ip, &who(cn, vm))
             .map_err(|e| Error::argument(e.to_string()))?;
+        if let Some(c) = node.claims().into_iter().find(|c| c.ip == ip) {
+            return Err(Error::Conflict(format!(
+                "IP {ip} requested for {} is declared in pillar for VM {}: choose another IP",
+                who(cn, vm),
+                c.vm
+            )));
+        }
         self.write(|tx| match tx.owner("ip", cn, u32::from(ip))? {
             Some(o) if o.vm != vm || !o.slot.is_empty() => Err(Error::Conflict(format!(
                 "IP {ip} requested for {} is already allocated to VM {}",

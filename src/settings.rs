@@ -277,8 +277,12 @@ pub struct Config {
 }
 
 fn as_str<'a>(v: &'a Value, key: &str) -> Result<&'a str> {
-    v.as_str()
-        .ok_or_else(|| Error::invalid(format!("pillar value {key} must be a string, not {v}")))
+    v.as_str().ok_or_else(|| {
+        Error::invalid(format!(
+            "pillar value {key} must be a string, not {}",
+            checks::brief(v)
+        ))
+    })
 }
 
 fn as_int(v: &Value, key: &str) -> Result<i64> {
@@ -287,7 +291,12 @@ fn as_int(v: &Value, key: &str) -> Result<i64> {
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }
-    .ok_or_else(|| Error::invalid(format!("pillar value {key} must be an integer, not {v}")))
+    .ok_or_else(|| {
+        Error::invalid(format!(
+            "pillar value {key} must be an integer, not {}",
+            checks::brief(v)
+        ))
+    })
 }
 
 /// The string form of a scalar pillar value (numbers included), e.g. `16`.
@@ -296,7 +305,8 @@ fn scalar(v: &Value, key: &str) -> Result<String> {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) => Ok(n.to_string()),
         _ => Err(Error::invalid(format!(
-            "pillar value {key} must be a string or a number, not {v}"
+            "pillar value {key} must be a string or a number, not {}",
+            checks::brief(v)
         ))),
     }
 }
@@ -732,6 +742,9 @@ impl Config {
     ) -> Result<VmPlan> {
         let whose = format!("VM {} on compute node {cn}", d.name);
         let at = |key: &str| -> String {
+            if key == "dnsservers" && !d.pillar.contains_key(key) {
+                return format!("{key} of {whose} (pillar {LXC}.dnsservers)");
+            }
             if d.pillar.contains_key(key) {
                 format!("{key} of {whose} (pillar key {})", d.key)
             } else {
@@ -955,15 +968,26 @@ impl Config {
                 deep_merge(slot, v);
             }
         }
+        // A broken target fails its own calls only; it is listed under `errors`.
+        let mut errors = Map::new();
         for (name, v) in &targets {
-            validate("saltify target", name)?;
-            if v.as_object().is_none_or(|m| m.is_empty()) {
-                return Err(Error::invalid(format!(
-                    "saltify target {name} must be a non-empty mapping (pillar {SALTIFY}.targets.{name}), not {v}"
-                )));
+            let where_ = format!("pillar {SALTIFY}.targets.{name}");
+            let problem = match validate("saltify target", name) {
+                Err(e) => Some(e.in_pillar(&where_).to_string()),
+                Ok(()) if v.as_object().is_none_or(|m| m.is_empty()) => Some(format!(
+                    "saltify target {name} must be a non-empty mapping ({where_}), not {}",
+                    checks::brief(v)
+                )),
+                Ok(()) => None,
+            };
+            if let Some(p) = problem {
+                errors.insert(name.clone(), json!(p));
             }
         }
         s["targets"] = Value::Object(targets);
+        if !errors.is_empty() {
+            s["errors"] = Value::Object(errors);
+        }
         Ok(s)
     }
 
@@ -971,6 +995,9 @@ impl Config {
     pub fn saltify_target(&self, name: &str) -> Result<Value> {
         validate("saltify target", name)?;
         let s = self.saltify_settings()?;
+        if let Some(e) = s.get("errors").and_then(|e| e.get(name)) {
+            return Err(Error::Invalid(e.as_str().unwrap_or_default().to_owned()));
+        }
         let Some(conf) = s["targets"].get(name) else {
             return Err(Error::NotFound(format!(
                 "saltify target {name} is not declared: add pillar key {SALTIFY}.targets.{name}"
@@ -1171,7 +1198,8 @@ fn check_mode(v: &Value, what: &str) -> Result<()> {
     match v.as_str() {
         Some(m) if MODES.contains(&m) => Ok(()),
         _ => Err(Error::invalid(format!(
-            "{what} is {v}: use one of {}",
+            "{what} is {}: use one of {}",
+            checks::brief(v),
             MODES.join(", ")
         ))),
     }
@@ -1390,8 +1418,9 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
             "haproxy_service" => {
                 if !v.is_boolean() {
                     return Err(Error::invalid(format!(
-                        "{} must be true or false, not {v}",
-                        what(k)
+                        "{} must be true or false, not {}",
+                        what(k),
+                        checks::brief(v)
                     )));
                 }
             }
@@ -1418,7 +1447,10 @@ fn additional_ips(s: &Map<String, Value>, what: &str) -> Result<Vec<(MacRequest,
     let mut out: Vec<(MacRequest, Ipv4Addr)> = Vec::with_capacity(list.len());
     for entry in list {
         let ip = entry.get("ip").and_then(Value::as_str).ok_or_else(|| {
-            Error::invalid(format!("{what}: each entry needs an 'ip', got {entry}"))
+            Error::invalid(format!(
+                "{what}: each entry needs an 'ip' (an address), got {}",
+                checks::brief(entry)
+            ))
         })?;
         let ip = parse_ip(what, ip)?;
         if out.iter().any(|(_, a)| *a == ip) {
@@ -1510,7 +1542,15 @@ fn check_vm_values(s: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Resul
         checks::ip_address(&at("dnsservers"), ns)?;
     }
     for line in checks::strings(&at("fstab"), s.get("fstab").unwrap_or(&Value::Null))? {
-        let source = line.split_whitespace().next().unwrap_or("");
+        let mut fields = line.split_whitespace();
+        let (source, target) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
+        if target.split('/').any(|p| p == "..") {
+            return Err(Error::invalid(format!(
+                "{} entry {line:?} mounts on {target:?}, which climbs out of the container with '..': \
+                 give the mount point inside the container, e.g. srv/data",
+                at("fstab")
+            )));
+        }
         if line.split_whitespace().count() < 2 {
             return Err(Error::invalid(format!(
                 "{} entry {line:?} is not a mount entry: write 'source target type options', \

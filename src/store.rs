@@ -255,6 +255,53 @@ fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
     std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
 }
 
+/// Checks that `path` still names the file a store opened (`file_id`), and
+/// its `-wal` file the log it writes (`wal_id`, recorded on first sight), so
+/// a store moved aside, deleted or replaced under a running process is never
+/// written to.
+fn same_files(path: &Path, opened: (u64, u64), wal_id: &mut Option<(u64, u64)>) -> Result<()> {
+    let moved = |what: &str, fix: &str| {
+        Err(Error::store(
+            path,
+            format!("{what} while mccloud had the store open; nothing was written: {fix}"),
+        ))
+    };
+    match file_id(path) {
+        Ok(id) if id == opened => {}
+        Ok(_) => {
+            return moved(
+                "the store file was replaced by another file",
+                "check which file is the registry, then retry (a new call opens the file now at this path)",
+            )
+        }
+        Err(_) => {
+            return moved(
+                "the store file was moved or deleted",
+                "put it back (or restore a backup) and retry; without it, a new empty registry would \
+                 hand out values already held",
+            )
+        }
+    }
+    let wal = wal_path(path);
+    let never =
+        "it is part of the store, never delete it; retry (a new call opens the store again)";
+    match (*wal_id, file_id(&wal).ok()) {
+        (Some(known), Some(now)) if known != now => moved(
+            &format!("the write-ahead log {} was replaced", wal.display()),
+            never,
+        ),
+        (Some(_), None) => moved(
+            &format!("the write-ahead log {} was deleted", wal.display()),
+            never,
+        ),
+        (None, now) => {
+            *wal_id = now;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The `-wal` file beside a store file.
 pub fn wal_path(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
@@ -367,15 +414,21 @@ impl Store {
     /// does not exist. Only a missing file creates a store: a file that is
     /// not a mccloud store (empty, another program's database) is an error.
     pub fn open(dir: &Path) -> Result<Store> {
-        Self::open_with(dir, true).map(|s| s.expect("created"))
+        Self::open_with(dir, true, true).map(|s| s.expect("created"))
     }
 
     /// Opens the store in `dir` if it exists; `None` when there is none.
     pub fn open_existing(dir: &Path) -> Result<Option<Store>> {
-        Self::open_with(dir, false)
+        Self::open_with(dir, false, true)
     }
 
-    fn open_with(dir: &Path, create_missing: bool) -> Result<Option<Store>> {
+    /// Opens the store in `dir` for [`Store::check`] and [`Store::backup`]:
+    /// an older schema is reported, not upgraded.
+    pub fn open_to_inspect(dir: &Path) -> Result<Option<Store>> {
+        Self::open_with(dir, false, false)
+    }
+
+    fn open_with(dir: &Path, create_missing: bool, upgrade: bool) -> Result<Option<Store>> {
         let path = dir.join(FILE_NAME);
         if !inspect(&path)? {
             if !create_missing {
@@ -411,7 +464,7 @@ impl Store {
         // store at once: retry them for as long as the busy timeout.
         let deadline = Instant::now() + BUSY_TIMEOUT;
         loop {
-            match store.setup() {
+            match store.setup(upgrade) {
                 Err(e) if is_busy(&e) && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -475,7 +528,7 @@ impl Store {
         Ok(())
     }
 
-    fn setup(&mut self) -> Result<()> {
+    fn setup(&mut self, upgrade: bool) -> Result<()> {
         let mode: String = self
             .conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
@@ -486,7 +539,11 @@ impl Store {
                 format!("cannot switch the store to WAL mode (got {mode})"),
             ));
         }
-        self.migrate()
+        if upgrade {
+            self.migrate()
+        } else {
+            Ok(())
+        }
     }
 
     fn migrate(&mut self) -> Result<()> {
@@ -548,64 +605,24 @@ impl Store {
         self.run(TransactionBehavior::Deferred, f)
     }
 
-    /// Checks that the store's path still names the file this store opened
-    /// (and its `-wal` file the log it writes), so a store moved aside,
-    /// deleted or replaced under a running process is never written to.
-    fn check_same_files(&mut self) -> Result<()> {
-        let path = self.path.clone();
-        let moved = |what: &str, fix: &str| {
-            // Never write again through this connection, not even the
-            // checkpoint SQLite makes on close.
-            let _ = self
-                .conn
-                .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
-            Err(Error::store(
-                &path,
-                format!("{what} while mccloud had the store open; nothing was written: {fix}"),
-            ))
-        };
-        match file_id(&path) {
-            Ok(id) if id == self.file_id => {}
-            Ok(_) => {
-                return moved(
-                    "the store file was replaced by another file",
-                    "check which file is the registry, then retry (a new call opens the file now at this path)",
-                )
-            }
-            Err(_) => {
-                return moved(
-                    "the store file was moved or deleted",
-                    "put it back (or restore a backup) and retry; without it, a new empty registry would \
-                     hand out values already held",
-                )
-            }
-        }
-        let wal = wal_path(&path);
-        match (self.wal_id, file_id(&wal).ok()) {
-            (Some(known), Some(now)) if known != now => moved(
-                &format!("the write-ahead log {} was replaced", wal.display()),
-                "it is part of the store, never delete it; retry (a new call opens the store again)",
-            ),
-            (Some(_), None) => moved(
-                &format!("the write-ahead log {} was deleted", wal.display()),
-                "it is part of the store, never delete it; retry (a new call opens the store again)",
-            ),
-            (None, now) => {
-                self.wal_id = now;
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
-
     fn run<T>(
         &mut self,
         behavior: TransactionBehavior,
         f: impl FnOnce(&Tx) -> Result<T>,
     ) -> Result<T> {
-        self.check_same_files()?;
         let path = self.path.clone();
         let tx = self.conn.transaction_with_behavior(behavior).at(&path)?;
+        // Checked once the transaction holds its lock: from here on, the
+        // file at the path is the file written.
+        if let Err(e) = same_files(&path, self.file_id, &mut self.wal_id) {
+            drop(tx);
+            // Never write again through this connection, not even the
+            // checkpoint SQLite makes on close.
+            let _ = self
+                .conn
+                .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
+            return Err(e);
+        }
         let out = f(&Tx {
             conn: &tx,
             path: &path,
@@ -619,7 +636,7 @@ impl Store {
     /// exist; it is written under a temporary name, checked and then moved
     /// into place, mode 0600.
     pub fn backup(&mut self, dest: &Path) -> Result<()> {
-        self.check_same_files()?;
+        self.read(|_| Ok(()))?;
         if std::fs::symlink_metadata(dest).is_ok() {
             return Err(Error::store(
                 dest,
@@ -687,7 +704,7 @@ impl Store {
                     .conn
                     .query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
                     .at(&path)?;
-                rows.insert(t.to_owned(), n);
+                rows.insert(t.to_string(), n);
             }
             let files = [path.clone(), wal_path(&path), {
                 let mut p = path.as_os_str().to_owned();
@@ -1067,6 +1084,22 @@ impl Tx<'_> {
         rows.collect::<rusqlite::Result<_>>().at(self.path)
     }
 
+    /// `(vm, node)` pairs of VMs holding an active MAC or a secret on a node
+    /// other than `cn` (what a VM moved to `cn` may have left behind).
+    pub fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "SELECT vm, cn FROM macs WHERE cn<>?1 AND retired=0 UNION SELECT vm, cn FROM passwords
+                 WHERE cn<>?1 UNION SELECT vm, cn FROM salts WHERE cn<>?1",
+            )
+            .at(self.path)?;
+        let rows = s
+            .query_map(params![cn], |r| Ok((r.get(0)?, r.get(1)?)))
+            .at(self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(self.path)
+    }
+
     /// Nodes other than `cn` where VM `vm` holds anything.
     pub fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
         let mut s = self
@@ -1343,7 +1376,7 @@ mod tests {
     }
 
     #[test]
-    fn version_2_stores_are_upgraded_in_place() {
+    fn version_2_stores_are_reported_by_check_and_upgraded_by_a_write() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
         let old = Connection::open(&path).unwrap();

@@ -185,6 +185,10 @@ CASES: list[Case] = [
     secret_case("ssh_gateway_password", f"{SECRET}\x07", ["control character"]),
     secret_case("ssh_gateway_password", f"{SECRET}\r\n", ["control character"]),
     vm_case("password", "", "empty"),
+    secret_case("additional_ips", [{"password": SECRET}], ["needs an 'ip'", "a mapping"]),
+    secret_case("ip", {"password": SECRET}, ["string", "a mapping"]),
+    secret_case("users", [{"password": SECRET}], ["string", "a mapping"]),
+    secret_case("profile", {"password": SECRET}, ["a mapping"]),
     # --- profiles and sizes ---
     vm_case("profile_type", "zfs", "zfs"),
     vm_case("profile_type", "lvm;rm", "lvm;rm"),
@@ -219,6 +223,7 @@ CASES: list[Case] = [
     *[vm_case("fstab", v, s) for v, s in [
         (["/a b\nc d"], "control character"), (["onlyone"], "onlyone"), (["/../etc x none bind 0 0"], "clean"),
         ("/srv x none bind 0 0", "list"), ([1], "string"), (["/a;b x none bind 0 0"], "';'"),
+        (["/srv/x ../../../etc none bind 0 0"], "climbs out"),
     ]],
     *[vm_case("users", v, s) for v, s in [(["Root"], "Root"), (["a b"], "a b"), ("root", "list"), ([1], "string"),
                                           (["-x"], "-x")]],
@@ -274,7 +279,7 @@ CASES: list[Case] = [
     default_case("lxc_conf", [{"bad": "x"}], "bad"),
     default_case("fstab", ["x\ny"], "control character"),
     default_case("image", "a b", "a b"),
-    Case("lxc dnsservers", keys(**{f"{LXC}.dnsservers": ["x y"]}), ["dnsservers", "x y"]),
+    Case("lxc dnsservers", keys(**{f"{LXC}.dnsservers": ["x y"]}), ["x y", f"pillar {LXC}.dnsservers"]),
     # --- node conf (reverse proxy, files, firewall) ---
     *[node_conf_case("bind_address", v, s) for v, s in [("a b", "a b"), ("1.2.3.4;x", "1.2.3.4;x"),
                                                         ("1.2.3.4\nfrontend x", "control character")]],
@@ -345,6 +350,9 @@ CASES: list[Case] = [
                 secret=SECRET),
     target_case("ssh_port", {"ip": "10.0.0.5", "ssh_keyfile": "/k", "ssh_port": 0}, ["ssh_port", "port"]),
     target_case("ip", {"ip": "10.0.0.5;x", "ssh_keyfile": "/k"}, ["10.0.0.5;x"]),
+    Case("saltify target not a mapping", keys(**{"makina-states.cloud.saltify.targets": {"bm2": 5}}),
+         ["bm2", "non-empty mapping", "makina-states.cloud.saltify.targets.bm2"],
+         call=("mc_cloud_saltify.settings_for_target", "bm2")),
     # --- command-line arguments (usage errors) ---
     cli_case("vm name", ("mc_cloud_lxc.get_settings_for_vm", CN, "a/b"), ["invalid VM name", "a/b"]),
     cli_case("node name", ("mc_cloud_lxc.get_settings_for_vm", "a;b", VM), ["invalid compute node name", "a;b"]),
@@ -375,7 +383,10 @@ CASES: list[Case] = [
     Case("additional ip held", vm(additional_ips=[{"ip": "10.5.10.15"}]), ["10.5.10.15", "gfoobar4.test.com", VM]),
 ]
 # Rejected before anything is opened: run once more with no store at all.
-NO_STORE = [c for c in CASES if c.name.startswith(("vm ", "network", "node conf", "default"))][:25]
+NO_STORE = [
+    *[c for c in CASES if c.name.startswith(("vm ", "network", "node conf", "default"))][:25],
+    *[c for c in CASES if c.name in {"two vms declare one ip", "cli set ip declared vm", "cli unknown vm"}],
+]
 ALL = [*[(c, True) for c in CASES], *[(c, False) for c in NO_STORE]]
 
 
@@ -418,6 +429,8 @@ def _run(tmp: Path, case: Case, with_store: bool, baseline: Path, macs: dict[str
     p = subprocess.run(["salt-call", "-c", conf, "--local", "--out=json", *case.call],
                        capture_output=True, text=True, timeout=300)
     files = sorted(f.name for f in store.iterdir()) if store.exists() else []
+    if store.exists() and not with_store:
+        files.append("(the store directory itself)")
     return Outcome(p.returncode, p.stdout + p.stderr, before, sha(store / "registry.sqlite"), files)
 
 

@@ -279,3 +279,38 @@ def test_conflicting_vm_fails_alone(salt_env: SaltEnv, sample: dict[str, Any]) -
     assert salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, "other.foo.com")["ip"] == "10.5.0.3"
     node = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
     assert "late.foo.com" not in node["vms"] and first["ip"] in node["errors"]["late.foo.com"]
+
+
+def test_a_bad_saltify_target_breaks_only_itself(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
+    targets = {"bm1.lan": {"ip": "10.0.0.5", "ssh_keyfile": "/root/.ssh/id_rsa"}, "a b": {"ip": "10.0.0.6"}}
+    salt_env.set_pillar({**sample, "makina-states.cloud.saltify.targets": targets})
+    assert salt_env.ok("mc_cloud_saltify.settings_for_target", "bm1.lan")["ssh_host"] == "10.0.0.5"
+    listed = salt_env.ok("mc_cloud_saltify.settings")
+    assert "invalid saltify target name" in listed["errors"]["a b"]
+    assert "makina-states.cloud.saltify.targets.a b" in listed["errors"]["a b"]
+
+
+def test_store_backup_and_check_commands(salt_env: SaltEnv, tmp_path: Any) -> None:
+    import json
+    import subprocess
+
+    salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
+    env = {**salt_env._env()}
+    check = subprocess.run(["mccloud", "store", "check"], capture_output=True, text=True, env=env)
+    assert check.returncode == 0, check.stderr
+    report = json.loads(check.stdout)
+    assert report["integrity"] == "ok" and report["schema_version"] == 3 and len(report["identity"]) == 32
+    assert report["path"] == str(salt_env.store_file)
+    dest = tmp_path / "backup.sqlite"
+    backup = subprocess.run(["mccloud", "store", "backup", str(dest)], capture_output=True, text=True, env=env)
+    assert backup.returncode == 0 and dest.stat().st_mode & 0o777 == 0o600, backup.stderr
+    again = subprocess.run(["mccloud", "store", "backup", str(dest)], capture_output=True, text=True, env=env)
+    assert again.returncode != 0 and "already exists" in again.stderr
+    copy_check = subprocess.run(["mccloud", "store", "check", "--store", str(tmp_path / "restored")],
+                                capture_output=True, text=True)
+    assert copy_check.returncode != 0 and "no registry store" in copy_check.stderr
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    dest.rename(restored / "registry.sqlite")
+    ok = subprocess.run(["mccloud", "store", "check", "--store", str(restored)], capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["identity"] == report["identity"]

@@ -567,6 +567,49 @@ fn two_vms_declaring_one_ip_both_fail_the_others_allocate() {
 }
 
 #[test]
+fn an_ip_declared_for_another_vm_cannot_be_set_by_hand() {
+    let vms = json!({"a.test": {"ip": "10.5.0.20"}, "b.test": {}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    failed(
+        reg.set_allocated_ip(CN, "b.test", "10.5.0.20"),
+        Error::Conflict,
+        &[CN, "b.test", "a.test", "10.5.0.20"],
+    );
+    assert_eq!(reg.find_ip(CN, "a.test").unwrap(), "10.5.0.20");
+}
+
+#[test]
+fn node_registration_retires_what_a_moved_vm_left_behind() {
+    let (dir, reg) = open(pillar(&Pools::small(), &[CN, CN2], &json!({})));
+    drop(reg);
+    let on = |node: &str| {
+        let mut p = pillar(&Pools::small(), &[], &json!({}));
+        for n in [CN, CN2] {
+            let vms = if n == node {
+                json!({"m.test": {}})
+            } else {
+                json!({})
+            };
+            p.insert(format!("{LXC}.vms.{n}"), vms);
+        }
+        open_at(&dir, p)
+    };
+    let old_mac = on(CN).find_mac(CN, "m.test").unwrap();
+    let reg = on(CN2);
+    reg.target_settings(CN2, &[]).unwrap();
+    let conn = rusqlite::Connection::open(reg.store_path()).unwrap();
+    let (active, secrets): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM macs WHERE mac=?1 AND retired=0),
+                    (SELECT count(*) FROM passwords WHERE cn=?2) + (SELECT count(*) FROM salts WHERE cn=?2)",
+            rusqlite::params![old_mac, CN],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((active, secrets), (0, 0));
+}
+
+#[test]
 fn a_vm_declaring_an_ip_cannot_have_it_set_by_hand() {
     let vms = json!({"a.test": {"ip": "10.5.0.9"}, "b.test": {}});
     let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
@@ -1093,6 +1136,11 @@ proptest! {
                     Err(e) => return Err(TestCaseError::fail(format!("{vm}: {e}"))),
                 }
             }
+        }
+        if !dir.path().join(FILE_NAME).exists() {
+            // Every VM was refused before a store was needed.
+            prop_assert!(ok.is_empty());
+            return Ok(());
         }
         let conn = rusqlite::Connection::open(dir.path().join(FILE_NAME)).unwrap();
         for space in ["ip", "port"] {
