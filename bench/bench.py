@@ -7,6 +7,9 @@
    one transaction and one fsync per allocation).
 3. In-process cost of one ``get_settings_for_vm`` through the binding.
 
+Also: one ``get_settings_for_vm`` through salt-call on the large node (the
+whole node's declaration is validated on every call).
+
 Usage: python3 bench/bench.py [--vms N] [--fill-network PREFIX] [--skip-salt]
 """
 
@@ -63,6 +66,11 @@ def bench_salt(n: int, runs: int) -> None:
     print(f"test.ping (same pillar)              {ping:7.3f} s")
     print(f"get_settings_for_target, first time  {first:7.3f} s  (+{first - ping:.3f} s over test.ping)")
     print(f"get_settings_for_target, repeat      {repeat:7.3f} s  (+{repeat - ping:.3f} s over test.ping)")
+    one = statistics.median(
+        salt_call(conf, "mc_cloud_lxc.get_settings_for_vm", CN, "vm00001.example.net") for _ in range(runs)
+    )
+    print(f"get_settings_for_vm, one VM          {one:7.3f} s  (+{one - ping:.3f} s over test.ping; "
+          f"validates the whole node's declaration)")
 
 
 def bench_fill(prefix: int, step_every: int, sample: int) -> None:

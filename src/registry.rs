@@ -103,18 +103,20 @@ fn allocate_number(tx: &Tx, kind: &str, cn: &str, vm: &str, pool: &dyn Pool) -> 
 /// to them, with the reason. The node's other VMs still allocate.
 pub type Conflicts = BTreeMap<String, Error>;
 
-/// Releases the additional IPs a VM holds but no longer declares, so that
-/// the address is free for whoever declares it now.
-fn release_stale_extra_ips(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<()> {
-    for (vm, slot, _) in tx.space("ip", &node.cn)? {
-        if slot.is_empty() || skip.contains(&vm) {
-            continue;
-        }
-        let declared = node
-            .vm(&vm)
-            .is_some_and(|p| p.additional.iter().any(|a| a.to_string() == slot));
-        if !declared && node.vm(&vm).is_some() {
-            tx.remove_slot("ip", &node.cn, &vm, &slot)?;
+/// Whether `o` is an additional IP that its VM, still declared on the node,
+/// no longer declares.
+fn is_stale_extra(node: &NodePlan, o: &crate::store::NumberOwner) -> bool {
+    !o.slot.is_empty()
+        && node
+            .vm(&o.vm)
+            .is_some_and(|p| !p.additional.iter().any(|a| a.to_string() == o.slot))
+}
+
+/// Frees the additional IPs `plan`'s VM holds but no longer declares.
+fn release_stale_extra_ips(tx: &Tx, cn: &str, plan: &VmPlan) -> Result<()> {
+    for (slot, _) in tx.extra_ips(cn, &plan.vm)? {
+        if !plan.additional.iter().any(|a| a.to_string() == slot) {
+            tx.remove_slot("ip", cn, &plan.vm, &slot)?;
         }
     }
     Ok(())
@@ -127,7 +129,6 @@ fn release_stale_extra_ips(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<
 /// excluded) are left out.
 fn reserve_claims(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<Conflicts> {
     let cn = &node.cn;
-    release_stale_extra_ips(tx, node, skip)?;
     let mut by_ip: BTreeMap<Ipv4Addr, Vec<IpClaim>> = BTreeMap::new();
     for c in node.claims() {
         if !skip.iter().any(|s| s == c.vm) {
@@ -136,7 +137,12 @@ fn reserve_claims(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<Conflicts
     }
     let mut conflicts = Conflicts::new();
     for (ip, claims) in by_ip {
-        let owner = tx.owner("ip", cn, u32::from(ip))?;
+        let mut owner = tx.owner("ip", cn, u32::from(ip))?;
+        if let Some(o) = owner.as_ref().filter(|o| is_stale_extra(node, o)) {
+            // An additional IP its VM no longer declares: free for the claimant.
+            tx.remove_slot("ip", cn, &o.vm, &o.slot)?;
+            owner = None;
+        }
         let keeper = owner.as_ref().and_then(|o| {
             claims
                 .iter()
@@ -308,6 +314,7 @@ fn allocate_vm(
         return Err(Error::Conflict(e.to_string()));
     }
     let ip = vm_ip(tx, node, plan)?;
+    release_stale_extra_ips(tx, cn, plan)?;
     let slots: Vec<&str> = plan.macs.iter().map(|r| r.slot.as_str()).collect();
     tx.retire_macs_except(cn, vm, &slots)?;
     let macs = plan

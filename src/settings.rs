@@ -192,6 +192,8 @@ pub struct NodePlan {
     pub conf: Value,
     /// The plan of every VM declared on the node, in name order.
     pub vms: Vec<VmPlan>,
+    /// See [`NodePlan::claims`].
+    claimed: Vec<(Ipv4Addr, usize, String)>,
 }
 
 /// An IP a VM's declaration asks for: its main IP (`slot` empty) or one of
@@ -217,22 +219,29 @@ impl NodePlan {
 
     /// Every IP the node's declarations ask for, main IPs first.
     pub fn claims(&self) -> Vec<IpClaim<'_>> {
-        let main = self.vms.iter().filter_map(|p| {
-            p.ip.map(|ip| IpClaim {
-                ip,
-                vm: &p.vm,
-                slot: String::new(),
-            })
-        });
-        let extra = self.vms.iter().flat_map(|p| {
-            p.additional.iter().map(move |ip| IpClaim {
+        self.claimed
+            .iter()
+            .map(|(ip, i, slot)| IpClaim {
                 ip: *ip,
-                vm: &p.vm,
-                slot: ip.to_string(),
+                vm: &self.vms[*i].vm,
+                slot: slot.clone(),
             })
-        });
-        main.chain(extra).collect()
+            .collect()
     }
+}
+
+/// The declared IPs of `vms` as `(ip, index of the VM, slot)`, main IPs
+/// first: computed once per node, as most VMs declare none.
+fn index_claims(vms: &[VmPlan]) -> Vec<(Ipv4Addr, usize, String)> {
+    let main = vms
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.ip.map(|ip| (ip, i, String::new())));
+    let extra = vms
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.additional.iter().map(move |ip| (*ip, i, ip.to_string())));
+    main.chain(extra).collect()
 }
 
 /// An explicit or generated interface request of a VM.
@@ -721,6 +730,7 @@ impl Config {
             ssh,
             snmp,
             conf,
+            claimed: index_claims(&plans),
             vms: plans,
         })
     }
@@ -771,7 +781,8 @@ impl Config {
         s.insert("name".into(), json!(d.name));
         let declared_at = format!("{whose} (pillar key {})", d.key);
         checks::no_controls_map(&at, &s)?;
-        check_vm_values(&s, &at)?;
+        // Names are only built for the message of a value that fails.
+        check_vm_values(&s, &|_| String::new()).or_else(|_| check_vm_values(&s, &at))?;
         let ip = match s.get("ip").filter(|v| !v.is_null()) {
             Some(v) => {
                 let ip = parse_ip(&at("ip"), as_str(v, &at("ip"))?)?;
