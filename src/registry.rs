@@ -308,6 +308,7 @@ fn allocate_vm(
     plan: &VmPlan,
     conflicts: &Conflicts,
     ports: bool,
+    secrets: bool,
 ) -> Result<VmAllocation> {
     let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
     if let Some(e) = conflicts.get(vm) {
@@ -322,7 +323,13 @@ fn allocate_vm(
         .iter()
         .map(|r| vm_mac(tx, cn, vm, r))
         .collect::<Result<Vec<_>>>()?;
-    let (password, salt) = vm_secret(tx, cn, vm, plan.password.as_deref())?;
+    // Node registration needs no secret: a VM's password is made (and
+    // stored) the first time its own settings are asked for.
+    let (password, salt) = if secrets {
+        vm_secret(tx, cn, vm, plan.password.as_deref())?
+    } else {
+        (String::new(), String::new())
+    };
     let (ssh, snmp) = if ports {
         (
             Some(vm_port(tx, node, "ssh", vm)?),
@@ -511,7 +518,7 @@ impl Registry {
             tx.set_destroyed(cn, vm, false)?;
             let conflicts = reserve_claims(tx, &node, &tx.destroyed(cn)?)?;
             retire_moved(tx, &self.config, cn, vm)?;
-            allocate_vm(tx, &node, plan, &conflicts, ports)
+            allocate_vm(tx, &node, plan, &conflicts, ports, true)
         })?;
         Ok((node, alloc))
     }
@@ -577,7 +584,8 @@ impl Registry {
                     && macs_ok
                     && p.ip.is_none_or(|ip| ips.get(&p.vm) == Some(&u32::from(ip)));
                 if !complete {
-                    out.push((p.vm.clone(), allocate_vm(tx, &node, p, &conflicts, true)?));
+                    let a = allocate_vm(tx, &node, p, &conflicts, true, false)?;
+                    out.push((p.vm.clone(), a));
                     continue;
                 }
                 let held = held.expect("checked");

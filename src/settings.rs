@@ -230,6 +230,27 @@ impl NodePlan {
     }
 }
 
+/// The lxc defaults (and resolvers) with a VM's own pillar merged on top.
+fn merged(lxc: &Value, name: &str, own: &Map<String, Value>) -> Map<String, Value> {
+    let mut s = lxc["defaults"].clone();
+    s["dnsservers"] = lxc["dnsservers"].clone();
+    if let Value::Object(m) = &mut s {
+        for (k, v) in own {
+            match m.get_mut(k) {
+                Some(slot) => deep_merge(slot, v),
+                None => {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        m.insert("name".into(), json!(name));
+    }
+    let Value::Object(m) = s else {
+        unreachable!("defaults are a mapping")
+    };
+    m
+}
+
 /// The declared IPs of `vms` as `(ip, index of the VM, slot)`, main IPs
 /// first: computed once per node, as most VMs declare none.
 fn index_claims(vms: &[VmPlan]) -> Vec<(Ipv4Addr, usize, String)> {
@@ -260,8 +281,8 @@ pub struct VmPlan {
     pub vm: String,
     /// Virtualisation type.
     pub vt: &'static str,
-    /// Merged settings before allocation.
-    pub settings: Map<String, Value>,
+    /// Its domains: its id first, then the others sorted.
+    pub domains: Vec<String>,
     /// The VM's own pillar mapping.
     pub own: Map<String, Value>,
     /// Explicit pillar IP.
@@ -772,13 +793,7 @@ impl Config {
                 }
             }
         }
-        let mut s = lxc["defaults"].clone();
-        s["dnsservers"] = lxc["dnsservers"].clone();
-        deep_merge(&mut s, &Value::Object(d.pillar.clone()));
-        let Value::Object(mut s) = s else {
-            unreachable!("defaults are a mapping")
-        };
-        s.insert("name".into(), json!(d.name));
+        let s = merged(lxc, &d.name, &d.pillar);
         let declared_at = format!("{whose} (pillar key {})", d.key);
         checks::no_controls_map(&at, &s)?;
         // Names are only built for the message of a value that fails.
@@ -830,15 +845,15 @@ impl Config {
             )));
         }
         let profile = profile_of(&s, cn, &declared_at)?;
-        // Checked here, before anything is allocated, so that a bad value
-        // never leaves an allocation behind.
-        domains(&s, &d.name, &at("domains"))?;
-        let prefix = parse_prefix(&scalar(&s["netmask"], &at("netmask"))?)?;
-        s.insert("netmask".into(), json!(prefix.to_string()));
+        parse_prefix(&scalar(&s["netmask"], &at("netmask"))?)?;
+        // The merged settings are dropped here (a node may declare tens of
+        // thousands of VMs); `finish_vm` merges them again for its one VM.
         Ok(VmPlan {
             vm: d.name.clone(),
             vt: d.vt,
-            settings: s,
+            // Checked here, before anything is allocated, so that a bad
+            // value never leaves an allocation behind.
+            domains: domains(&s, &d.name, &at("domains"))?,
             own: d.pillar.clone(),
             ip,
             additional,
@@ -846,6 +861,15 @@ impl Config {
             password,
             profile,
         })
+    }
+
+    /// A VM's merged settings before allocation (defaults, then its own
+    /// pillar), from its validated plan.
+    pub fn merged_settings(&self, plan: &VmPlan) -> Result<Map<String, Value>> {
+        let mut s = merged(&self.lxc_full()?, &plan.vm, &plan.own);
+        let prefix = parse_prefix(&scalar(&s["netmask"], "netmask")?)?;
+        s.insert("netmask".into(), json!(prefix.to_string()));
+        Ok(s)
     }
 
     /// Completes a VM's settings (SPEC §3.3) once its allocations are known.
@@ -858,7 +882,7 @@ impl Config {
         full: bool,
     ) -> Result<Value> {
         let whose = format!("VM {} on compute node {cn}", plan.vm);
-        let mut s = plan.settings.clone();
+        let mut s = self.merged_settings(plan)?;
         let Profile {
             ptype,
             size,
@@ -1196,12 +1220,8 @@ pub struct VmAllocation {
 
 impl VmPlan {
     /// The VM's domains: its id first, then the others sorted.
-    pub fn domains(&self, cn: &str) -> Result<Vec<String>> {
-        domains(
-            &self.settings,
-            &self.vm,
-            &format!("VM {} on compute node {cn}", self.vm),
-        )
+    pub fn domains(&self, _cn: &str) -> Result<Vec<String>> {
+        Ok(self.domains.clone())
     }
 }
 

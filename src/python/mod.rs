@@ -116,7 +116,11 @@ impl Config {
     }
 
     fn vm_declared_settings(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Py<PyAny>> {
-        out(py, self.inner.vm_plan(cn, vm).map(|p| p.settings))
+        let r = self
+            .inner
+            .vm_plan(cn, vm)
+            .and_then(|p| self.inner.merged_settings(&p));
+        out(py, r)
     }
 
     fn node_of(&self, vm: &str) -> PyResult<String> {
