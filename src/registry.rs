@@ -268,9 +268,15 @@ fn vm_mac(tx: &Tx, cn: &str, vm: &str, req: &MacRequest) -> Result<String> {
     )))
 }
 
-/// The VM's password (pillar, stored, or generated and stored) and the
-/// random crypt salt stored with it.
-fn vm_secret(tx: &Tx, cn: &str, vm: &str, explicit: Option<&str>) -> Result<(String, String)> {
+/// The VM's password (pillar, stored, or generated and stored) and, when
+/// `salted`, the random crypt salt stored with it (else an empty salt).
+fn vm_secret(
+    tx: &Tx,
+    cn: &str,
+    vm: &str,
+    explicit: Option<&str>,
+    salted: bool,
+) -> Result<(String, String)> {
     let password = match (explicit, tx.password(cn, vm)?) {
         (Some(p), _) => p.to_owned(),
         (None, Some(p)) => p,
@@ -282,6 +288,7 @@ fn vm_secret(tx: &Tx, cn: &str, vm: &str, explicit: Option<&str>) -> Result<(Str
     };
     let salt = match tx.salt(cn, vm)? {
         Some(s) => s,
+        None if !salted => String::new(),
         None => {
             let s = generate_salt()?;
             tx.put_salt(cn, vm, &s)?;
@@ -308,7 +315,7 @@ fn allocate_vm(
     plan: &VmPlan,
     conflicts: &Conflicts,
     ports: bool,
-    secrets: bool,
+    hash: bool,
 ) -> Result<VmAllocation> {
     let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
     if let Some(e) = conflicts.get(vm) {
@@ -323,13 +330,9 @@ fn allocate_vm(
         .iter()
         .map(|r| vm_mac(tx, cn, vm, r))
         .collect::<Result<Vec<_>>>()?;
-    // Node registration needs no secret: a VM's password is made (and
-    // stored) the first time its own settings are asked for.
-    let (password, salt) = if secrets {
-        vm_secret(tx, cn, vm, plan.password.as_deref())?
-    } else {
-        (String::new(), String::new())
-    };
+    // Node registration makes the password (the inventory shows it) but
+    // not the crypt salt: only a VM's own settings carry `password_hash`.
+    let (password, salt) = vm_secret(tx, cn, vm, plan.password.as_deref(), hash)?;
     let (ssh, snmp) = if ports {
         (
             Some(vm_port(tx, node, "ssh", vm)?),
