@@ -46,22 +46,17 @@ pub fn render_config(s: &Map<String, Value>) -> Result<String> {
     );
     let _ = writeln!(out, "lxc.net.0.ipv4.gateway = {}", text("gateway"));
     let _ = writeln!(out, "lxc.start.auto = {}", u8::from(truthy("autostart")));
-    for key in s
-        .get("lxc_conf_unset")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
+    let strings = |k: &str| {
+        s.get(k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+    };
+    for key in strings("lxc_conf_unset") {
         let _ = writeln!(out, "{key} =");
     }
-    for line in s
-        .get("fstab")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
+    for line in strings("fstab") {
         let _ = writeln!(out, "lxc.mount.entry = {line}");
     }
     for (k, v) in lxc_conf_entries(s, &|k| format!("{k} of VM {}", text("name")))? {

@@ -626,7 +626,7 @@ impl Registry {
         let mut domains_of = Vec::with_capacity(registered.vms.len());
         for (vm, alloc) in &registered.vms {
             let plan = node.vm(vm).expect("registered VMs are declared");
-            let domains = plan.domains(cn)?;
+            let domains = plan.domains.clone();
             all_domains.extend(domains.iter().cloned());
             vms.insert(
                 vm.clone(),
@@ -909,7 +909,7 @@ impl Registry {
                     "snmp_port": find(&snmp, &vm),
                     "ssh_username": "root",
                     "password": password,
-                    "domains": plan.and_then(|p| p.domains(&cn).ok()).unwrap_or_else(|| vec![vm.clone()]),
+                    "domains": plan.map_or_else(|| vec![vm.clone()], |p| p.domains.clone()),
                 }));
             }
             let mut free = Map::new();

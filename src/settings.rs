@@ -1218,13 +1218,6 @@ pub struct VmAllocation {
     pub snmp: Option<u16>,
 }
 
-impl VmPlan {
-    /// The VM's domains: its id first, then the others sorted.
-    pub fn domains(&self, _cn: &str) -> Result<Vec<String>> {
-        Ok(self.domains.clone())
-    }
-}
-
 fn check_mode(v: &Value, what: &str) -> Result<()> {
     match v.as_str() {
         Some(m) if MODES.contains(&m) => Ok(()),

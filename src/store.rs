@@ -743,6 +743,18 @@ pub struct Tx<'a> {
 }
 
 impl Tx<'_> {
+    /// Every row of a query, each mapped by `f`.
+    fn rows<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut s = self.conn.prepare_cached(sql).at(self.path)?;
+        let rows = s.query_map(params, f).at(self.path)?;
+        rows.collect::<rusqlite::Result<_>>().at(self.path)
+    }
+
     /// The store file, for error messages.
     pub fn path(&self) -> &Path {
         self.path
@@ -786,33 +798,21 @@ impl Tx<'_> {
 
     /// All values of kind `kind` on a node (main IPs for `ip`), by VM name.
     pub fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 AND slot='' ORDER BY vm",
-            )
-            .at(self.path)?;
-        let rows = s
-            .query_map(params![kind, cn], |r| Ok((r.get(0)?, r.get(1)?)))
-            .at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+        self.rows(
+            "SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 AND slot='' ORDER BY vm",
+            params![kind, cn],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// Every value held in the space of `kind` on a node (additional IPs
     /// included), as `(vm, slot, value)`.
     pub fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot",
-            )
-            .at(self.path)?;
-        let rows = s
-            .query_map(params![space_of(kind), cn], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+        self.rows(
+            "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot",
+            params![space_of(kind), cn],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
     }
 
     /// Records `value` for a VM's main slot, replacing what it held before
@@ -853,16 +853,10 @@ impl Tx<'_> {
 
     /// The additional IPs a VM holds: `(slot, value)`.
     pub fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=?1 AND vm=?2 AND slot<>'' ORDER BY slot",
-            )
-            .at(self.path)?;
-        let rows = s
-            .query_map(params![cn, vm], |r| Ok((r.get(0)?, r.get(1)?)))
-            .at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+        self.rows(
+            "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=?1 AND vm=?2 AND slot<>'' ORDER BY slot",
+            params![cn, vm], |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// Frees one slot of a VM, returning its value.
@@ -979,16 +973,11 @@ impl Tx<'_> {
 
     /// Active MACs of a node: `(vm, slot, mac)`.
     pub fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT vm, slot, mac FROM macs WHERE cn=?1 AND retired=0 ORDER BY vm, slot",
-            )
-            .at(self.path)?;
-        let rows = s
-            .query_map(params![cn], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+        self.rows(
+            "SELECT vm, slot, mac FROM macs WHERE cn=?1 AND retired=0 ORDER BY vm, slot",
+            params![cn],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
     }
 
     /// Retires every MAC of a VM: they stay reserved and are never handed out
@@ -1078,44 +1067,32 @@ impl Tx<'_> {
 
     /// VMs holding anything on node `cn` (numbers, active MACs, secrets).
     pub fn vms(&self, cn: &str) -> Result<Vec<String>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT vm FROM numbers WHERE cn=?1 UNION SELECT vm FROM macs WHERE cn=?1 AND retired=0
+        self.rows(
+            "SELECT vm FROM numbers WHERE cn=?1 UNION SELECT vm FROM macs WHERE cn=?1 AND retired=0
                  UNION SELECT vm FROM passwords WHERE cn=?1 UNION SELECT vm FROM salts WHERE cn=?1 ORDER BY 1",
-            )
-            .at(self.path)?;
-        let rows = s.query_map(params![cn], |r| r.get(0)).at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+            params![cn], |r| r.get(0),
+        )
     }
 
     /// `(vm, node)` pairs of VMs holding an active MAC or a secret on a node
     /// other than `cn` (what a VM moved to `cn` may have left behind).
     pub fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT vm, cn FROM macs WHERE cn<>?1 AND retired=0 UNION SELECT vm, cn FROM passwords
+        self.rows(
+            "SELECT vm, cn FROM macs WHERE cn<>?1 AND retired=0 UNION SELECT vm, cn FROM passwords
                  WHERE cn<>?1 UNION SELECT vm, cn FROM salts WHERE cn<>?1",
-            )
-            .at(self.path)?;
-        let rows = s
-            .query_map(params![cn], |r| Ok((r.get(0)?, r.get(1)?)))
-            .at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+            params![cn],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// Nodes other than `cn` where VM `vm` holds an active MAC (every
     /// allocated VM has one until it is destroyed, cleaned up or moved).
     pub fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT DISTINCT cn FROM macs WHERE vm=?1 AND cn<>?2 AND retired=0 ORDER BY 1",
-            )
-            .at(self.path)?;
-        let rows = s.query_map(params![vm, cn], |r| r.get(0)).at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+        self.rows(
+            "SELECT DISTINCT cn FROM macs WHERE vm=?1 AND cn<>?2 AND retired=0 ORDER BY 1",
+            params![vm, cn],
+            |r| r.get(0),
+        )
     }
 
     /// Marks a VM destroyed (or, with `false`, provisioned again): node-wide
@@ -1135,25 +1112,21 @@ impl Tx<'_> {
 
     /// VMs of a node marked destroyed.
     pub fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
-        let mut s = self
-            .conn
-            .prepare_cached("SELECT vm FROM destroyed WHERE cn=?1 ORDER BY vm")
-            .at(self.path)?;
-        let rows = s.query_map(params![cn], |r| r.get(0)).at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+        self.rows(
+            "SELECT vm FROM destroyed WHERE cn=?1 ORDER BY vm",
+            params![cn],
+            |r| r.get(0),
+        )
     }
 
     /// Compute nodes the store knows of.
     pub fn nodes(&self) -> Result<Vec<String>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0
+        self.rows(
+            "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0
                  UNION SELECT cn FROM passwords ORDER BY 1",
-            )
-            .at(self.path)?;
-        let rows = s.query_map([], |r| r.get(0)).at(self.path)?;
-        rows.collect::<rusqlite::Result<_>>().at(self.path)
+            [],
+            |r| r.get(0),
+        )
     }
 
     /// A metadata value.
