@@ -472,8 +472,8 @@ mod tests {
             prop_assert!(word("x", &v, true).is_err());
             prop_assert!(words("x", &v).is_err());
             prop_assert!(user("x", &v).is_err());
-            let nested = json!({"k": [v.clone()]});
-            let keyed = json!({v.clone(): 1});
+            let keyed = json!({v.as_str(): 1});
+            let nested = json!({"k": [v]});
             prop_assert!(no_controls_deep("x", &nested).is_err());
             prop_assert!(no_controls_deep("x", &keyed).is_err());
         }

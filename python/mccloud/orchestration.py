@@ -105,7 +105,7 @@ def state_changes(ret: Any) -> dict[str, Any]:
     if not isinstance(ret, dict):
         return {}
     return {
-        st.get("__id__", sid): st["changes"]
+        str(st.get("__id__", sid)): st["changes"]
         for sid, st in ret.items()
         if isinstance(st, dict) and st.get("changes")
     }

@@ -1118,7 +1118,7 @@ proptest! {
         }
         let dir = tempfile::tempdir().unwrap();
         let mut pools = Pools::small();
-        let mut ordered = names.clone();
+        let mut ordered = names;
         let k = order as usize % ordered.len().max(1);
         ordered.rotate_left(k);
         let half = ordered.len() / 2;

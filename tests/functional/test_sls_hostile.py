@@ -26,7 +26,7 @@ import pytest
 
 from mccloud.cli import write_masterless_config
 from mccloud.orchestration import sls_root
-from tests.test_sls import ALL_SLS, data, data_for, show_sls  # noqa: F401  (data is a fixture)
+from tests.support.sls import ALL_SLS, data_for, show_sls
 
 TOKEN = "HOSTILE"
 #: Keys whose mapping values are keyed by names that come from pillar.

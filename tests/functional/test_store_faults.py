@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 import mccloud
-from conftest import CN, SaltEnv
+from tests.support.saltenv import CN, SaltEnv
 
 VM = "mysupertest3.foo.com"
 ROOT = os.geteuid() == 0

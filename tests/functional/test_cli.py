@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CN, SaltEnv
+from tests.support.saltenv import CN, SaltEnv
 
 VM = "mysupertest3.foo.com"
 MAC_RE = re.compile(r"^00:16:3e:[0-7][0-9a-f]:[0-9a-f]{2}:[0-9a-f]{2}$")

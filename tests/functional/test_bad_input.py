@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 import mccloud
-from conftest import CN
+from tests.support.saltenv import CN
 from mccloud.cli import root_store, sample_pillar, write_masterless_config
 
 VM = "mysupertest3.foo.com"

@@ -1,0 +1,62 @@
+"""The SLS tree and the data the runners pass to it, rendered through the
+real ``salt-call --local state.show_sls``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import mccloud
+from mccloud.cli import write_masterless_config
+from mccloud.orchestration import sls_root
+
+CN = "cn1.example.net"
+ROOT = Path(sls_root())
+ALL_SLS = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".init")
+    for p in ROOT.rglob("*.sls")
+)
+
+
+def sls_data(tmp: Path) -> dict[str, Any]:
+    """The data each kind of SLS receives, from a registry in ``tmp``."""
+    pillar = {f"makina-states.cloud.lxc.vms.{CN}": {
+        "a.example.net": {"fstab": ["/srv/a srv none bind 0 0"], "lxc_conf": [{"lxc.cgroup2.memory.max": "1G"}],
+                          "lxc_conf_unset": ["lxc.cap.drop"]},
+        "b.example.net": {"profile_type": "dir-scratch", "image": "makina-states-trusty"},
+    }}
+    cfg = mccloud.Config({"minion_id": "ctl"}, pillar)
+    reg = mccloud.Registry(cfg, str(tmp / "store"))
+    node = reg.target_settings(CN)
+    images = cfg.images_settings()["lxc"]["images"]
+    node["images"] = images
+    vm = reg.vm_settings(CN, "a.example.net")
+    vm_data = {"vm": vm, "target": CN, "lxc_path": "/var/lib/lxc", "rootfs": "/var/lib/lxc/a/rootfs",
+               "controller_pubkey": "ssh-ed25519 AAAA test", "images": images}
+    scratch = dict(vm_data, vm=reg.vm_settings(CN, "b.example.net"))
+    controller = {"store_dir": str(tmp / "store"), "ssh_key": "/root/.ssh/id_mccloud", **cfg.cloud_settings()}
+    return {"node": node, "vm": vm_data, "scratch": scratch, "controller": controller, "tmp": tmp}
+
+
+def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
+    if sls.endswith(".vm.destroy"):
+        return {"name": "a.example.net", "lxc_path": "/var/lib/lxc"}
+    if ".vm." in sls:
+        return data["vm"]
+    if ".controller" in sls:
+        return data["controller"]
+    return data["node"]
+
+
+def show_sls(tmp: Path, sls: str, pillar: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    conf = Path(tmp / "conf" / "mastersalt")
+    if not conf.exists():
+        write_masterless_config(str(tmp / "conf"), "{}")
+        minion = json.loads((conf / "minion").read_text())
+        minion["file_roots"] = {"base": [sls_root()]}
+        (conf / "minion").write_text(json.dumps(minion))
+    cmd = ["salt-call", "-c", str(conf), "--local", "--out=json", "state.show_sls", sls,
+           f"pillar={json.dumps({'mccloud': pillar})}"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
