@@ -1,23 +1,17 @@
 //! mccloud: the cloud-controller registry core.
 //!
-//! Pure Rust: settings ([`settings`]), allocators ([`ipam`], [`mac`],
-//! [`ports`], [`secrets`]), the durable store ([`store`]) and the registry
+//! Pure Rust: settings ([`settings`]), pools ([`pools`]), the durable store ([`store`]) and the registry
 //! that ties them together ([`registry`]). The Python binding lives in
 //! `python` behind the `python` feature.
 
 pub mod checks;
 pub mod error;
-pub mod ipam;
-pub mod legacy;
 pub mod lxc;
-pub mod mac;
 pub mod merge;
 pub mod names;
-pub mod pool;
-pub mod ports;
+pub mod pools;
 pub mod proxy;
 pub mod registry;
-pub mod secrets;
 pub mod settings;
 pub mod store;
 

@@ -10,16 +10,16 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ipam::parse_ip;
-use crate::legacy;
-use crate::mac;
 use crate::names::validate;
-use crate::pool::{candidates_from, Pool};
+use crate::pools::ipam::parse_ip;
+use crate::pools::mac;
+use crate::pools::secrets::{generate_password, generate_salt};
+use crate::pools::{candidates_from, Pool};
 use crate::proxy::{reverse_proxies, ProxiedVm};
-use crate::secrets::{generate_password, generate_salt};
 use crate::settings::{
     Config, IpClaim, MacRequest, NodePlan, VmAllocation, VmPlan, COMPUTE_NODE, LXC,
 };
+use crate::store::legacy;
 use crate::store::{Store, Tx, FILE_NAME};
 
 /// How many MAC candidates are probed before giving up.
@@ -670,7 +670,7 @@ impl Registry {
                 "gateway": node.network.gateway.to_string(), "bridge": lxc["bridge"],
             },
             "lxc_path": lxc["lxc_path"],
-            "reserved_ports": crate::ports::reserved_ports(&[node.ssh, node.snmp]),
+            "reserved_ports": crate::pools::ports::reserved_ports(&[node.ssh, node.snmp]),
             "conf": node.conf,
         });
         if !registered.errors.is_empty() {

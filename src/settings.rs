@@ -9,11 +9,11 @@ use serde_json::{json, Map, Value};
 
 use crate::checks;
 use crate::error::{Error, Result};
-use crate::ipam::{parse_ip, parse_prefix, Network};
-use crate::mac;
 use crate::merge::{deep_merge, with_pillar};
 use crate::names::{gen_id, validate};
-use crate::ports::PortRange;
+use crate::pools::ipam::{parse_ip, parse_prefix, Network};
+use crate::pools::mac;
+use crate::pools::ports::PortRange;
 
 /// Pillar prefix of the global cloud settings.
 pub const CLOUD: &str = "makina-states.cloud";
@@ -944,7 +944,10 @@ impl Config {
         s.insert("password".into(), json!(alloc.password));
         s.insert(
             "password_hash".into(),
-            json!(crate::secrets::sha512_crypt(&alloc.password, &alloc.salt)),
+            json!(crate::pools::secrets::sha512_crypt(
+                &alloc.password,
+                &alloc.salt
+            )),
         );
         if full {
             s.insert("ssh_reverse_proxy_port".into(), json!(alloc.ssh));

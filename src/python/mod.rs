@@ -257,7 +257,7 @@ fn gen_id(name: &str) -> String {
 /// SHA-512 crypt of `password` with `salt` (for checks and tests).
 #[pyfunction]
 fn sha512_crypt(password: &str, salt: &str) -> String {
-    crate::secrets::sha512_crypt(password, salt)
+    crate::pools::secrets::sha512_crypt(password, salt)
 }
 
 /// The native module: a list of exports only.

@@ -218,8 +218,8 @@ fn explicit_pillar_values_are_honoured() {
     // of the password with it, and stays the same from call to call.
     let hash = s["password_hash"].as_str().unwrap();
     let salt = hash.split('$').nth(2).unwrap();
-    assert_eq!(salt.len(), crate::secrets::SALT_LEN);
-    assert_eq!(hash, crate::secrets::sha512_crypt("pw", salt));
+    assert_eq!(salt.len(), crate::pools::secrets::SALT_LEN);
+    assert_eq!(hash, crate::pools::secrets::sha512_crypt("pw", salt));
     assert_eq!(
         seen(&reg, CN, "a.test")["password_hash"],
         s["password_hash"]

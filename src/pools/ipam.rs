@@ -3,7 +3,7 @@
 use std::net::Ipv4Addr;
 
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pools::Pool;
 
 /// An IPv4 network with its gateway. Automatic addresses walk upwards from
 /// the start, skipping the first two and last two addresses, every address
@@ -204,7 +204,7 @@ impl Pool for Network {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::candidates_from;
+    use crate::pools::candidates_from;
 
     fn default_net() -> Network {
         Network::new("10.5.0.0", "16", "10.5.0.1").unwrap()

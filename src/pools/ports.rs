@@ -1,7 +1,7 @@
 //! Reverse-proxy port ranges (ssh, snmp) of a compute node.
 
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pools::Pool;
 
 /// An inclusive range of TCP ports handed out first-free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub fn reserved_ports(ranges: &[PortRange]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::candidates_from;
+    use crate::pools::candidates_from;
 
     #[test]
     fn range_is_inclusive() {

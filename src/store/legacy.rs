@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rmpv::Value as Mp;
 
 use crate::error::{Error, Result};
-use crate::mac;
+use crate::pools::mac;
 use crate::settings::DeclaredVm;
 use crate::store::Tx;
 

@@ -1,5 +1,15 @@
-//! Ordered pools of integers (IPv4 addresses, TCP ports) handed out
-//! first-free, walking upwards.
+//! What can be handed out: the IP network of a compute node ([`ipam`]),
+//! its reverse-proxy port ranges ([`ports`]), MAC addresses ([`mac`]) and
+//! passwords with their crypt salts ([`secrets`]). Pure values and rules:
+//! who holds what is the store's business, choosing is `alloc`'s.
+//!
+//! IPs and ports are ordered pools of integers handed out first-free,
+//! walking upwards ([`Pool`]).
+
+pub mod ipam;
+pub mod mac;
+pub mod ports;
+pub mod secrets;
 
 /// A pool of candidate values, in allocation order (ascending).
 pub trait Pool {

@@ -1,0 +1,302 @@
+//! Tests of the store.
+
+use super::*;
+use std::os::unix::fs::PermissionsExt;
+
+#[test]
+fn creates_private_files_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("cloud-controller");
+    let mut s = Store::open(&sub).unwrap();
+    s.write(|tx| tx.put_number("ip", "cn", "vm", 42)).unwrap();
+    let mode = std::fs::metadata(sub.join(FILE_NAME))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let dmode = std::fs::metadata(&sub).unwrap().permissions().mode();
+    assert_eq!(dmode & 0o777, 0o700);
+    drop(s);
+    let mut s = Store::open(&sub).unwrap();
+    assert_eq!(s.read(|tx| tx.number("ip", "cn", "vm")).unwrap(), Some(42));
+}
+
+#[test]
+fn unique_values_are_enforced_by_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    let err = s.write(|tx| tx.put_number("ip", "cn", "b", 7)).unwrap_err();
+    assert!(err.to_string().contains("UNIQUE"), "{err}");
+    // Same value on another node is fine.
+    s.write(|tx| tx.put_number("ip", "cn2", "b", 7)).unwrap();
+    s.write(|tx| tx.put_mac("cn", "a", "", "00:16:3e:00:00:01"))
+        .unwrap();
+    assert!(s
+        .write(|tx| tx.put_mac("cn2", "z", "", "00:16:3e:00:00:01"))
+        .is_err());
+}
+
+#[test]
+fn failed_transactions_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    let r: Result<()> = s.write(|tx| {
+        tx.put_number("ip", "cn", "a", 7)?;
+        Err(Error::invalid("boom"))
+    });
+    assert!(r.is_err());
+    assert_eq!(s.read(|tx| tx.number("ip", "cn", "a")).unwrap(), None);
+}
+
+#[test]
+fn corrupt_file_is_reported_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let garbage = b"this is not a database, it is garbage........................................................................".repeat(20);
+    std::fs::write(&path, &garbage).unwrap();
+    let err = Store::open(dir.path()).unwrap_err().to_string();
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(err.contains("left untouched"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), garbage);
+}
+
+fn err_of<T: std::fmt::Debug>(r: Result<T>) -> String {
+    r.expect_err("should fail").to_string()
+}
+
+#[test]
+fn only_a_missing_file_creates_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    assert!(Store::open_existing(dir.path()).unwrap().is_none());
+    assert!(!path.exists(), "looking for a store creates nothing");
+    // An empty file is not a new registry.
+    std::fs::write(&path, b"").unwrap();
+    let e = err_of(Store::open(dir.path()));
+    assert!(
+        e.contains("empty file") && e.contains(&path.display().to_string()),
+        "{e}"
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "left untouched");
+    // Nor is another program's database.
+    std::fs::remove_file(&path).unwrap();
+    let foreign = Connection::open(&path).unwrap();
+    foreign
+        .execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    drop(foreign);
+    let before = std::fs::read(&path).unwrap();
+    let e = err_of(Store::open(dir.path()));
+    assert!(e.contains("not a mccloud registry"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // A new store carries its identity.
+    let other = tempfile::tempdir().unwrap();
+    let mut s = Store::open(other.path()).unwrap();
+    let report = s.check().unwrap();
+    assert_eq!(report.integrity, "ok");
+    assert_eq!(report.schema_version, SCHEMA_VERSION);
+    assert_eq!(report.identity.len(), 32);
+}
+
+#[test]
+fn things_that_are_not_store_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    std::fs::create_dir(&path).unwrap();
+    let e = err_of(Store::open(dir.path()));
+    assert!(e.contains("a directory, not a store file"), "{e}");
+    assert!(!e.contains("root"), "not a permission problem: {e}");
+    std::fs::remove_dir(&path).unwrap();
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    let e = err_of(Store::open(dir.path()));
+    assert!(e.contains("FIFO"), "{e}");
+    std::fs::remove_file(&path).unwrap();
+    let real = tempfile::tempdir().unwrap();
+    drop(Store::open(real.path()).unwrap());
+    std::os::unix::fs::symlink(real.path().join(FILE_NAME), &path).unwrap();
+    let e = err_of(Store::open(dir.path()));
+    assert!(e.contains("symbolic link"), "{e}");
+}
+
+#[test]
+fn a_store_moved_deleted_or_replaced_under_an_open_store_is_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    let aside = dir.path().join("moved.sqlite");
+    std::fs::rename(&path, &aside).unwrap();
+    let e = err_of(s.write(|tx| tx.put_number("ip", "cn", "b", 8)));
+    assert!(e.contains("moved or deleted"), "{e}");
+    drop(s);
+    // Acknowledged values are in the moved file itself (not only in a
+    // -wal file left behind), and nothing was written after the move.
+    let conn = Connection::open(&aside).unwrap();
+    let rows: Vec<i64> = conn
+        .prepare("SELECT value FROM numbers ORDER BY value")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(rows, [7]);
+    drop(conn);
+    std::fs::rename(&aside, &path).unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    // Replaced by another store.
+    let other = tempfile::tempdir().unwrap();
+    drop(Store::open(other.path()).unwrap());
+    std::fs::rename(other.path().join(FILE_NAME), &path).unwrap();
+    let e = err_of(s.read(|tx| tx.number("ip", "cn", "a")));
+    assert!(e.contains("replaced"), "{e}");
+}
+
+#[test]
+fn a_deleted_wal_is_reported_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let mut s = Store::open(dir.path()).unwrap();
+    for v in 1..=20 {
+        s.write(|tx| tx.put_number("ip", "cn", &format!("vm{v}"), v))
+            .unwrap();
+    }
+    std::fs::remove_file(wal_path(&path)).unwrap();
+    let e = err_of(s.write(|tx| tx.put_number("ip", "cn", "late", 99)));
+    assert!(
+        e.contains("write-ahead log") && e.contains("deleted"),
+        "{e}"
+    );
+    drop(s);
+    let mut s = Store::open(dir.path()).unwrap();
+    let n = s.read(|tx| tx.numbers("ip", "cn")).unwrap();
+    assert_eq!(n.len(), 20, "every acknowledged value is kept");
+    assert_eq!(s.check().unwrap().integrity, "ok");
+}
+
+#[test]
+fn forgotten_secrets_leave_no_bytes_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "Zq9SecretPasswordThatMustVanish_";
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(|tx| {
+        tx.put_password("cn", "a", secret)?;
+        tx.put_salt("cn", "a", "saltsaltsaltsalt")
+    })
+    .unwrap();
+    s.write(|tx| tx.remove_password("cn", "a")).unwrap();
+    s.write(|tx| tx.put_number("ip", "cn", "b", 3)).unwrap();
+    drop(s);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the forgotten password is still in the store's bytes"
+        );
+    }
+}
+
+#[test]
+fn version_2_stores_are_reported_by_check_and_upgraded_by_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let old = Connection::open(&path).unwrap();
+    old.execute_batch(
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+         CREATE TABLE numbers(kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL,
+            value INTEGER NOT NULL, PRIMARY KEY(kind, cn, vm), UNIQUE(kind, cn, value)) WITHOUT ROWID;
+         CREATE TABLE macs(mac TEXT PRIMARY KEY, cn TEXT NOT NULL, vm TEXT NOT NULL, slot TEXT NOT NULL,
+            retired INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+         CREATE TABLE passwords(cn TEXT NOT NULL, vm TEXT NOT NULL, password TEXT NOT NULL,
+            PRIMARY KEY(cn, vm)) WITHOUT ROWID;
+         CREATE TABLE destroyed(cn TEXT NOT NULL, vm TEXT NOT NULL, PRIMARY KEY(cn, vm)) WITHOUT ROWID;
+         CREATE TABLE hints(pool TEXT NOT NULL, cn TEXT NOT NULL, value INTEGER NOT NULL,
+            PRIMARY KEY(pool, cn)) WITHOUT ROWID;
+         INSERT INTO numbers VALUES ('ip', 'cn', 'a', 167837698), ('ssh', 'cn', 'a', 40000);
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+    drop(old);
+    let mut s = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        s.read(|tx| tx.number("ip", "cn", "a")).unwrap(),
+        Some(167837698)
+    );
+    assert_eq!(
+        s.read(|tx| tx.number_owner("snmp", "cn", 40000))
+            .unwrap()
+            .as_deref(),
+        Some("a")
+    );
+    let r = s.check().unwrap();
+    assert_eq!(
+        (r.schema_version, r.integrity.as_str()),
+        (SCHEMA_VERSION, "ok")
+    );
+    assert_eq!(r.identity.len(), 32);
+}
+
+#[test]
+fn backups_are_consistent_while_others_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    let writer_dir = dir.path().to_path_buf();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let mut w = Store::open(&writer_dir).unwrap();
+        let mut n = 0u32;
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            n += 1;
+            w.write(|tx| tx.put_number("ssh", "cn", &format!("vm{n}"), n))
+                .unwrap();
+        }
+        n
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("copy.sqlite");
+    s.backup(&dest).unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    assert!(written > 0);
+    let e = err_of(s.backup(&dest));
+    assert!(e.contains("already exists"), "{e}");
+    let mode = std::fs::metadata(&dest).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let copy = out.path().join("restore");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(&dest, copy.join(FILE_NAME)).unwrap();
+    let mut restored = Store::open(&copy).unwrap();
+    let r = restored.check().unwrap();
+    assert_eq!(r.integrity, "ok");
+    assert_eq!(r.identity, s.check().unwrap().identity);
+    // One snapshot: values 1..=k for some k, no gap.
+    let got = restored.read(|tx| tx.numbers("ssh", "cn")).unwrap();
+    let mut values: Vec<u32> = got.iter().map(|(_, v)| *v).collect();
+    values.sort_unstable();
+    assert_eq!(values, (1..=values.len() as u32).collect::<Vec<_>>());
+}
+
+#[test]
+fn hints_drop_when_values_are_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(|tx| {
+        tx.set_hint("ssh:1-9", "cn", 8)?;
+        tx.set_hint("ssh:1-9", "other", 8)?;
+        tx.set_hint("snmp:1-9", "cn", 8)?;
+        tx.put_number("ssh", "cn", "a", 3)?;
+        tx.remove_number("ssh", "cn", "a")
+    })
+    .unwrap();
+    assert_eq!(s.read(|tx| tx.hint("ssh:1-9", "cn")).unwrap(), Some(3));
+    assert_eq!(s.read(|tx| tx.hint("ssh:1-9", "other")).unwrap(), Some(8));
+    // ssh and snmp ports share one space: a freed port lowers both.
+    assert_eq!(s.read(|tx| tx.hint("snmp:1-9", "cn")).unwrap(), Some(3));
+}
