@@ -1,19 +1,28 @@
-//! mccloud: the cloud-controller registry core.
+//! mccloud: the cloud-controller registry core, laid out along its
+//! pipeline (each layer uses only the ones before it):
 //!
-//! Pure Rust: settings ([`settings`]), pools ([`pools`]), the durable store ([`store`]) and the registry
-//! that ties them together ([`registry`]). The Python binding lives in
-//! `python` behind the `python` feature.
+//! - [`pools`]: what can be handed out (IP networks, port ranges, MACs,
+//!   passwords);
+//! - [`pillar`]: reading pillar (merging, names, value checks);
+//! - [`drivers`]: what each virtualisation type adds (everything LXC in
+//!   [`drivers::lxc`]);
+//! - [`settings`]: pillar → plans, pure;
+//! - [`store`]: the durable store (and the import of the historical one);
+//! - [`alloc`]: where values are chosen, inside a store transaction;
+//! - [`views`]: plans and allocations → the mappings Salt receives;
+//! - [`registry`]: the facade; the Python binding lives in `python`
+//!   behind the `python` feature.
 
-pub mod checks;
+pub mod alloc;
+pub mod counters;
+pub mod drivers;
 pub mod error;
-pub mod lxc;
-pub mod merge;
-pub mod names;
+pub mod pillar;
 pub mod pools;
-pub mod proxy;
 pub mod registry;
 pub mod settings;
 pub mod store;
+pub mod views;
 
 #[cfg(feature = "python")]
 mod python;

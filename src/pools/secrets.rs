@@ -48,6 +48,7 @@ fn repeat_digest(digest: &[u8], len: usize) -> Vec<u8> {
 /// SHA-512 crypt (`$6$`, Drepper's specification) with the default 5000
 /// rounds, as `/etc/shadow` and `chpasswd -e` expect.
 pub fn sha512_crypt(password: &str, salt: &str) -> String {
+    crate::counters::count(crate::counters::Work::Hash);
     let key = password.as_bytes();
     let salt = &salt.as_bytes()[..salt.len().min(16)];
     let b = Sha512::new()

@@ -8,6 +8,7 @@ use pyo3::types::PyDict;
 use pythonize::{depythonize, pythonize};
 use serde_json::{Map, Value};
 
+use crate::alloc::Kind;
 use crate::error::{Error, ErrorKind};
 
 create_exception!(
@@ -186,18 +187,22 @@ impl Registry {
     }
 
     fn port(&self, py: Python<'_>, cn: &str, vm: &str, kind: &str) -> PyResult<u16> {
-        if kind != "ssh" && kind != "snmp" {
-            return Err(ArgumentError::new_err(format!(
-                "port kind {kind:?} is neither 'ssh' nor 'snmp'"
-            )));
-        }
+        let kind = match kind {
+            "ssh" => Kind::Ssh,
+            "snmp" => Kind::Snmp,
+            _ => {
+                return Err(ArgumentError::new_err(format!(
+                    "port kind {kind:?} is neither 'ssh' nor 'snmp'"
+                )))
+            }
+        };
         py.detach(|| self.inner.port(cn, vm, kind)).map_err(to_py)
     }
 
     fn allocated(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
         out(
             py,
-            kind_checked(kind).and_then(|k| self.inner.allocated(cn, k)),
+            Kind::parse(kind).and_then(|k| self.inner.allocated(cn, k)),
         )
     }
 
@@ -212,7 +217,7 @@ impl Registry {
     }
 
     fn cleanup(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
-        let r = py.detach(|| kind_checked(kind).and_then(|k| self.inner.cleanup(cn, k)));
+        let r = py.detach(|| Kind::parse(kind).and_then(|k| self.inner.cleanup(cn, k)));
         out(py, r)
     }
 
@@ -239,19 +244,10 @@ impl Registry {
     }
 }
 
-fn kind_checked(kind: &str) -> crate::Result<&str> {
-    match kind {
-        "ip" | "ssh" | "snmp" => Ok(kind),
-        _ => Err(Error::argument(format!(
-            "allocation kind {kind:?} is not one of ip, ssh, snmp"
-        ))),
-    }
-}
-
 /// `mc_cloud_controller.gen_id`: replaces every `.` by `-`.
 #[pyfunction]
 fn gen_id(name: &str) -> String {
-    crate::names::gen_id(name)
+    crate::pillar::names::gen_id(name)
 }
 
 /// SHA-512 crypt of `password` with `salt` (for checks and tests).

@@ -11,7 +11,8 @@ use serde_json::{json, Map, Value};
 use tempfile::TempDir;
 
 use super::*;
-use crate::settings::Context;
+use crate::pools::mac;
+use crate::settings::{Context, COMPUTE_NODE, LXC};
 
 const CN: &str = "cn1.local";
 const CN2: &str = "cn2.local";
@@ -135,7 +136,7 @@ fn dump(reg: &Registry) -> Vec<String> {
 }
 
 fn ip_map(reg: &Registry, cn: &str) -> BTreeMap<String, Value> {
-    reg.allocated(cn, "ip").unwrap()
+    reg.allocated(cn, Kind::Ip).unwrap()
 }
 
 /// Checks that `r` failed with the error `variant` (such as `Error::Conflict`)
@@ -193,8 +194,8 @@ fn requery_is_idempotent_and_survives_reopening() {
     assert_eq!(reg.find_ip(CN, "a.test").unwrap(), first["ip"]);
     assert_eq!(reg.find_mac(CN, "a.test").unwrap(), first["mac"]);
     assert_eq!(reg.find_password(CN, "a.test").unwrap(), first["password"]);
-    assert_eq!(reg.port(CN, "a.test", "ssh").unwrap(), 40000);
-    assert_eq!(reg.port(CN, "a.test", "snmp").unwrap(), 30000);
+    assert_eq!(reg.port(CN, "a.test", Kind::Ssh).unwrap(), 40000);
+    assert_eq!(reg.port(CN, "a.test", Kind::Snmp).unwrap(), 30000);
     drop(reg);
     let reg = open_at(&dir, p);
     assert_eq!(seen(&reg, CN, "a.test"), first);
@@ -422,16 +423,16 @@ fn cleanup_frees_only_vms_no_longer_declared() {
         pillar(&Pools::small(), &[CN], &plain_vms(&["a.test", "c.test"])),
     );
     let b_only = |v: &Value| BTreeMap::from([("b.test".to_owned(), v.clone())]);
-    assert_eq!(reg.cleanup(CN, "ip").unwrap(), b_only(&b["ip"]));
+    assert_eq!(reg.cleanup(CN, Kind::Ip).unwrap(), b_only(&b["ip"]));
     assert_eq!(
-        reg.cleanup(CN, "ssh").unwrap(),
+        reg.cleanup(CN, Kind::Ssh).unwrap(),
         b_only(&b["ssh_reverse_proxy_port"])
     );
     assert_eq!(
-        reg.cleanup(CN, "snmp").unwrap(),
+        reg.cleanup(CN, Kind::Snmp).unwrap(),
         b_only(&b["snmp_reverse_proxy_port"])
     );
-    assert!(reg.cleanup(CN, "ip").unwrap().is_empty());
+    assert!(reg.cleanup(CN, Kind::Ip).unwrap().is_empty());
     assert_eq!(
         ip_map(&reg, CN),
         BTreeMap::from([("a.test".to_owned(), a["ip"].clone())])
@@ -442,7 +443,7 @@ fn cleanup_frees_only_vms_no_longer_declared() {
         "freed IPs are reused"
     );
     // A node the pillar does not declare is never wiped.
-    failed(reg.cleanup(CN2, "ip"), Error::NotFound, &[CN2]);
+    failed(reg.cleanup(CN2, Kind::Ip), Error::NotFound, &[CN2]);
 }
 
 #[test]
@@ -670,7 +671,7 @@ fn a_declared_additional_ip_held_by_another_vm_fails_that_vm_only() {
 #[test]
 fn a_port_is_never_held_twice_on_a_node_whatever_its_kind() {
     let (dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
-    assert_eq!(reg.port(CN, "a.test", "ssh").unwrap(), 40000);
+    assert_eq!(reg.port(CN, "a.test", Kind::Ssh).unwrap(), 40000);
     drop(reg);
     // The operator moves the snmp range onto the old ssh range.
     let mut pools = Pools::small();
@@ -680,9 +681,9 @@ fn a_port_is_never_held_twice_on_a_node_whatever_its_kind() {
         &dir,
         pillar(&pools, &[CN], &plain_vms(&["a.test", "b.test"])),
     );
-    assert_eq!(reg.port(CN, "a.test", "ssh").unwrap(), 40000, "kept");
-    assert_ne!(reg.port(CN, "b.test", "snmp").unwrap(), 40000);
-    assert_eq!(reg.port(CN, "b.test", "snmp").unwrap(), 40001);
+    assert_eq!(reg.port(CN, "a.test", Kind::Ssh).unwrap(), 40000, "kept");
+    assert_ne!(reg.port(CN, "b.test", Kind::Snmp).unwrap(), 40000);
+    assert_eq!(reg.port(CN, "b.test", Kind::Snmp).unwrap(), 40001);
 }
 
 #[test]
@@ -703,7 +704,7 @@ fn cleanup_and_moves_retire_macs_and_forget_passwords() {
     // a is dropped from CN; b moves to CN2.
     let reg = both(&json!({}), &json!({"b.test": {}}));
     reg.find_ip(CN2, "b.test").unwrap();
-    reg.cleanup(CN, "ip").unwrap();
+    reg.cleanup(CN, Kind::Ip).unwrap();
     let conn = rusqlite::Connection::open(reg.store_path()).unwrap();
     let active = |mac: &str| -> i64 {
         conn.query_row(
@@ -787,7 +788,7 @@ fn bad_names_never_reach_the_store() {
     let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])));
     for bad in ["../x", "a/b", "a b"] {
         failed(reg.destroy_vm(CN, bad), Error::Argument, &[bad]);
-        failed(reg.allocated(bad, "ip"), Error::Argument, &[bad]);
+        failed(reg.allocated(bad, Kind::Ip), Error::Argument, &[bad]);
         failed(reg.find_ip(bad, "a.test"), Error::Argument, &[bad]);
     }
     assert!(
@@ -1168,4 +1169,203 @@ proptest! {
             }
         }
     }
+}
+
+/// A pillar with lxc VMs `a.test`, `b.test` and a `nsbox` VM `n1.test` on
+/// CN (the nsbox type on the same network as lxc), and a node CN2 hosting
+/// only `nsbox` VM `n2.test` (nested form).
+fn two_types() -> Map<String, Value> {
+    let pools = Pools::small();
+    let mut p = pillar(&pools, &[CN], &plain_vms(&["a.test", "b.test"]));
+    p.insert(
+        "makina-states.cloud.nsbox.defaults".into(),
+        json!({"netmask": pools.prefix.to_string(), "bridge": "nsbr0"}),
+    );
+    p.insert(
+        format!("makina-states.cloud.nsbox.vms.{CN}"),
+        json!({"n1.test": {}}),
+    );
+    p.insert(
+        "makina-states.cloud.nsbox.vms".into(),
+        json!({ CN2: {"n2.test": {"domains": ["n2.example.com"]}} }),
+    );
+    p
+}
+
+const LXC_ONLY: [&str; 8] = [
+    "lxc_path",
+    "lxc_config",
+    "backing",
+    "profile_type",
+    "from_container",
+    "lxc_conf",
+    "default_container",
+    "main_bridge",
+];
+
+#[test]
+fn a_vm_declared_under_another_type_has_that_type_and_the_node_pools() {
+    let (_dir, reg) = open(two_types());
+    let n1 = reg.vm_settings(CN, "n1.test", true).unwrap();
+    assert_eq!(n1["vt"], "nsbox");
+    for key in LXC_ONLY {
+        assert!(n1.get(key).is_none(), "{key} in {n1}");
+    }
+    let a = reg.vm_settings(CN, "a.test", true).unwrap();
+    let b = reg.vm_settings(CN, "b.test", true).unwrap();
+    assert_eq!(a["vt"], "lxc");
+    assert!(a["lxc_config"]
+        .as_str()
+        .unwrap()
+        .contains("lxc.net.0.link = lxcbr1"));
+    let pools = Pools::small();
+    let ips: BTreeSet<&str> = [&a, &b, &n1]
+        .iter()
+        .map(|s| s["ip"].as_str().unwrap())
+        .collect();
+    assert_eq!(ips.len(), 3, "one IP each: {ips:?}");
+    assert!(pools.ips()[..3]
+        .iter()
+        .all(|ip| ips.contains(ip.to_string().as_str())));
+    for key in ["mac", "ssh_reverse_proxy_port", "snmp_reverse_proxy_port"] {
+        let values: BTreeSet<String> = [&a, &b, &n1].iter().map(|s| s[key].to_string()).collect();
+        assert_eq!(values.len(), 3, "{key}: {values:?}");
+    }
+    assert_eq!(n1["password"].as_str().unwrap().len(), 32);
+    let hash = n1["password_hash"].as_str().unwrap();
+    assert!(hash.starts_with("$6$"), "{hash}");
+    assert_eq!(n1["netmask"], pools.prefix.to_string());
+    assert_eq!(n1["gateway"], pools.gateway.to_string());
+
+    let node = reg.target_settings(CN, &[]).unwrap();
+    assert_eq!(node["virt_types"], json!(["lxc", "nsbox"]));
+    assert_eq!(node["vms"]["n1.test"]["vt"], "nsbox");
+    assert_eq!(node["vms"]["n1.test"]["ip"], n1["ip"]);
+    assert_eq!(node["vms"]["a.test"]["vt"], "lxc");
+    assert_eq!(node["lxc_path"], "/var/lib/lxc", "the node hosts lxc VMs");
+    assert_eq!(node["network"]["bridge"], "lxcbr1", "lxc's bridge first");
+
+    let cfg = reg.config();
+    let targets = cfg.compute_node_settings().unwrap()["targets"].clone();
+    assert_eq!(
+        targets[CN],
+        json!({"virt_types": ["lxc", "nsbox"], "vms": {"a.test": "lxc", "b.test": "lxc", "n1.test": "nsbox"}})
+    );
+    assert_eq!(
+        targets[CN2],
+        json!({"virt_types": ["nsbox"], "vms": {"n2.test": "nsbox"}})
+    );
+    assert_eq!(
+        cfg.controller_settings().unwrap()["vts"],
+        json!(["lxc", "nsbox"])
+    );
+    assert_eq!(
+        cfg.lxc_settings().unwrap()["vms"],
+        json!({CN: ["a.test", "b.test"]})
+    );
+
+    let inv = reg.inventory().unwrap();
+    assert_eq!(inv[CN]["virt_types"], json!(["lxc", "nsbox"]));
+    assert_eq!(inv[CN]["vms"]["n1.test"]["vt"], "nsbox");
+    assert_eq!(inv[CN]["vms"]["n1.test"]["ip"], n1["ip"]);
+    assert_eq!(inv[CN]["vms"]["a.test"]["vt"], "lxc");
+}
+
+#[test]
+fn a_node_hosting_no_lxc_vm_has_no_lxc_facts() {
+    let (_dir, reg) = open(two_types());
+    let n2 = reg.vm_settings(CN2, "n2.test", true).unwrap();
+    assert_eq!(n2["vt"], "nsbox");
+    assert_eq!(n2["domains"], json!(["n2.test", "n2.example.com"]));
+    let node = reg.target_settings(CN2, &[]).unwrap();
+    assert_eq!(node["virt_types"], json!(["nsbox"]));
+    assert!(node.get("lxc_path").is_none(), "{node}");
+    assert_eq!(node["network"]["bridge"], "nsbr0", "the type's own bridge");
+    assert_eq!(node["vms"]["n2.test"]["vt"], "nsbox");
+    assert_eq!(
+        reg.inventory().unwrap()[CN2]["virt_types"],
+        json!(["nsbox"])
+    );
+}
+
+#[test]
+fn one_vm_under_two_types_fails_its_node_only() {
+    let mut p = two_types();
+    p.insert(
+        "makina-states.cloud.nsbox.vms".into(),
+        json!({ CN: {"a.test": {}}, CN2: {"n2.test": {}} }),
+    );
+    let (_dir, reg) = open(p);
+    for r in [
+        reg.vm_settings(CN, "n1.test", true),
+        reg.target_settings(CN, &[]),
+    ] {
+        failed(
+            r,
+            Error::Invalid,
+            &["a.test", "lxc", "nsbox", "one virtualisation type"],
+        );
+    }
+    let targets = reg.config().compute_node_settings().unwrap()["targets"].clone();
+    assert!(targets[CN]["error"].as_str().unwrap().contains("a.test"));
+    reg.vm_settings(CN2, "n2.test", true).unwrap();
+}
+
+#[test]
+fn types_of_one_node_share_its_network() {
+    let mut p = two_types();
+    p.insert(
+        "makina-states.cloud.nsbox.defaults".into(),
+        json!({"network": "10.6.0.0", "gateway": "10.6.0.1"}),
+    );
+    let (_dir, reg) = open(p);
+    failed(
+        reg.vm_settings(CN, "a.test", true),
+        Error::Invalid,
+        &[CN, "lxc", "nsbox", "10.6.0.0", "same network"],
+    );
+    // A node of one type has that type's network.
+    let n2 = reg.vm_settings(CN2, "n2.test", true).unwrap();
+    assert!(n2["ip"].as_str().unwrap().starts_with("10.6."), "{n2}");
+}
+
+#[test]
+fn each_thing_is_done_once() {
+    use crate::counters::{done, Work};
+    let count = || [Work::NodePlan, Work::VmPlan, Work::Write, Work::Hash].map(done);
+    let diff = |before: [u64; 4]| {
+        let now = count();
+        [0, 1, 2, 3].map(|i| now[i] - before[i])
+    };
+    let (_dir, reg) = open(two_types());
+    let before = count();
+    reg.vm_settings(CN, "a.test", true).unwrap();
+    // One node plan (three VM plans), one write, one hash.
+    assert_eq!(diff(before), [1, 3, 1, 1]);
+    let before = count();
+    reg.vm_settings(CN, "n1.test", true).unwrap();
+    reg.vm_settings(CN, "a.test", false).unwrap();
+    assert_eq!(
+        diff(before),
+        [0, 0, 2, 2],
+        "the plan is built once per registry"
+    );
+    let before = count();
+    reg.target_settings(CN, &[]).unwrap();
+    assert_eq!(diff(before), [0, 0, 1, 0], "node data makes no hash");
+    let before = count();
+    reg.inventory().unwrap();
+    assert_eq!(diff(before), [1, 1, 0, 0], "only the plan of CN2 is new");
+    let before = count();
+    reg.inventory().unwrap();
+    assert_eq!(diff(before), [0, 0, 0, 0]);
+    // The plans of a configuration are shared by its clones (one per
+    // registry opened from it) and by its own calls.
+    let cfg = reg.config().clone();
+    let before = count();
+    cfg.vm_plan(CN, "b.test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let other = Registry::open(cfg, dir.path()).unwrap();
+    other.vm_settings(CN, "b.test", true).unwrap();
+    assert_eq!(diff(before), [0, 0, 1, 1]);
 }

@@ -4,7 +4,11 @@
 
 use serde_json::{json, Map, Value};
 
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
 use super::*;
+use crate::error::Error;
 
 const CN: &str = "devhost10.local";
 const VM: &str = "vm1.test.com";
@@ -58,7 +62,7 @@ fn finish(cfg: &Config, cn: &str, vm: &str) -> Result<Value> {
         ssh: Some(40000),
         snmp: Some(30000),
     };
-    cfg.finish_vm(cn, &plan, &alloc, true)
+    crate::views::vm::finish(cfg, cn, &plan, &alloc, true)
 }
 
 /// The finished settings of a single VM `VM` declared with `own` on `cn`.
@@ -682,7 +686,7 @@ fn saltify_targets_must_be_non_empty() {
 
 // --- bad input --------------------------------------------------------------
 
-fn node_plan_of(own: Value) -> Result<NodePlan> {
+fn node_plan_of(own: Value) -> Result<Arc<NodePlan>> {
     config(node_pillar(
         CN,
         json!({ VM: own, "other.test": {} }),

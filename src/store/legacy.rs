@@ -132,7 +132,7 @@ pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> R
         }
     }
     for d in vms {
-        let (vm, vt) = (d.name.as_str(), d.vt);
+        let (vm, vt) = (d.name.as_str(), d.vt.as_str());
         let vdir = dir.join(vt).join(vm.replace('.', "")).join("settings");
         if let Some(v) = read_pack(&vdir.join("ip4.pack"))? {
             let ip = text(&v)
@@ -168,7 +168,7 @@ pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> R
 /// Records a number unless the VM already has one or another VM holds it.
 fn number(tx: &Tx, kind: &str, cn: &str, vm: &str, value: Option<u32>) -> Result<bool> {
     let Some(value) = value else { return Ok(false) };
-    if crate::names::validate("VM", vm).is_err()
+    if crate::pillar::names::validate("VM", vm).is_err()
         || tx.number(kind, cn, vm)?.is_some()
         || tx.number_owner(kind, cn, value)?.is_some()
     {

@@ -600,6 +600,7 @@ impl Store {
     /// (a passive checkpoint), so an acknowledged allocation does not live
     /// only in the `-wal` file.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        crate::counters::count(crate::counters::Work::Write);
         let out = self.run(TransactionBehavior::Immediate, f)?;
         let _ = self
             .conn

@@ -3,16 +3,16 @@
 //! States write files from these values and pass them to commands as
 //! arguments, never through a shell line; still, a value must mean what the
 //! operator can have meant: no control characters anywhere, host names that
-//! are host names, interface names, clean absolute paths, `lxc.` keys.
+//! are host names, interface names ([`super::hosts`]), clean absolute paths.
 //! Each check names the value by `what` (e.g. `bridge of VM a on compute
 //! node b (pillar makina-states.cloud.lxc.vms.b)`) and never repeats the
 //! value of a secret.
 
-use std::net::IpAddr;
-
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+
+pub use super::hosts::{domain, host, hostname, iface, ip_address};
 
 /// Keys whose values are secrets: never shown in a message.
 pub const SECRET_KEYS: [&str; 2] = ["password", "ssh_gateway_password"];
@@ -44,7 +44,7 @@ pub fn brief(v: &Value) -> String {
     }
 }
 
-fn bad(what: &str, value: &str, secret: bool, why: &str, fix: &str) -> Error {
+pub(crate) fn bad(what: &str, value: &str, secret: bool, why: &str, fix: &str) -> Error {
     let shown = if secret {
         String::new()
     } else {
@@ -124,109 +124,6 @@ fn walk(path: &str, v: &Value, secret: bool) -> Result<()> {
     }
 }
 
-/// A DNS host name: dot-separated labels of letters, digits, `-` and `_`,
-/// no label empty, longer than 63 or starting or ending with `-`.
-pub fn hostname(what: &str, value: &str) -> Result<()> {
-    let fix = "use a host name made of letters, digits, '-' and '_' in dot-separated labels";
-    no_controls(what, value, false)?;
-    if value.is_empty() || value.len() > 253 {
-        return Err(bad(
-            what,
-            value,
-            false,
-            "is not a host name (empty or over 253 characters)",
-            fix,
-        ));
-    }
-    for label in value.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !ok {
-            return Err(bad(
-                what,
-                value,
-                false,
-                &format!("is not a host name (label {label:?})"),
-                fix,
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A domain routed by the reverse proxy: a host name, `*.` and a host name,
-/// or `*` (every host).
-pub fn domain(what: &str, value: &str) -> Result<()> {
-    if value == "*" {
-        return Ok(());
-    }
-    hostname(what, value.strip_prefix("*.").unwrap_or(value)).map_err(|_| {
-        bad(
-            what,
-            value,
-            false,
-            "is not a domain",
-            "use a host name such as www.example.com, optionally prefixed with '*.'",
-        )
-    })
-}
-
-/// A host name or an IP address (v4 or v6).
-pub fn host(what: &str, value: &str) -> Result<()> {
-    if value.parse::<IpAddr>().is_ok() {
-        return Ok(());
-    }
-    hostname(what, value).map_err(|_| {
-        bad(
-            what,
-            value,
-            false,
-            "is neither a host name nor an IP address",
-            "use a host name or an address such as 10.5.0.1",
-        )
-    })
-}
-
-/// An IP address (v4 or v6).
-pub fn ip_address(what: &str, value: &str) -> Result<()> {
-    value.parse::<IpAddr>().map(|_| ()).map_err(|_| {
-        bad(
-            what,
-            value,
-            false,
-            "is not an IP address",
-            "use an address such as 8.8.8.8",
-        )
-    })
-}
-
-/// A Linux network interface name: 1 to 15 characters of letters, digits,
-/// `.`, `-`, `_`, not starting with `-` or `.`.
-pub fn iface(what: &str, value: &str) -> Result<()> {
-    let ok = !value.is_empty()
-        && value.len() <= 15
-        && !value.starts_with(['-', '.'])
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(
-            what,
-            value,
-            false,
-            "is not a network interface name",
-            "use 1 to 15 letters, digits, '.', '-' or '_' (e.g. lxcbr1)",
-        ))
-    }
-}
-
 /// A clean absolute path: starts with `/`, no empty, `.` or `..`
 /// component, and only letters, digits and `/ . - _ + @ : , =`.
 pub fn abs_path(what: &str, value: &str) -> Result<()> {
@@ -263,31 +160,6 @@ pub fn abs_path(what: &str, value: &str) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// An LXC configuration key: `lxc.` then dot-separated parts of lowercase
-/// letters, digits, `_` and `-` (`lxc.hook.pre-start`).
-pub fn lxc_key(what: &str, value: &str) -> Result<()> {
-    let ok = value.len() > 4
-        && value.starts_with("lxc.")
-        && value[4..].split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(
-            what,
-            value,
-            false,
-            "is not an lxc configuration key",
-            "write 'lxc.' then dot-separated parts of lowercase letters, digits, '_' and '-', \
-             such as lxc.cgroup2.memory.max or lxc.hook.pre-start",
-        ))
-    }
 }
 
 /// A word safe as one command argument: letters, digits and `. _ - + = , : / @ %`,
@@ -398,84 +270,4 @@ pub fn strings<'a>(what: &str, v: &'a Value) -> Result<Vec<&'a str>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use serde_json::json;
-
-    #[test]
-    fn formats() {
-        hostname("h", "a-b.example_1.com").unwrap();
-        for b in ["", "-a.com", "a..b", "a b", "a;b", "a.com.", "é.com"] {
-            assert!(hostname("h", b).is_err(), "{b:?}");
-        }
-        domain("d", "*.example.com").unwrap();
-        domain("d", "*").unwrap();
-        assert!(domain("d", "*.*.com").is_err());
-        host("m", "10.5.0.1").unwrap();
-        host("m", "fe80::1").unwrap();
-        iface("b", "lxcbr1").unwrap();
-        for b in ["", "-x", "a b", "a/b", "verylonginterface0", "br\n0"] {
-            assert!(iface("b", b).is_err(), "{b:?}");
-        }
-        abs_path("p", "/var/lib/lxc").unwrap();
-        abs_path("p", "/var/lib/lxc/").unwrap();
-        abs_path("p", "/").unwrap();
-        for b in ["var", "/a/../b", "/a//b", "/a//", "/a b", "/a;b", "/a$(x)"] {
-            assert!(abs_path("p", b).is_err(), "{b:?}");
-        }
-        lxc_key("k", "lxc.cgroup2.memory.max").unwrap();
-        lxc_key("k", "lxc.hook.pre-start").unwrap();
-        for b in [
-            "lxc.", "foo.bar", "lxc.a b", "lxc.A", "lxc..a", "lxc.a=1", "lxc.a.",
-        ] {
-            assert!(lxc_key("k", b).is_err(), "{b:?}");
-        }
-        words("a", "-C --from-salt-cloud -b master").unwrap();
-        assert!(words("a", "-C; reboot").is_err());
-        user("u", "sysadmin").unwrap();
-        assert!(user("u", "Root").is_err());
-        assert_eq!(port("p", &json!("22")).unwrap(), 22);
-        assert!(port("p", &json!(0)).is_err());
-    }
-
-    #[test]
-    fn secrets_are_never_shown() {
-        let e = no_controls("password of VM a", "s3cret\nx", true).unwrap_err();
-        assert!(!e.to_string().contains("s3cret"), "{e}");
-        let e = string("password of VM a", &json!(["s3cret"]), true).unwrap_err();
-        assert!(!e.to_string().contains("s3cret"), "{e}");
-        let e = no_controls_deep("VM a", &json!({"password": "s3cret\u{7}"})).unwrap_err();
-        assert!(!e.to_string().contains("s3cret"), "{e}");
-        assert!(e.to_string().contains("VM a.password"), "{e}");
-    }
-
-    proptest! {
-        /// Every check refuses a value holding a control character, wherever
-        /// it sits.
-        #[test]
-        fn control_characters_are_refused_everywhere(
-            prefix in "[a-z0-9./]{0,12}",
-            suffix in "[a-z0-9./]{0,12}",
-            c in prop::sample::select(vec!['\n', '\r', '\t', '\0', '\u{1b}', '\u{7f}', '\u{85}', '\u{9b}']),
-        ) {
-            let v = format!("{prefix}{c}{suffix}");
-            let path = format!("/{v}");
-            let key = format!("lxc.{v}");
-            prop_assert!(no_controls("x", &v, false).is_err());
-            prop_assert!(hostname("x", &v).is_err());
-            prop_assert!(domain("x", &v).is_err());
-            prop_assert!(host("x", &v).is_err());
-            prop_assert!(iface("x", &v).is_err());
-            prop_assert!(abs_path("x", &path).is_err());
-            prop_assert!(lxc_key("x", &key).is_err());
-            prop_assert!(word("x", &v, true).is_err());
-            prop_assert!(words("x", &v).is_err());
-            prop_assert!(user("x", &v).is_err());
-            let keyed = json!({v.as_str(): 1});
-            let nested = json!({"k": [v]});
-            prop_assert!(no_controls_deep("x", &nested).is_err());
-            prop_assert!(no_controls_deep("x", &keyed).is_err());
-        }
-    }
-}
+mod tests;

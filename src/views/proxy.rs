@@ -6,7 +6,8 @@ use std::net::Ipv4Addr;
 
 use serde_json::{json, Map, Value};
 
-use crate::merge::obj;
+use crate::pillar::merge::obj;
+use crate::settings::conf::DEFAULT_CERT;
 
 /// One VM as the reverse proxy sees it.
 #[derive(Debug, Clone)]
@@ -60,10 +61,6 @@ fn binds(conf: &Value) -> (String, String) {
         format!("{addr}:{} ssl crt {cert}", port("https_port", 443)),
     )
 }
-
-/// Default certificate of the https frontend (created self-signed by the
-/// reverse-proxy SLS when absent).
-pub const DEFAULT_CERT: &str = "/etc/ssl/mccloud/haproxy.pem";
 
 fn frontend(vms: &[ProxiedVm], conf: &Value, proxy: &str, bind: &str, prefix: &str) -> Value {
     // Exact domains first so they win over wildcards; several VMs sharing a

@@ -1,12 +1,86 @@
-//! The lxc driver's part of the core: the container's configuration
-//! fragment, rendered from validated settings (states only write it).
+//! A container's configuration: the `lxc.` keys a VM may set (`lxc_conf`,
+//! `lxc_conf_unset`) and the configuration fragment rendered from its
+//! finished settings (states only write it).
 
 use std::fmt::Write;
 
 use serde_json::{Map, Value};
 
-use crate::error::Result;
-use crate::settings::lxc_conf_entries;
+use crate::error::{Error, Result};
+use crate::pillar::checks::bad;
+use crate::pillar::values::{kind_of, scalar};
+
+/// An LXC configuration key: `lxc.` then dot-separated parts of lowercase
+/// letters, digits, `_` and `-` (`lxc.hook.pre-start`).
+pub fn key(what: &str, value: &str) -> Result<()> {
+    let ok = value.len() > 4
+        && value.starts_with("lxc.")
+        && value[4..].split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(
+            what,
+            value,
+            false,
+            "is not an lxc configuration key",
+            "write 'lxc.' then dot-separated parts of lowercase letters, digits, '_' and '-', \
+             such as lxc.cgroup2.memory.max or lxc.hook.pre-start",
+        ))
+    }
+}
+
+/// The `lxc_conf` entries of a VM as `(key, value)` pairs: each item is a
+/// mapping `{key: value}` or a string `key = value`; keys are `lxc.` keys.
+pub(crate) fn lxc_conf_entries(
+    s: &Map<String, Value>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Vec<(String, String)>> {
+    let what = at("lxc_conf");
+    let items = match s.get("lxc_conf") {
+        None | Some(Value::Null) => return Ok(vec![]),
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(Error::invalid(format!(
+                "{what} must be a list of {{key: value}} mappings, not {}",
+                kind_of(other)
+            )))
+        }
+    };
+    let mut out = vec![];
+    for item in items {
+        match item {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    key(&what, k)?;
+                    let v = match v {
+                        Value::Null => String::new(),
+                        Value::Bool(b) => u8::from(*b).to_string(),
+                        other => scalar(other, &format!("{what} ({k})"))?,
+                    };
+                    out.push((k.clone(), v));
+                }
+            }
+            Value::String(line) => {
+                let (k, v) = line.split_once('=').unwrap_or((line, ""));
+                key(&what, k.trim())?;
+                out.push((k.trim().to_owned(), v.trim().to_owned()));
+            }
+            other => {
+                return Err(Error::invalid(format!(
+                    "{what}: each entry must be a {{key: value}} mapping, not {}",
+                    kind_of(other)
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
 
 /// The configuration fragment of a container, included at the end of its
 /// lxc `config`: it clears the networks the clone inherited (`lxc.net =`),
@@ -69,6 +143,17 @@ pub fn render_config(s: &Map<String, Value>) -> Result<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn keys() {
+        key("k", "lxc.cgroup2.memory.max").unwrap();
+        key("k", "lxc.hook.pre-start").unwrap();
+        for b in [
+            "lxc.", "foo.bar", "lxc.a b", "lxc.A", "lxc..a", "lxc.a=1", "lxc.a.",
+        ] {
+            assert!(key("k", b).is_err(), "{b:?}");
+        }
+    }
 
     #[test]
     fn renders_the_interface_and_raw_lines() {

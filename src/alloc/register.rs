@@ -1,0 +1,148 @@
+//! A node's VMs registered in one transaction, and one VM allocated with
+//! what must happen first on its node: the import of the historical store,
+//! the reservation of declared IPs, and the retirement of the values a
+//! moved VM held on the node it left.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{allocate_vm, reserve_claims, Kind};
+use crate::error::Result;
+use crate::settings::{Config, NodePlan, VmAllocation, VmPlan};
+use crate::store::{legacy, Tx};
+
+/// A node's registration: its plan, the allocations of its VMs in name
+/// order, and the VMs left out because of a conflict, with the reason.
+#[derive(Debug)]
+pub struct Registered {
+    /// The node's plan.
+    pub node: Arc<NodePlan>,
+    /// `(vm, allocation)` in name order.
+    pub vms: Vec<(String, VmAllocation)>,
+    /// VM → why it could not be registered.
+    pub errors: BTreeMap<String, String>,
+}
+
+/// Allocates (or finds) everything VM `plan` of `node` needs, inside `tx`;
+/// `ports` also allocates its reverse-proxy ports. `store_dir` holds the
+/// historical store, if any.
+pub fn one(
+    tx: &Tx,
+    config: &Config,
+    store_dir: &Path,
+    node: &NodePlan,
+    plan: &VmPlan,
+    ports: bool,
+) -> Result<VmAllocation> {
+    let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
+    legacy::import_node(tx, store_dir, cn, config.node_vms(cn)?)?;
+    tx.set_destroyed(cn, vm, false)?;
+    let conflicts = reserve_claims(tx, node, &tx.destroyed(cn)?)?;
+    retire_moved(tx, config, cn, vm)?;
+    allocate_vm(tx, node, plan, &conflicts, ports, true)
+}
+
+/// Registers every VM of `node` inside `tx` (allocating what is missing;
+/// secrets are not part of it). VMs named in `exclude` are left out.
+pub fn node(
+    tx: &Tx,
+    config: &Config,
+    store_dir: &Path,
+    node: Arc<NodePlan>,
+    exclude: &[String],
+) -> Result<Registered> {
+    let cn = node.cn.as_str();
+    legacy::import_node(tx, store_dir, cn, config.node_vms(cn)?)?;
+    let mut skip = tx.destroyed(cn)?;
+    skip.extend(exclude.iter().cloned());
+    let conflicts = reserve_claims(tx, &node, &skip)?;
+    let here: HashSet<&str> = node.vms.iter().map(|p| p.vm.as_str()).collect();
+    for (vm, other) in tx.held_elsewhere(cn)? {
+        if here.contains(vm.as_str()) && !skip.contains(&vm) {
+            retire_moved_from(tx, config, &other, &vm)?;
+        }
+    }
+    let ips: HashMap<String, u32> = tx.numbers(Kind::Ip.as_str(), cn)?.into_iter().collect();
+    let ssh: HashMap<String, u32> = tx.numbers(Kind::Ssh.as_str(), cn)?.into_iter().collect();
+    let snmp: HashMap<String, u32> = tx.numbers(Kind::Snmp.as_str(), cn)?.into_iter().collect();
+    let mut macs: HashMap<&str, BTreeMap<String, String>> = HashMap::new();
+    let rows = tx.macs(cn)?;
+    for (vm, slot, m) in &rows {
+        macs.entry(vm.as_str())
+            .or_default()
+            .insert(slot.clone(), m.clone());
+    }
+    let mut out = vec![];
+    let mut errors = BTreeMap::new();
+    for p in node.vms.iter().filter(|p| !skip.contains(&p.vm)) {
+        if let Some(e) = conflicts.get(&p.vm) {
+            errors.insert(p.vm.clone(), e.to_string());
+            continue;
+        }
+        let held = macs.get(p.vm.as_str());
+        let macs_ok = held.is_some_and(|h| {
+            h.len() == p.macs.len()
+                && p.macs.iter().all(|r| {
+                    h.get(&r.slot)
+                        .is_some_and(|m| r.explicit.as_ref().is_none_or(|e| e == m))
+                })
+        });
+        // An IP outside the network goes through vm_ip, which reports it.
+        let complete = ips
+            .get(&p.vm)
+            .is_some_and(|ip| node.network.includes(Ipv4Addr::from(*ip)))
+            && ssh.contains_key(&p.vm)
+            && snmp.contains_key(&p.vm)
+            && macs_ok
+            && p.ip.is_none_or(|ip| ips.get(&p.vm) == Some(&u32::from(ip)));
+        if !complete {
+            let a = allocate_vm(tx, &node, p, &conflicts, true, false)?;
+            out.push((p.vm.clone(), a));
+            continue;
+        }
+        let held = held.expect("checked");
+        out.push((
+            p.vm.clone(),
+            VmAllocation {
+                ip: Ipv4Addr::from(ips[&p.vm]),
+                macs: p.macs.iter().map(|r| held[&r.slot].clone()).collect(),
+                // Secrets are not part of the node view.
+                password: String::new(),
+                salt: String::new(),
+                ssh: Some(ssh[&p.vm] as u16),
+                snmp: Some(snmp[&p.vm] as u16),
+            },
+        ));
+    }
+    Ok(Registered {
+        vms: out,
+        errors,
+        node: Arc::clone(&node),
+    })
+}
+
+/// A VM now declared on `cn` but holding values on nodes that no longer
+/// declare it has moved: like a destroyed VM there, its MACs are retired
+/// and its secrets forgotten (its IP and ports there are freed by that
+/// node's cleanup calls).
+fn retire_moved(tx: &Tx, config: &Config, cn: &str, vm: &str) -> Result<()> {
+    for other in tx.other_nodes_of(vm, cn)? {
+        retire_moved_from(tx, config, &other, vm)?;
+    }
+    Ok(())
+}
+
+/// [`retire_moved`] for one other node.
+fn retire_moved_from(tx: &Tx, config: &Config, other: &str, vm: &str) -> Result<()> {
+    let still_declared = config
+        .declared()?
+        .get(other)
+        .is_some_and(|n| n.vms.iter().any(|d| d.name == vm));
+    if !still_declared {
+        tx.retire_macs(other, vm)?;
+        tx.remove_password(other, vm)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! The lxc driver's part of the core: every LXC fact the registry knows.
+//! Its defaults (`lxc_path`, bridge, backing, profile, template container
+//! …) and `mc_cloud_lxc.settings()` ([`base_settings`]), the checks of
+//! LXC-only values, a VM's profile ([`profile`]), what a finished lxc VM
+//! carries (profile, backing, clone source, [`config`] fragment), the
+//! node facts of a node hosting lxc VMs, and the images ([`images`]).
+
+use serde_json::{json, Map, Value};
+
+use crate::error::Result;
+use crate::pillar::checks;
+use crate::pillar::names::validate;
+use crate::pillar::values::{scalar, MODES};
+
+pub mod config;
+pub mod images;
+pub mod profile;
+
+pub use images::DEFAULT_IMAGE;
+pub use profile::{Profile, PROFILE_TYPES, SIZES};
+
+/// The type's name.
+pub const VT: &str = "lxc";
+/// Pillar prefix of the lxc registry.
+pub const LXC: &str = "makina-states.cloud.lxc";
+/// Historical form of the lxc VM declarations (SPEC §3.2).
+pub const SEED_TARGETS: &str = "makina-states.services.cloud.lxc.targets";
+
+/// `mc_cloud_lxc.settings()` before pillar (and without `vms`): the lxc
+/// defaults over the generic VM defaults `g`, the size profiles, the
+/// profile types and modes.
+pub fn base_settings(cloud: &Value, g: &Value) -> Value {
+    let mut defaults = json!({
+        "autostart": true, "snapshot": false, "size": null, "profile": "medium",
+        "profile_type": "dir", "backing": "dir", "gateway": g["gateway"],
+        "network": g["network"], "netmask": g["netmask"], "netmask_full": g["netmask_full"],
+        "bridge": "lxcbr1", "main_bridge": "br0", "use_bridge": true, "image": "ubuntu",
+        "default_container": DEFAULT_IMAGE, "sudo": g["sudo"], "users": g["users"],
+        "ssh_username": g["ssh_username"], "vgname": "lxc", "lvname": null, "lxc_conf": [],
+        "lxc_conf_unset": [], "fstab": null, "lxc_path": "/var/lib/lxc",
+    });
+    for key in super::FROM_CLOUD {
+        defaults[key] = g[key].clone();
+    }
+    let sizes: Map<String, Value> = SIZES.iter().map(|(n, s)| ((*n).into(), json!(s))).collect();
+    json!({
+        "dnsservers": super::DNSSERVERS,
+        "defaults": defaults,
+        "lxc_cloud_profiles": sizes,
+        "profile_types": PROFILE_TYPES,
+        "modes": MODES,
+        "bootsalt_args": cloud["bootsalt_args"],
+        "bootsalt_mastersalt_args": cloud["bootsalt_mastersalt_args"],
+    })
+}
+
+/// Normalises the settings after pillar merging (`lvm-sratch`).
+pub fn normalise(s: &mut Value) {
+    if let Some(d) = s.get_mut("defaults") {
+        if let Some(t) = d.get("profile_type").and_then(Value::as_str) {
+            d["profile_type"] = json!(profile::normalise_type(t));
+        }
+    }
+}
+
+/// Checks the LXC-only values of a VM's merged settings: paths, image
+/// names, volume names, mount entries and `lxc.` keys. `at(key)` names the
+/// setting and where it is declared.
+pub fn check_vm(s: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Result<()> {
+    let text = |key: &str| -> Result<Option<&str>> {
+        match s.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => checks::string(&at(key), v, false).map(Some),
+        }
+    };
+    if let Some(v) = text("lxc_path")? {
+        checks::abs_path(&at("lxc_path"), v)?;
+    }
+    for key in ["from_container", "default_container", "image"] {
+        if let Some(v) = text(key)? {
+            validate("image", v).map_err(|e| e.in_pillar(&at(key)))?;
+        }
+    }
+    for key in ["vgname", "lvname"] {
+        if let Some(v) = s.get(key).filter(|v| !v.is_null()) {
+            checks::word(&at(key), &scalar(v, &at(key))?, false)?;
+        }
+    }
+    for line in checks::strings(&at("fstab"), s.get("fstab").unwrap_or(&Value::Null))? {
+        check_mount(line, &at("fstab"))?;
+    }
+    for key in checks::strings(
+        &at("lxc_conf_unset"),
+        s.get("lxc_conf_unset").unwrap_or(&Value::Null),
+    )? {
+        config::key(&at("lxc_conf_unset"), key)?;
+    }
+    config::lxc_conf_entries(s, at)?;
+    Ok(())
+}
+
+/// One `fstab` entry: `source target type options`, mounted inside the
+/// container.
+fn check_mount(line: &str, what: &str) -> Result<()> {
+    let mut fields = line.split_whitespace();
+    let (source, target) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
+    if target.split('/').any(|p| p == "..") {
+        return Err(crate::Error::invalid(format!(
+            "{what} entry {line:?} mounts on {target:?}, which climbs out of the container with '..': \
+             give the mount point inside the container, e.g. srv/data"
+        )));
+    }
+    if line.split_whitespace().count() < 2 {
+        return Err(crate::Error::invalid(format!(
+            "{what} entry {line:?} is not a mount entry: write 'source target type options', \
+             e.g. '/srv/data srv none bind 0 0'"
+        )));
+    }
+    if source.starts_with('/') {
+        checks::abs_path(what, source)?;
+    }
+    Ok(())
+}
+
+/// The LXC keys of a finished VM, set before the generic ones: profile,
+/// profile type, backing, clone source, snapshot and (lvm) volume size.
+/// `own` is the VM's own pillar.
+pub fn finish_vm(p: &Profile, s: &mut Map<String, Value>, own: &Map<String, Value>) {
+    let ptype = p.ptype.as_str();
+    let lvm = ptype.starts_with("lvm");
+    s.insert("profile".into(), json!(p.name));
+    s.insert("profile_type".into(), json!(ptype));
+    let backing = if ptype.starts_with("overlayfs") {
+        "overlayfs"
+    } else if lvm {
+        "lvm"
+    } else {
+        "dir"
+    };
+    s.insert("backing".into(), json!(backing));
+    let from = if ptype.ends_with("-scratch") {
+        Value::Null
+    } else {
+        s.get("from_container")
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or_else(|| s["default_container"].clone())
+    };
+    s.insert("from_container".into(), from);
+    if ptype == "overlayfs" && !own.contains_key("snapshot") {
+        s.insert("snapshot".into(), json!(true));
+    }
+    if lvm {
+        s.insert("size".into(), json!(p.size));
+    } else {
+        for k in ["size", "vgname", "lvname"] {
+            s.remove(k);
+        }
+    }
+}
+
+/// The last key of a finished lxc VM: its configuration fragment, rendered
+/// from everything else.
+pub fn complete_vm(s: &mut Map<String, Value>) -> Result<()> {
+    let config = config::render_config(s)?;
+    s.insert("lxc_config".into(), json!(config));
+    Ok(())
+}
+
+/// What a node hosting lxc VMs adds to its data: the bridge of its
+/// network and `lxc_path`. `defaults` are the lxc defaults.
+pub fn node_facts(
+    defaults: &Value,
+    network: &mut Map<String, Value>,
+    out: &mut Map<String, Value>,
+) {
+    network.insert("bridge".into(), defaults["bridge"].clone());
+    out.insert("lxc_path".into(), defaults["lxc_path"].clone());
+}

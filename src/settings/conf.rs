@@ -1,0 +1,126 @@
+//! A compute node's own `conf` (`makina-states.cloud.compute_node.conf.<cn>`):
+//! reverse-proxy frontends, firewall chain, the files its states write,
+//! each value checked; and whether its firewall is managed.
+
+use serde_json::{json, Value};
+
+use super::{Config, COMPUTE_NODE};
+use crate::error::{Error, Result};
+use crate::pillar::checks;
+use crate::pillar::merge::deep_merge;
+use crate::pillar::values::kind_of;
+
+/// Default certificate of the https frontend.
+pub const DEFAULT_CERT: &str = "/etc/ssl/mccloud/haproxy.pem";
+
+impl Config {
+    /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping.
+    /// Defaults: `bind_address` `*`, `http_port` 80, `https_port` 443,
+    /// `ssl_cert`, `haproxy_config` `/etc/haproxy/haproxy.cfg`,
+    /// `haproxy_service` true, `hosts_file` `/etc/hosts`, `sysctl_file`,
+    /// `firewall_chain` `MCCLOUD-INPUT`.
+    pub fn node_conf(&self, cn: &str) -> Result<Value> {
+        let mut conf = json!({
+            "bind_address": "*",
+            "http_port": 80,
+            "https_port": 443,
+            "ssl_cert": DEFAULT_CERT,
+            "haproxy_config": "/etc/haproxy/haproxy.cfg",
+            "haproxy_service": true,
+            "hosts_file": "/etc/hosts",
+            "sysctl_file": "/etc/sysctl.d/60-mccloud.conf",
+            "firewall_chain": "MCCLOUD-INPUT",
+        });
+        if let Some(v) = self.compute_node_merged()["conf"].get(cn) {
+            deep_merge(&mut conf, v);
+        }
+        if let Some(v) = self.pillar.get(&format!("{COMPUTE_NODE}.conf.{cn}")) {
+            deep_merge(&mut conf, v);
+        }
+        check_node_conf(cn, &conf)?;
+        Ok(conf)
+    }
+
+    /// Whether the node's firewall is managed.
+    pub fn firewall(&self) -> bool {
+        self.compute_node_merged()["has"]["firewall"]
+            .as_bool()
+            .unwrap_or(true)
+    }
+}
+
+/// Checks a node's conf mapping: every value a state receives is what it
+/// must be (host, port, clean absolute paths, an iptables chain name), and
+/// raw haproxy lines hold no control character.
+fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
+    let key = format!("{COMPUTE_NODE}.conf.{cn}");
+    let what = |k: &str| format!("{k} of compute node {cn} (pillar {key})");
+    let Value::Object(m) = conf else {
+        return Err(Error::invalid(format!(
+            "pillar {key} must be a mapping, not {}",
+            kind_of(conf)
+        )));
+    };
+    for (k, v) in m {
+        if !matches!(k.as_str(), "http_proxy" | "https_proxy") {
+            checks::no_controls_deep(&what(k), v)?;
+        }
+        match k.as_str() {
+            "http_proxy" | "https_proxy" => {
+                for (which, opts) in v.as_object().into_iter().flatten() {
+                    let w = what(&format!("{k}.{which}"));
+                    checks::no_controls(&format!("a key of {w}"), which, false)?;
+                    match opts {
+                        Value::String(text) => text
+                            .lines()
+                            .try_for_each(|l| checks::no_controls(&w, l, false))?,
+                        other => {
+                            for l in checks::strings(&w, other)? {
+                                checks::no_controls(&w, l, false)?;
+                            }
+                        }
+                    }
+                }
+            }
+            "bind_address" => {
+                let a = checks::string(&what(k), v, false)?;
+                if a != "*" {
+                    checks::host(&what(k), a)?;
+                }
+            }
+            "http_port" | "https_port" => {
+                checks::port(&what(k), v)?;
+            }
+            "ssl_cert" | "haproxy_config" | "hosts_file" | "sysctl_file" | "haproxy_pidfile" => {
+                if !(k == "haproxy_pidfile" && v.is_null()) {
+                    checks::abs_path(&what(k), checks::string(&what(k), v, false)?)?;
+                }
+            }
+            "firewall_chain" => {
+                let c = checks::string(&what(k), v, false)?;
+                let ok = c.len() <= 28
+                    && !c.starts_with('-')
+                    && !c.is_empty()
+                    && c.chars()
+                        .all(|x| x.is_ascii_alphanumeric() || x == '-' || x == '_');
+                if !ok {
+                    return Err(Error::invalid(format!(
+                        "{} {c:?} is not an iptables chain name: use up to 28 letters, digits, '-' and '_'",
+                        what(k)
+                    )));
+                }
+            }
+            "haproxy_service" => {
+                if !v.is_boolean() {
+                    return Err(Error::invalid(format!(
+                        "{} must be true or false, not {}",
+                        what(k),
+                        checks::brief(v)
+                    )));
+                }
+            }
+            _ => checks::no_controls_deep(&what(k), v)?,
+        }
+    }
+    Ok(())
+}

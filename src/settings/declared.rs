@@ -1,0 +1,276 @@
+//! The VMs declared per compute node, with their virtualisation type: the
+//! `<vt>` of `makina-states.cloud.<vt>.vms.<cn>` (nested or flat dotted
+//! keys), plus the historical lxc form of the seeds. A broken declaration
+//! fails its node only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::{Config, CLOUD};
+use crate::drivers::{self, lxc};
+use crate::error::{Error, Result};
+use crate::pillar::merge::deep_merge;
+use crate::pillar::names::validate;
+use crate::pillar::values::kind_of;
+
+/// One VM as declared in pillar.
+#[derive(Debug, Clone)]
+pub struct DeclaredVm {
+    /// VM id.
+    pub name: String,
+    /// Virtualisation type: the `<vt>` it is declared under.
+    pub vt: String,
+    /// The VM's own pillar mapping.
+    pub pillar: serde_json::Map<String, Value>,
+    /// The pillar key it is declared under (for messages).
+    pub key: String,
+}
+
+/// The declaration of one compute node: its VMs in name order, or what is
+/// wrong with it.
+#[derive(Debug, Clone, Default)]
+pub struct NodeDecl {
+    /// Valid VM declarations, in name order.
+    pub vms: Vec<DeclaredVm>,
+    /// What is wrong with the node's declaration, if anything.
+    pub error: Option<String>,
+    /// The types the node is declared under (with or without VMs).
+    pub types: BTreeSet<String>,
+    /// Declarations being collected, by name (the pillar forms of one
+    /// type merge).
+    pending: BTreeMap<String, DeclaredVm>,
+}
+
+impl NodeDecl {
+    fn fail(&mut self, why: String) {
+        match &mut self.error {
+            Some(e) => {
+                e.push_str("; ");
+                e.push_str(&why);
+            }
+            None => self.error = Some(why),
+        }
+    }
+
+    fn add(&mut self, vt: &str, vm: &str, conf: &Value, key: &str) {
+        if let Err(e) = validate("VM", vm) {
+            self.fail(e.in_pillar(&format!("pillar key {key}")).to_string());
+            return;
+        }
+        match self.pending.get_mut(vm) {
+            Some(d) if d.vt != vt => {
+                let why = format!(
+                    "VM {vm} is declared as a {} VM (pillar key {}) and as a {vt} VM (pillar key {key}): \
+                     a VM has one virtualisation type, keep one declaration",
+                    d.vt, d.key
+                );
+                self.fail(why);
+            }
+            Some(d) => {
+                let mut merged = Value::Object(std::mem::take(&mut d.pillar));
+                deep_merge(&mut merged, conf);
+                if let Value::Object(m) = merged {
+                    d.pillar = m;
+                }
+                d.key = key.to_owned();
+            }
+            None => {
+                let d = DeclaredVm {
+                    name: vm.to_owned(),
+                    vt: vt.to_owned(),
+                    pillar: conf.as_object().cloned().unwrap_or_default(),
+                    key: key.to_owned(),
+                };
+                self.pending.insert(vm.to_owned(), d);
+            }
+        }
+    }
+
+    /// Sorts the VMs and refuses names that differ only in case (DNS names
+    /// are case-insensitive).
+    fn finish(mut self, cn: &str) -> NodeDecl {
+        self.vms = std::mem::take(&mut self.pending).into_values().collect();
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+        let mut clashes = vec![];
+        for d in &self.vms {
+            if let Some(other) = seen.insert(d.name.to_ascii_lowercase(), &d.name) {
+                clashes.push(format!(
+                    "compute node {cn} declares VMs {other} and {} (pillar key {}), names that differ only \
+                     in case: DNS names are case-insensitive, keep one",
+                    d.name, d.key
+                ));
+            }
+        }
+        for c in clashes {
+            self.fail(c);
+        }
+        self
+    }
+
+    /// The types of the node's VMs, sorted; for a node with no VMs, the
+    /// types it is declared under.
+    pub fn hosted_types(&self) -> Vec<String> {
+        let of_vms: BTreeSet<&str> = self.vms.iter().map(|d| d.vt.as_str()).collect();
+        if of_vms.is_empty() {
+            return self.types.iter().cloned().collect();
+        }
+        of_vms.into_iter().map(str::to_owned).collect()
+    }
+}
+
+/// Declarations per compute node.
+pub type Declared = BTreeMap<String, NodeDecl>;
+
+/// Where VMs of type `vt` are declared, from weakest to strongest.
+fn vm_prefixes(vt: &str) -> Vec<String> {
+    let own = format!("{CLOUD}.{vt}.vms");
+    if vt == lxc::VT {
+        vec![lxc::SEED_TARGETS.to_owned(), own]
+    } else {
+        vec![own]
+    }
+}
+
+impl Config {
+    /// VMs declared per compute node (every pillar form of every type). A
+    /// node whose declaration is broken (a bad name, a VM that is not a
+    /// mapping, two names differing only in case, one VM under two types)
+    /// carries its error: it fails the calls on that node only.
+    pub fn declared(&self) -> Result<&Declared> {
+        if let Some(d) = self.declared.get() {
+            return Ok(d);
+        }
+        let d = self.collect_declared()?;
+        Ok(self.declared.get_or_init(|| d))
+    }
+
+    /// The virtualisation types whose registry declares VMs: lxc first,
+    /// then the others in name order.
+    fn declaring_types(&self) -> Vec<String> {
+        let dotted = format!("{CLOUD}.");
+        let mut other: BTreeSet<&str> = BTreeSet::new();
+        for key in self.pillar.keys() {
+            let Some(rest) = key.strip_prefix(&dotted) else {
+                continue;
+            };
+            let Some((vt, tail)) = rest.split_once('.') else {
+                continue;
+            };
+            let declares = tail == "vms" || tail.starts_with("vms.");
+            if declares && vt != lxc::VT && drivers::is_type_name(vt) {
+                other.insert(vt);
+            }
+        }
+        std::iter::once(lxc::VT)
+            .chain(other)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn collect_declared(&self) -> Result<Declared> {
+        let mut nodes: BTreeMap<String, NodeDecl> = BTreeMap::new();
+        let mut add = |vt: &str, cn: &str, vms: &Value, key: &str| {
+            let node = nodes.entry(cn.to_owned()).or_default();
+            node.types.insert(vt.to_owned());
+            if let Err(e) = validate("compute node", cn) {
+                node.fail(e.in_pillar(&format!("pillar key {key}")).to_string());
+            }
+            match vms {
+                Value::Null => {}
+                Value::Object(m) => {
+                    for (vm, conf) in m {
+                        match conf {
+                            Value::Null | Value::Object(_) => node.add(vt, vm, conf, key),
+                            other => node.fail(format!(
+                                "pillar key {key}: VM {vm:?} must map to a mapping of settings, not {}",
+                                kind_of(other)
+                            )),
+                        }
+                    }
+                }
+                other => node.fail(format!(
+                    "pillar key {key} must be a mapping of VM names to settings, not {}",
+                    kind_of(other)
+                )),
+            }
+        };
+        for vt in self.declaring_types() {
+            for prefix in vm_prefixes(&vt) {
+                if let Some(nested) = self.pillar.get(&prefix) {
+                    let Value::Object(m) = nested else {
+                        return Err(Error::invalid(format!(
+                            "pillar key {prefix} must be a mapping of compute nodes, not {}",
+                            kind_of(nested)
+                        )));
+                    };
+                    for (cn, vms) in m {
+                        add(&vt, cn, vms, &format!("{prefix}:{cn}"));
+                    }
+                }
+                let dotted = format!("{prefix}.");
+                for (key, vms) in &self.pillar {
+                    if let Some(cn) = key.strip_prefix(&dotted) {
+                        add(&vt, cn, vms, key);
+                    }
+                }
+            }
+        }
+        Ok(nodes
+            .into_iter()
+            .map(|(cn, node)| (cn.clone(), node.finish(&cn)))
+            .collect())
+    }
+
+    /// The types declared anywhere: lxc (always) first, then the others
+    /// in name order.
+    pub fn virt_types(&self) -> Result<Vec<String>> {
+        let mut all: BTreeSet<String> = BTreeSet::new();
+        for node in self.declared()?.values() {
+            all.extend(node.types.iter().cloned());
+            all.extend(node.vms.iter().map(|d| d.vt.clone()));
+        }
+        all.remove(drivers::DEFAULT_TYPE);
+        Ok(std::iter::once(drivers::DEFAULT_TYPE.to_owned())
+            .chain(all)
+            .collect())
+    }
+
+    /// The VMs declared on `cn`, or a clear error when the node is unknown
+    /// or its declaration is broken.
+    pub fn node_vms(&self, cn: &str) -> Result<&[DeclaredVm]> {
+        validate("compute node", cn)?;
+        let node = self.declared()?.get(cn).ok_or_else(|| {
+            Error::NotFound(format!(
+                "compute node {cn} declares no VMs: add pillar key {}.vms.{cn} (a mapping of VMs, {{}} for none)",
+                lxc::LXC
+            ))
+        })?;
+        match &node.error {
+            Some(e) => Err(Error::Invalid(e.clone())),
+            None => Ok(&node.vms),
+        }
+    }
+
+    /// The compute node a VM is declared on.
+    pub fn node_of(&self, vm: &str) -> Result<String> {
+        validate("VM", vm)?;
+        let nodes: Vec<&String> = self
+            .declared()?
+            .iter()
+            .filter(|(_, node)| node.vms.iter().any(|d| d.name == vm))
+            .map(|(cn, _)| cn)
+            .collect();
+        match nodes.as_slice() {
+            [cn] => Ok((*cn).clone()),
+            [] => Err(Error::NotFound(format!(
+                "VM {vm} is declared on no compute node: add it under pillar key {}.vms.<compute node>",
+                lxc::LXC
+            ))),
+            many => Err(Error::invalid(format!(
+                "VM {vm} is declared on several compute nodes ({}): keep it under one",
+                many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! A compute node's plan: its network (shared by every type it hosts),
+//! its reverse-proxy port ranges, its `conf` and the plan of every VM
+//! declared on it, validated at once and built once per configuration;
+//! and `mc_cloud_compute_node.settings()`.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::{Config, VmPlan, CLOUD, COMPUTE_NODE};
+use crate::error::{Error, Result};
+
+use crate::pillar::merge::with_pillar;
+use crate::pillar::values::{as_int, scalar};
+use crate::pools::ipam::Network;
+use crate::pools::ports::PortRange;
+
+/// The settings of a compute node that allocation needs.
+#[derive(Debug, Clone)]
+pub struct NodePlan {
+    /// Compute node id.
+    pub cn: String,
+    /// VM network.
+    pub network: Network,
+    /// ssh reverse-proxy ports.
+    pub ssh: PortRange,
+    /// snmp reverse-proxy ports.
+    pub snmp: PortRange,
+    /// The virtualisation types the node hosts, sorted (see
+    /// [`super::NodeDecl::hosted_types`]); an empty node hosts lxc.
+    pub types: Vec<String>,
+    /// The node's `conf` mapping (reverse proxy, files), validated.
+    pub conf: Value,
+    /// The plan of every VM declared on the node, in name order.
+    pub vms: Vec<VmPlan>,
+    /// See [`NodePlan::claims`].
+    claimed: Vec<(Ipv4Addr, usize, String)>,
+}
+
+/// An IP a VM's declaration asks for: its main IP (`slot` empty) or one of
+/// its additional IPs (`slot` is the address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpClaim<'a> {
+    /// The address.
+    pub ip: Ipv4Addr,
+    /// The VM asking for it.
+    pub vm: &'a str,
+    /// Empty for the main IP, the address for an additional one.
+    pub slot: String,
+}
+
+impl NodePlan {
+    /// The plan of VM `vm`, if declared.
+    pub fn vm(&self, vm: &str) -> Option<&VmPlan> {
+        self.vms
+            .binary_search_by(|p| p.vm.as_str().cmp(vm))
+            .ok()
+            .map(|i| &self.vms[i])
+    }
+
+    /// Every IP the node's declarations ask for, main IPs first.
+    pub fn claims(&self) -> Vec<IpClaim<'_>> {
+        self.claimed
+            .iter()
+            .map(|(ip, i, slot)| IpClaim {
+                ip: *ip,
+                vm: &self.vms[*i].vm,
+                slot: slot.clone(),
+            })
+            .collect()
+    }
+}
+
+/// The declared IPs of `vms` as `(ip, index of the VM, slot)`, main IPs
+/// first: computed once per node, as most VMs declare none.
+fn index_claims(vms: &[VmPlan]) -> Vec<(Ipv4Addr, usize, String)> {
+    let main = vms
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.ip.map(|ip| (ip, i, String::new())));
+    let extra = vms
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.additional.iter().map(move |ip| (*ip, i, ip.to_string())));
+    main.chain(extra).collect()
+}
+
+impl Config {
+    pub(super) fn compute_node_merged(&self) -> Value {
+        let defaults = json!({
+            "has": {"firewall": true},
+            "ssh_port_range_start": 40000, "ssh_port_range_end": 50000,
+            "snmp_port_range_start": 30000, "snmp_port_range_end": 39999,
+            "conf": {},
+        });
+        with_pillar(&self.pillar, COMPUTE_NODE, defaults)
+    }
+
+    /// `mc_cloud_compute_node.settings()`.
+    pub fn compute_node_settings(&self) -> Result<Value> {
+        let mut s = self.compute_node_merged();
+        self.port_ranges(&s)?;
+        let targets: Map<String, Value> = self
+            .declared()?
+            .iter()
+            .map(|(cn, node)| {
+                let mut types = node.hosted_types();
+                if types.is_empty() {
+                    types.push(crate::drivers::DEFAULT_TYPE.to_owned());
+                }
+                let vms: Map<String, Value> = node
+                    .vms
+                    .iter()
+                    .map(|d| (d.name.clone(), json!(d.vt)))
+                    .collect();
+                let mut t = json!({"virt_types": types, "vms": vms});
+                if let Some(e) = &node.error {
+                    t["error"] = json!(e);
+                }
+                (cn.clone(), t)
+            })
+            .collect();
+        s["targets"] = Value::Object(targets);
+        Ok(s)
+    }
+
+    fn port_ranges(&self, s: &Value) -> Result<(PortRange, PortRange)> {
+        let get = |kind: &'static str| -> Result<PortRange> {
+            let k = |end: &str| format!("{kind}_port_range_{end}");
+            let start = as_int(&s[k("start")], &format!("{COMPUTE_NODE}.{}", k("start")))?;
+            let end = as_int(&s[k("end")], &format!("{COMPUTE_NODE}.{}", k("end")))?;
+            PortRange::new(kind, start, end, COMPUTE_NODE)
+        };
+        let (ssh, snmp) = (get("ssh")?, get("snmp")?);
+        if ssh.start <= snmp.end && snmp.start <= ssh.end {
+            return Err(Error::invalid(format!(
+                "ssh port range {}-{} overlaps snmp port range {}-{}: a port would serve two VMs; \
+                 make {COMPUTE_NODE}.ssh_port_range_start/_end and snmp_port_range_start/_end disjoint",
+                ssh.start, ssh.end, snmp.start, snmp.end
+            )));
+        }
+        Ok((ssh, snmp))
+    }
+
+    /// Everything allocation needs of node `cn`, validated at once: network,
+    /// port ranges, the node's conf and the plan of every VM. Anything wrong
+    /// in the node's declaration fails here, for this node only. Built once
+    /// per configuration (and shared by its clones).
+    pub fn node_plan(&self, cn: &str) -> Result<Arc<NodePlan>> {
+        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = plans.get(cn) {
+            return Ok(Arc::clone(p));
+        }
+        let plan = Arc::new(self.build_node_plan(cn)?);
+        plans.insert(cn.to_owned(), Arc::clone(&plan));
+        Ok(plan)
+    }
+
+    fn build_node_plan(&self, cn: &str) -> Result<NodePlan> {
+        crate::counters::count(crate::counters::Work::NodePlan);
+        let vms = self.node_vms(cn)?;
+        let mut types = self.declared()?[cn].hosted_types();
+        if types.is_empty() {
+            types.push(crate::drivers::DEFAULT_TYPE.to_owned());
+        }
+        let network = self.node_network(cn, &types)?;
+        let (ssh, snmp) = self.port_ranges(&self.compute_node_merged())?;
+        let conf = self.node_conf(cn)?;
+        let plans = vms
+            .iter()
+            .map(|d| self.vm_plan_with(self.type_settings(&d.vt)?, &network, cn, d))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(NodePlan {
+            cn: cn.into(),
+            network,
+            ssh,
+            snmp,
+            types,
+            conf,
+            claimed: index_claims(&plans),
+            vms: plans,
+        })
+    }
+
+    /// The node's network: the one of the defaults of every type it
+    /// hosts, which must agree (the guests of a node share its bridge).
+    fn node_network(&self, cn: &str, types: &[String]) -> Result<Network> {
+        let mut found: Option<(Network, &str)> = None;
+        for vt in types {
+            let d = &self.type_settings(vt)?["defaults"];
+            let key = |k: &str| format!("{CLOUD}.{vt}.defaults.{k}");
+            let net = Network::new(
+                &scalar(&d["network"], &key("network"))?,
+                &scalar(&d["netmask"], &key("netmask"))?,
+                &scalar(&d["gateway"], &key("gateway"))?,
+            )
+            .map_err(|e| {
+                Error::invalid(format!(
+                    "compute node {cn}: {e} (pillar {CLOUD}.{vt}.defaults)"
+                ))
+            })?;
+            match found {
+                None => found = Some((net, vt)),
+                Some((first, other)) if first != net => {
+                    let show =
+                        |n: &Network| format!("{}/{} via {}", n.network, n.prefix, n.gateway);
+                    return Err(Error::invalid(format!(
+                        "compute node {cn} hosts {other} and {vt} VMs on different networks ({} and {}): \
+                         the guests of a node share its network; set the same network, netmask and gateway \
+                         under {CLOUD}.{other}.defaults and {CLOUD}.{vt}.defaults",
+                        show(&first),
+                        show(&net)
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(found.expect("a node hosts at least one type").0)
+    }
+}

@@ -1,0 +1,171 @@
+//! Bare-metal targets (SPEC §7): `mc_cloud_saltify.settings()` and the
+//! settings of one target.
+
+use serde_json::{json, Map, Value};
+
+use super::{Config, SALTIFY};
+use crate::error::{Error, Result};
+use crate::pillar::checks;
+use crate::pillar::merge::{deep_merge, with_pillar};
+use crate::pillar::names::validate;
+use crate::pillar::values::{check_mode, secret_scalar};
+
+impl Config {
+    /// `mc_cloud_saltify.settings()` (SPEC §7).
+    pub fn saltify_settings(&self) -> Result<Value> {
+        let cloud = self.cloud_ref()?;
+        let defaults = json!({
+            "ssh_username": "root",
+            "profile": "ms-salt-minion",
+            "mode": cloud["mode"],
+            "bootsalt_branch": cloud["bootsalt_branch"],
+            "ssh_gateway": null,
+            "ssh_gateway_user": cloud["ssh_gateway_user"],
+            "ssh_gateway_key": cloud["ssh_gateway_key"],
+            "ssh_gateway_port": cloud["ssh_gateway_port"],
+            "ssh_gateway_password": cloud["ssh_gateway_password"],
+            "targets": {},
+        });
+        let mut s = with_pillar(&self.pillar, SALTIFY, defaults);
+        let dotted = format!("{SALTIFY}.targets.");
+        let mut targets = s["targets"].as_object().cloned().unwrap_or_default();
+        for (key, v) in &self.pillar {
+            if let Some(name) = key.strip_prefix(&dotted) {
+                let slot = targets.entry(name.to_owned()).or_insert_with(|| json!({}));
+                deep_merge(slot, v);
+            }
+        }
+        // A broken target fails its own calls only; it is listed under `errors`.
+        let mut errors = Map::new();
+        for (name, v) in &targets {
+            let where_ = format!("pillar {SALTIFY}.targets.{name}");
+            let problem = match validate("saltify target", name) {
+                Err(e) => Some(e.in_pillar(&where_).to_string()),
+                Ok(()) if v.as_object().is_none_or(|m| m.is_empty()) => Some(format!(
+                    "saltify target {name} must be a non-empty mapping ({where_}), not {}",
+                    checks::brief(v)
+                )),
+                Ok(()) => None,
+            };
+            if let Some(p) = problem {
+                errors.insert(name.clone(), json!(p));
+            }
+        }
+        s["targets"] = Value::Object(targets);
+        if !errors.is_empty() {
+            s["errors"] = Value::Object(errors);
+        }
+        Ok(s)
+    }
+
+    /// `mc_cloud_saltify.settings_for_target(name)`.
+    pub fn saltify_target(&self, name: &str) -> Result<Value> {
+        validate("saltify target", name)?;
+        let s = self.saltify_settings()?;
+        if let Some(e) = s.get("errors").and_then(|e| e.get(name)) {
+            return Err(Error::Invalid(e.as_str().unwrap_or_default().to_owned()));
+        }
+        let Some(conf) = s["targets"].get(name) else {
+            return Err(Error::NotFound(format!(
+                "saltify target {name} is not declared: add pillar key {SALTIFY}.targets.{name}"
+            )));
+        };
+        let mut t = Map::new();
+        for k in [
+            "ssh_username",
+            "profile",
+            "mode",
+            "bootsalt_branch",
+            "ssh_gateway",
+            "ssh_gateway_user",
+            "ssh_gateway_key",
+            "ssh_gateway_port",
+            "ssh_gateway_password",
+        ] {
+            t.insert(k.into(), s[k].clone());
+        }
+        let mut t = Value::Object(t);
+        deep_merge(&mut t, conf);
+        let Value::Object(mut t) = t else {
+            unreachable!("mapping")
+        };
+        t.insert("name".into(), json!(name));
+        check_target(name, &t)?;
+        let host = ["ssh_host", "ip"]
+            .iter()
+            .find_map(|k| t.get(*k).filter(|v| !v.is_null()).cloned());
+        t.insert("ssh_host".into(), host.unwrap_or_else(|| json!(name)));
+        let whose = format!("saltify target {name}");
+        check_mode(&t["mode"], &format!("mode of {whose}"))?;
+        let args = self.script_args(&t, &whose)?;
+        t.insert("script_args".into(), json!(args));
+        let cloud = self.cloud_ref()?;
+        t.insert("script".into(), cloud["script"].clone());
+        let password = t.get("password").filter(|v| !v.is_null()).cloned();
+        let keyfile = t.get("ssh_keyfile").cloned();
+        match (&password, keyfile) {
+            (Some(_), Some(k)) if !k.is_null() => {
+                return Err(Error::invalid(format!(
+                    "{whose} sets both 'password' and 'ssh_keyfile': keep one"
+                )))
+            }
+            (None, Some(Value::Null)) => {
+                return Err(Error::invalid(format!(
+                    "{whose} has neither 'password' nor 'ssh_keyfile': set one"
+                )))
+            }
+            (None, None) => {
+                let k = t["ssh_gateway_key"].clone();
+                if k.is_null() {
+                    return Err(Error::invalid(format!(
+                        "{whose} has neither 'password' nor 'ssh_keyfile' (and no gateway key): set one"
+                    )));
+                }
+                t.insert("ssh_keyfile".into(), k);
+            }
+            _ => {}
+        }
+        if !t["ssh_gateway_password"].is_null() {
+            t.remove("ssh_gateway_key");
+        }
+        Ok(Value::Object(t))
+    }
+}
+
+/// Checks a saltify target's values: host, user, key file, port, and no
+/// control character anywhere (the password is never shown).
+fn check_target(name: &str, t: &Map<String, Value>) -> Result<()> {
+    let key = format!("{SALTIFY}.targets.{name}");
+    let what = |k: &str| format!("{k} of saltify target {name} (pillar {key})");
+    checks::no_controls_deep(&format!("pillar {key}"), &Value::Object(t.clone()))?;
+    let text = |k: &str| -> Result<Option<&str>> {
+        match t.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => checks::string(&what(k), v, checks::is_secret(k)).map(Some),
+        }
+    };
+    for k in ["ssh_host", "ip", "ssh_gateway"] {
+        if let Some(v) = text(k)? {
+            checks::host(&what(k), v)?;
+        }
+    }
+    for k in ["ssh_username", "ssh_gateway_user"] {
+        if let Some(v) = text(k)? {
+            checks::user(&what(k), v)?;
+        }
+    }
+    for k in ["ssh_keyfile", "ssh_gateway_key"] {
+        if let Some(v) = text(k)? {
+            checks::abs_path(&what(k), v)?;
+        }
+    }
+    for k in ["ssh_port", "ssh_gateway_port"] {
+        if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+            checks::port(&what(k), v)?;
+        }
+    }
+    if let Some(v) = t.get("password").filter(|v| !v.is_null()) {
+        secret_scalar(v, &what("password"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! A VM's plan: its merged settings (the defaults of its type, then its
+//! own pillar) checked once, and what it asks of the allocators (explicit
+//! IP, additional IPs, MACs, password) plus what its type adds.
+
+use std::net::Ipv4Addr;
+
+use serde_json::{json, Map, Value};
+
+use super::vm_checks::{additional_ips, check_vm_values, domains, with_branch};
+use super::{Config, DeclaredVm, CLOUD};
+use crate::drivers::{lxc, Driver, TypePlan};
+use crate::error::{Error, Result};
+use crate::pillar::checks;
+use crate::pillar::merge::deep_merge;
+use crate::pillar::names::validate;
+use crate::pillar::values::{as_str, canonical, check_mode, scalar, secret_scalar};
+use crate::pools::ipam::{parse_ip, parse_prefix, Network};
+use crate::pools::mac;
+
+/// An explicit or generated interface request of a VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacRequest {
+    /// Empty for the main interface, the address for an additional IP.
+    pub slot: String,
+    /// Explicit pillar MAC, validated.
+    pub explicit: Option<String>,
+}
+
+/// What a VM asks of the allocators.
+#[derive(Debug, Clone)]
+pub struct VmPlan {
+    /// VM id.
+    pub vm: String,
+    /// Virtualisation type.
+    pub vt: String,
+    /// Its domains: its id first, then the others sorted.
+    pub domains: Vec<String>,
+    /// The VM's own pillar mapping.
+    pub own: Map<String, Value>,
+    /// Explicit pillar IP.
+    pub ip: Option<Ipv4Addr>,
+    /// Additional IPs, in declaration order (each reserved like a main IP).
+    pub additional: Vec<Ipv4Addr>,
+    /// Interfaces: the main one first, then one per additional IP.
+    pub macs: Vec<MacRequest>,
+    /// Explicit pillar password.
+    pub password: Option<String>,
+    /// What its type adds (an lxc VM's profile).
+    pub type_plan: TypePlan,
+}
+
+/// The allocations of one VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmAllocation {
+    /// Main IP.
+    pub ip: Ipv4Addr,
+    /// MACs, in the order of [`VmPlan::macs`].
+    pub macs: Vec<String>,
+    /// Root password (clear text; also hashed into `password_hash`).
+    pub password: String,
+    /// The crypt salt of `password_hash`, random and stored with the VM.
+    pub salt: String,
+    /// ssh reverse-proxy port, when allocated.
+    pub ssh: Option<u16>,
+    /// snmp reverse-proxy port, when allocated.
+    pub snmp: Option<u16>,
+}
+
+/// The defaults of a VM's type (and its name servers) with the VM's own
+/// pillar merged on top.
+fn merged(t: &Value, name: &str, own: &Map<String, Value>) -> Map<String, Value> {
+    let mut s = t["defaults"].clone();
+    s["dnsservers"] = t["dnsservers"].clone();
+    if let Value::Object(m) = &mut s {
+        for (k, v) in own {
+            match m.get_mut(k) {
+                Some(slot) => deep_merge(slot, v),
+                None => {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        m.insert("name".into(), json!(name));
+    }
+    let Value::Object(m) = s else {
+        unreachable!("defaults are a mapping")
+    };
+    m
+}
+
+/// The error of a VM not declared on a node.
+pub(crate) fn not_declared(cn: &str, vm: &str) -> Error {
+    Error::NotFound(format!(
+        "VM {vm} is not declared on compute node {cn}: add it under pillar key {}.vms.{cn}",
+        lxc::LXC
+    ))
+}
+
+impl Config {
+    /// The per-VM inputs of `vm` on `cn`: merged settings before allocation
+    /// and the explicit values the allocators must honour.
+    pub fn vm_plan(&self, cn: &str, vm: &str) -> Result<VmPlan> {
+        validate("VM", vm)?;
+        let node = self.node_plan(cn)?;
+        node.vm(vm).cloned().ok_or_else(|| not_declared(cn, vm))
+    }
+
+    pub(super) fn vm_plan_with(
+        &self,
+        t: &Value,
+        network: &Network,
+        cn: &str,
+        d: &DeclaredVm,
+    ) -> Result<VmPlan> {
+        crate::counters::count(crate::counters::Work::VmPlan);
+        let whose = format!("VM {} on compute node {cn}", d.name);
+        let vt = &d.vt;
+        let driver = Driver::of(vt);
+        let at = |key: &str| -> String {
+            if key == "dnsservers" && !d.pillar.contains_key(key) {
+                return format!("{key} of {whose} (pillar {CLOUD}.{vt}.dnsservers)");
+            }
+            if d.pillar.contains_key(key) {
+                format!("{key} of {whose} (pillar key {})", d.key)
+            } else {
+                format!("{key} of {whose} (pillar {CLOUD}.{vt}.defaults.{key})")
+            }
+        };
+        for key in ["network", "netmask", "gateway"] {
+            if let Some(v) = d.pillar.get(key) {
+                let what = at(key);
+                if canonical(key, v, &what)? != canonical(key, &t["defaults"][key], &what)? {
+                    return Err(Error::invalid(format!(
+                        "{what} is {}: VMs of a node share its network; set {CLOUD}.{vt}.defaults.{key} instead",
+                        checks::shown(key, v)
+                    )));
+                }
+            }
+        }
+        let s = merged(t, &d.name, &d.pillar);
+        let declared_at = format!("{whose} (pillar key {})", d.key);
+        checks::no_controls_map(&at, &s)?;
+        // Names are only built for the message of a value that fails.
+        let check = |at: &dyn Fn(&str) -> String| {
+            check_vm_values(&s, at).and_then(|()| driver.check_vm(&s, at))
+        };
+        check(&|_| String::new()).or_else(|_| check(&at))?;
+        check_mode(&s["mode"], &format!("mode of {declared_at}"))?;
+        let ip = match s.get("ip").filter(|v| !v.is_null()) {
+            Some(v) => {
+                let ip = parse_ip(&at("ip"), as_str(v, &at("ip"))?)?;
+                network.check_explicit(ip, &format!("{whose} (pillar key {})", d.key))?;
+                Some(ip)
+            }
+            None => None,
+        };
+        let mut macs = vec![MacRequest {
+            slot: String::new(),
+            explicit: match s.get("mac").filter(|v| !v.is_null()) {
+                Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &declared_at)?),
+                None => None,
+            },
+        }];
+        let extra = additional_ips(&s, &at("additional_ips"))?;
+        let mut additional = Vec::with_capacity(extra.len());
+        for (req, addr) in extra {
+            if Some(addr) == ip {
+                return Err(Error::invalid(format!(
+                    "{}: {addr} is also the VM's main IP; list each address once",
+                    at("additional_ips")
+                )));
+            }
+            if network.includes(addr) {
+                network.check_explicit(
+                    addr,
+                    &format!(
+                        "{whose} (an additional IP in additional_ips, pillar key {})",
+                        d.key
+                    ),
+                )?;
+            }
+            additional.push(addr);
+            macs.push(req);
+        }
+        let password = match s.get("password").filter(|v| !v.is_null()) {
+            Some(v) => Some(secret_scalar(v, &at("password"))?),
+            None => None,
+        };
+        if password.as_deref() == Some("") {
+            return Err(Error::invalid(format!(
+                "{} is empty: remove 'password' to have one generated",
+                at("password")
+            )));
+        }
+        let type_plan = driver.plan_vm(&s, cn, &declared_at)?;
+        parse_prefix(&scalar(&s["netmask"], &at("netmask"))?)?;
+        // The merged settings are dropped here (a node may declare tens of
+        // thousands of VMs); `finish_vm` merges them again for its one VM.
+        Ok(VmPlan {
+            vm: d.name.clone(),
+            vt: d.vt.clone(),
+            // Checked here, before anything is allocated, so that a bad
+            // value never leaves an allocation behind.
+            domains: domains(&s, &d.name, &at("domains"))?,
+            own: d.pillar.clone(),
+            ip,
+            additional,
+            macs,
+            password,
+            type_plan,
+        })
+    }
+
+    /// A VM's merged settings before allocation (defaults, then its own
+    /// pillar), from its validated plan.
+    pub fn merged_settings(&self, plan: &VmPlan) -> Result<Map<String, Value>> {
+        let mut s = merged(self.type_settings(&plan.vt)?, &plan.vm, &plan.own);
+        let prefix = parse_prefix(&scalar(&s["netmask"], "netmask")?)?;
+        s.insert("netmask".into(), json!(prefix.to_string()));
+        Ok(s)
+    }
+
+    /// Bootstrap arguments of a VM or target: its own `script_args`, else
+    /// the global ones of its mode, plus ` -b <branch>` unless one is named.
+    pub(crate) fn script_args(&self, s: &Map<String, Value>, whose: &str) -> Result<String> {
+        let branch = scalar(
+            &s["bootsalt_branch"],
+            &format!("bootsalt_branch of {whose}"),
+        )?;
+        let base = match s.get("script_args").filter(|v| !v.is_null()) {
+            Some(v) => scalar(v, &format!("script_args of {whose}"))?,
+            None => {
+                let key = if s["mode"] == "mastersalt" {
+                    "bootsalt_mastersalt_args"
+                } else {
+                    "bootsalt_args"
+                };
+                scalar(&self.cloud_ref()?[key], &format!("{CLOUD}.{key}"))?
+            }
+        };
+        checks::word(&format!("bootsalt_branch of {whose}"), &branch, false)?;
+        let args = with_branch(&base, &branch);
+        checks::words(&format!("script_args of {whose}"), &args)?;
+        Ok(args)
+    }
+}

@@ -1,0 +1,144 @@
+//! The inventory (SPEC §8): every compute node, its VMs with their type
+//! and access information, and the free capacity left. Does not allocate.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use serde_json::{json, Map, Value};
+
+use crate::alloc::Kind;
+use crate::drivers::DEFAULT_TYPE;
+use crate::error::Result;
+use crate::pools::Pool;
+use crate::settings::Config;
+use crate::store::Tx;
+
+/// What the store holds for one node.
+#[derive(Debug, Default)]
+pub struct Held {
+    ips: Vec<(String, u32)>,
+    ssh: Vec<(String, u32)>,
+    snmp: Vec<(String, u32)>,
+    macs: Vec<(String, String, String)>,
+    passwords: BTreeMap<String, String>,
+    all_ips: Vec<(String, String, u32)>,
+}
+
+impl Held {
+    /// Reads what node `cn` holds.
+    pub fn read(tx: &Tx, cn: &str) -> Result<Held> {
+        let ips = tx.numbers(Kind::Ip.as_str(), cn)?;
+        let mut passwords = BTreeMap::new();
+        for (vm, _) in &ips {
+            if let Some(p) = tx.password(cn, vm)? {
+                passwords.insert(vm.clone(), p);
+            }
+        }
+        Ok(Held {
+            ssh: tx.numbers(Kind::Ssh.as_str(), cn)?,
+            snmp: tx.numbers(Kind::Snmp.as_str(), cn)?,
+            macs: tx.macs(cn)?,
+            all_ips: tx.space(Kind::Ip.as_str(), cn)?,
+            ips,
+            passwords,
+        })
+    }
+}
+
+/// The nodes of the inventory: declared ones and those the store knows.
+pub fn nodes(config: &Config, stored: Vec<String>) -> Result<Vec<String>> {
+    let mut nodes: Vec<String> = config.declared()?.keys().cloned().collect();
+    nodes.extend(stored);
+    nodes.sort();
+    nodes.dedup();
+    Ok(nodes)
+}
+
+/// The inventory entry of node `cn`. A node whose declaration is broken is
+/// listed with its `error`.
+pub fn node(config: &Config, cn: &str, held: Held) -> Result<Value> {
+    let declared = config.declared()?;
+    let Held {
+        ips,
+        ssh,
+        snmp,
+        macs,
+        passwords,
+        all_ips,
+    } = held;
+    let find =
+        |rows: &[(String, u32)], vm: &str| rows.iter().find(|(v, _)| v == vm).map(|(_, x)| *x);
+    let decl = declared.get(cn).cloned().unwrap_or_default();
+    let node = match &decl.error {
+        None if declared.contains_key(cn) => Some(config.node_plan(cn)),
+        _ => None,
+    };
+    let mut error = decl.error.clone();
+    let node = match node {
+        Some(Ok(n)) => Some(n),
+        Some(Err(e)) => {
+            error = Some(e.to_string());
+            None
+        }
+        None => None,
+    };
+    let mut vms = Map::new();
+    let mut names: Vec<String> = decl.vms.iter().map(|d| d.name.clone()).collect();
+    names.extend(ips.iter().map(|(v, _)| v.clone()));
+    names.sort();
+    names.dedup();
+    for vm in names {
+        let d = decl.vms.iter().find(|d| d.name == vm);
+        let plan = node.as_ref().and_then(|n| n.vm(&vm));
+        let password = plan
+            .and_then(|p| p.password.clone())
+            .or_else(|| passwords.get(&vm).cloned());
+        vms.insert(
+            vm.clone(),
+            json!({
+                "declared": d.is_some(),
+                "vt": d.map(|d| &d.vt),
+                "ip": find(&ips, &vm).map(|v| Ipv4Addr::from(v).to_string()),
+                "mac": macs.iter().find(|(v, s, _)| v == &vm && s.is_empty()).map(|(_, _, m)| m),
+                "ssh_host": cn,
+                "ssh_port": find(&ssh, &vm),
+                "snmp_port": find(&snmp, &vm),
+                "ssh_username": "root",
+                "password": password,
+                "domains": plan.map_or_else(|| vec![vm.clone()], |p| p.domains.clone()),
+            }),
+        );
+    }
+    let mut free = Map::new();
+    if let Some(node) = &node {
+        let used = |values: &mut dyn Iterator<Item = u32>, pool: &dyn Pool| {
+            values.filter(|v| pool.contains(*v)).count() as u64
+        };
+        free.insert(
+            "ips".into(),
+            json!(node.network.capacity() - used(&mut all_ips.iter().map(|r| r.2), &node.network)),
+        );
+        free.insert(
+            "ssh_ports".into(),
+            json!(node.ssh.capacity() - used(&mut ssh.iter().map(|r| r.1), &node.ssh)),
+        );
+        free.insert(
+            "snmp_ports".into(),
+            json!(node.snmp.capacity() - used(&mut snmp.iter().map(|r| r.1), &node.snmp)),
+        );
+    }
+    let mut types = decl.hosted_types();
+    if types.is_empty() {
+        types.push(DEFAULT_TYPE.to_owned());
+    }
+    let mut entry = json!({
+        "declared": declared.contains_key(cn),
+        "virt_types": types,
+        "vms": vms,
+        "free": free,
+    });
+    if let Some(e) = error {
+        entry["error"] = json!(e);
+    }
+    Ok(entry)
+}

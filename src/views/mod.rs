@@ -1,0 +1,8 @@
+//! Plans and allocations turned into the mappings Salt receives: a VM's
+//! settings ([`vm`]), a compute node's data ([`node`]) with its reverse
+//! proxies ([`proxy`]), and the inventory ([`inventory`]).
+
+pub mod inventory;
+pub mod node;
+pub mod proxy;
+pub mod vm;

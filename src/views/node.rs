@@ -1,0 +1,88 @@
+//! A compute node's data as Salt receives it
+//! (`mc_cloud_compute_node.get_settings_for_target`): its registered VMs,
+//! domains, port ranges, network, what the types it hosts add (lxc:
+//! `lxc_path`, the bridge), reserved ports, conf and reverse proxies.
+
+use serde_json::{json, Map, Value};
+
+use super::proxy::{reverse_proxies, ProxiedVm};
+use crate::alloc::register::Registered;
+use crate::drivers::{Driver, DEFAULT_TYPE};
+use crate::error::Result;
+use crate::pools::ports::reserved_ports;
+use crate::settings::Config;
+
+/// The data of node `registered.node`, from its registration.
+pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
+    let node = &registered.node;
+    let mut vms = Map::new();
+    let mut all_domains: Vec<String> = vec![];
+    let mut domains_of = Vec::with_capacity(registered.vms.len());
+    for (vm, alloc) in &registered.vms {
+        let plan = node.vm(vm).expect("registered VMs are declared");
+        let domains = plan.domains.clone();
+        all_domains.extend(domains.iter().cloned());
+        vms.insert(
+            vm.clone(),
+            json!({
+                "ip": alloc.ip.to_string(), "mac": alloc.macs[0], "vt": plan.vt, "domains": domains,
+                "ssh_reverse_proxy_port": alloc.ssh, "snmp_reverse_proxy_port": alloc.snmp,
+            }),
+        );
+        domains_of.push(domains);
+    }
+    all_domains.sort();
+    all_domains.dedup();
+    let proxied: Vec<ProxiedVm> = registered
+        .vms
+        .iter()
+        .zip(&domains_of)
+        .map(|((vm, a), d)| ProxiedVm {
+            vm,
+            ip: a.ip,
+            domains: d,
+            ssh_port: a.ssh.unwrap_or(0),
+        })
+        .collect();
+    let proxies = reverse_proxies(&proxied, &node.conf);
+    let mut network = Map::new();
+    network.insert("network".into(), json!(node.network.network.to_string()));
+    network.insert("netmask".into(), json!(node.network.prefix.to_string()));
+    network.insert("gateway".into(), json!(node.network.gateway.to_string()));
+    let mut facts = Map::new();
+    // lxc first: its bridge is the node's when it hosts lxc VMs.
+    let lxc_first = node
+        .types
+        .iter()
+        .filter(|t| *t == DEFAULT_TYPE)
+        .chain(node.types.iter().filter(|t| *t != DEFAULT_TYPE));
+    for vt in lxc_first {
+        let defaults = &config.type_settings(vt)?["defaults"];
+        Driver::of(vt).node_facts(defaults, &mut network, &mut facts);
+    }
+    let mut out = json!({
+        "target": node.cn,
+        "virt_types": node.types,
+        "domains": all_domains,
+        "has": {"firewall": config.firewall()},
+        "ssh_port_range": {"start": node.ssh.start, "end": node.ssh.end},
+        "snmp_port_range": {"start": node.snmp.start, "end": node.snmp.end},
+        "network": network,
+    });
+    let Value::Object(m) = &mut out else {
+        unreachable!("a mapping")
+    };
+    m.extend(facts);
+    m.insert(
+        "reserved_ports".into(),
+        json!(reserved_ports(&[node.ssh, node.snmp])),
+    );
+    m.insert("conf".into(), node.conf.clone());
+    if !registered.errors.is_empty() {
+        m.insert("errors".into(), json!(registered.errors));
+    }
+    // Moved in, not copied: these are the large parts.
+    m.insert("vms".into(), Value::Object(vms));
+    m.insert("reverse_proxies".into(), proxies);
+    Ok(out)
+}

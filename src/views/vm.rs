@@ -1,0 +1,56 @@
+//! A VM's settings as Salt receives them (`get_settings_for_vm`, SPEC
+//! §3.3): its merged settings completed with its allocations, what its
+//! type adds, and the generic keys every VM carries.
+
+use serde_json::{json, Value};
+
+use crate::error::Result;
+use crate::pools::secrets::sha512_crypt;
+use crate::settings::vm_checks::domains;
+use crate::settings::{Config, VmAllocation, VmPlan};
+
+/// Completes a VM's settings once its allocations are known. Pure: the
+/// caller provides the allocated values. Hashes the password once.
+pub fn finish(
+    config: &Config,
+    cn: &str,
+    plan: &VmPlan,
+    alloc: &VmAllocation,
+    full: bool,
+) -> Result<Value> {
+    let whose = format!("VM {} on compute node {cn}", plan.vm);
+    let mut s = config.merged_settings(plan)?;
+    plan.type_plan.finish_vm(&mut s, &plan.own);
+    if config.context().minion_id == cn {
+        s.insert("master".into(), s["gateway"].clone());
+    }
+    let args = config.script_args(&s, &whose)?;
+    s.insert("script_args".into(), json!(args));
+    s.insert("bootstrap_shell".into(), json!("bash"));
+    if s.get("ssh_gateway").is_none_or(Value::is_null) {
+        s.insert("ssh_gateway".into(), json!(cn));
+    }
+    if !s["ssh_gateway_password"].is_null() {
+        s.remove("ssh_gateway_key");
+    }
+    s.insert("domains".into(), json!(domains(&s, &plan.vm, &whose)?));
+    if let Some(Value::Array(extra)) = s.get_mut("additional_ips") {
+        for (entry, mac) in extra.iter_mut().zip(alloc.macs.iter().skip(1)) {
+            entry["mac"] = json!(mac);
+        }
+    }
+    s.insert("mac".into(), json!(alloc.macs[0]));
+    s.insert("ip".into(), json!(alloc.ip.to_string()));
+    s.insert("password".into(), json!(alloc.password));
+    s.insert(
+        "password_hash".into(),
+        json!(sha512_crypt(&alloc.password, &alloc.salt)),
+    );
+    if full {
+        s.insert("ssh_reverse_proxy_port".into(), json!(alloc.ssh));
+        s.insert("snmp_reverse_proxy_port".into(), json!(alloc.snmp));
+    }
+    s.insert("vt".into(), json!(plan.vt));
+    plan.type_plan.complete_vm(&mut s)?;
+    Ok(Value::Object(s))
+}
