@@ -223,17 +223,18 @@ impl Config {
     }
 
     /// The types declared anywhere: lxc (always) first, then the others
-    /// in name order.
-    pub fn virt_types(&self) -> Result<Vec<String>> {
+    /// in name order. Declarations that cannot be read at all declare
+    /// only lxc here (the calls that read them report why).
+    pub fn virt_types(&self) -> Vec<String> {
         let mut all: BTreeSet<String> = BTreeSet::new();
-        for node in self.declared()?.values() {
+        for node in self.declared().into_iter().flat_map(|d| d.values()) {
             all.extend(node.types.iter().cloned());
             all.extend(node.vms.iter().map(|d| d.vt.clone()));
         }
         all.remove(drivers::DEFAULT_TYPE);
-        Ok(std::iter::once(drivers::DEFAULT_TYPE.to_owned())
+        std::iter::once(drivers::DEFAULT_TYPE.to_owned())
             .chain(all)
-            .collect())
+            .collect()
     }
 
     /// The VMs declared on `cn`, or a clear error when the node is unknown

@@ -167,7 +167,7 @@ impl Config {
         let cloud = self.cloud_ref()?;
         let defaults = json!({
             "controller": cloud["master"],
-            "vts": self.virt_types()?,
+            "vts": self.virt_types(),
             "ssh_key": "/root/.ssh/id_rsa_mccloud",
             "root": cloud["root"],
             "all_pillar_dir": cloud["all_pillar_dir"],

@@ -851,3 +851,53 @@ fn malformed_values_name_the_vm() {
         invalid(saltify(target), &["h1.example.net"]);
     }
 }
+
+#[test]
+fn unreadable_declarations_fail_only_the_calls_that_read_them() {
+    let cfg = config(json!({ format!("{LXC}.vms"): "oops" }));
+    assert!(cfg.declared().is_err());
+    assert!(cfg.lxc_settings().is_err());
+    assert_eq!(cfg.controller_settings().unwrap()["vts"], json!(["lxc"]));
+    assert_eq!(cfg.lxc_defaults().unwrap()["lxc_path"], "/var/lib/lxc");
+}
+
+#[test]
+fn lxc_settings_keep_their_keys_and_other_types_get_the_generic_defaults() {
+    let cfg = config(json!({
+        format!("{LXC}.vms.{CN}"): {VM: {}},
+        format!("makina-states.cloud.kvm.vms.{CN}"): {"k.test": {}},
+        "makina-states.cloud.kvm.defaults.ssh_username": "debian",
+    }));
+    let lxc = cfg.lxc_settings().unwrap();
+    let keys: Vec<&str> = lxc["defaults"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys[..6],
+        [
+            "autostart",
+            "snapshot",
+            "size",
+            "profile",
+            "profile_type",
+            "backing"
+        ]
+    );
+    assert_eq!(lxc["vms"], json!({ CN: [VM] }));
+    let kvm = cfg.type_settings("kvm").unwrap();
+    assert_eq!(kvm["defaults"]["ssh_username"], "debian");
+    assert_eq!(kvm["defaults"]["network"], "10.5.0.0");
+    assert_eq!(kvm["dnsservers"], json!(["8.8.8.8", "4.4.4.4"]));
+    for key in ["lxc_path", "bridge", "backing", "profile", "lxc_conf"] {
+        assert!(kvm["defaults"].get(key).is_none(), "{key}");
+    }
+    assert!(kvm.get("vms").is_none());
+    let plan = cfg.vm_plan(CN, "k.test").unwrap();
+    assert_eq!(plan.vt, "kvm");
+    let merged = cfg.merged_settings(&plan).unwrap();
+    assert_eq!(merged["ssh_username"], "debian");
+    assert!(merged.get("lxc_path").is_none());
+}

@@ -20,7 +20,7 @@ impl Config {
         }
         let cloud = self.cloud_ref()?;
         let all = self
-            .virt_types()?
+            .virt_types()
             .into_iter()
             .map(|vt| {
                 let driver = Driver::of(&vt);
