@@ -35,8 +35,8 @@ class Registry:
     def __new__(cls, config: Config, store_dir: str) -> Registry: ...
     @property
     def store_path(self) -> str: ...
-    def vm_settings(self, cn: str, vm: str, full: bool = True) -> dict[str, Any]: ...
-    def target_settings(self, cn: str, exclude: list[str] | None = None) -> dict[str, Any]: ...
+    def vm_settings(self, cn: str, vm: str, full: bool = True) -> VmSettings: ...
+    def target_settings(self, cn: str, exclude: list[str] | None = None) -> NodeData: ...
     def find_ip(self, cn: str, vm: str) -> str: ...
     def find_mac(self, cn: str, vm: str) -> str: ...
     def find_password(self, cn: str, vm: str) -> str: ...
@@ -52,3 +52,84 @@ class Registry:
 
 def gen_id(name: str) -> str: ...
 def sha512_crypt(password: str, salt: str) -> str: ...
+
+# --- The data states receive (typed shapes) ---------------------------------
+# Return shapes of Registry.vm_settings / Registry.target_settings, and the
+# data the runners pass to VM SLS (pillar key ``mccloud``). Keys a driver or
+# a declaration may add are not listed (total=False parts hold the optional
+# keys). Stub-only (type_check_only): import them under TYPE_CHECKING.
+
+from typing import type_check_only
+
+@type_check_only
+class _VmSettingsRequired(TypedDict):
+    name: str
+    ip: str
+    mac: str
+    password_hash: str
+    ssh_reverse_proxy_port: int
+    snmp_reverse_proxy_port: int
+    domains: list[str]
+    dnsservers: list[str]
+
+@type_check_only
+class VmSettings(_VmSettingsRequired, total=False):
+    vt: str
+    password: str
+    gateway: str
+    network: str
+    netmask: str
+    bridge: str
+    lxc_path: str
+    lxc_config: str
+    backing: str
+    from_container: str
+    image: str
+    profile: str
+    profile_type: str
+    fstab: list[str] | None
+    additional_ips: list[dict[str, str]]
+    ssh_username: str
+    script_args: str
+
+@type_check_only
+class NodeVm(TypedDict):
+    ip: str
+    mac: str
+    vt: str
+    domains: list[str]
+    ssh_reverse_proxy_port: int
+    snmp_reverse_proxy_port: int
+
+@type_check_only
+class _NodeDataRequired(TypedDict):
+    target: str
+    virt_types: list[str]
+    domains: list[str]
+    has: dict[str, bool]
+    ssh_port_range: dict[str, int]
+    snmp_port_range: dict[str, int]
+    network: dict[str, str]
+    reserved_ports: str
+    conf: dict[str, Any]
+    vms: dict[str, NodeVm]
+    reverse_proxies: dict[str, Any]
+
+@type_check_only
+class NodeData(_NodeDataRequired, total=False):
+    lxc_path: str
+    errors: dict[str, str]
+    images: dict[str, Any]
+
+@type_check_only
+class _VmStepDataRequired(TypedDict):
+    vm: VmSettings
+    target: str
+    controller_pubkey: str
+
+@type_check_only
+class VmStepData(_VmStepDataRequired, total=False):
+    # From the driver (``mc_cloud_<vt>.vm_data``): the guest's root
+    # filesystem seen from the node, which generic SLS write into. Drivers
+    # add keys of their own (the lxc driver: lxc_path, images).
+    rootfs: str

@@ -10,15 +10,16 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import mccloud
 from mccloud.cli import write_masterless_config
-from mccloud.orchestration import compute_node_deploy, sls_root
+from mccloud.drivers import lxc
+from mccloud.orchestration import VM_SLS_STEPS, VM_STEPS, compute_node_deploy, sls_root, transport
 
+from tests.support.runners import Jobs, Offline
 from tests.support.sls import ALL_SLS, CN, ROOT, data_for, show_sls  # noqa: F401
 
 
@@ -50,19 +51,48 @@ def test_scratch_vms_are_created_from_the_image(data: dict[str, Any]) -> None:
     assert env["MCCLOUD_PACKAGES"].split(",")[0] == "openssh-server"
 
 
-def test_ports_are_reserved_before_the_reverse_proxy() -> None:
+def test_ports_are_reserved_before_the_reverse_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An outgoing connection must not take a VM's port before haproxy binds
     it: the compute node deploy reserves the ranges first."""
-    applied: list[str] = []
-    env = SimpleNamespace(
-        progress=lambda m: None, functions={},
-        registry=SimpleNamespace(target_settings=lambda t: {"vms": {}, "virt_types": []}),
-        sls=lambda t, sls, d: applied.append(sls.rsplit(".", 1)[1]) or {"result": True},
-    )
-    assert compute_node_deploy(env, CN).result  # type: ignore[arg-type]
-    assert applied == ["grains", "ports", "reverse_proxy", "firewall", "hosts"]
+    jobs = Jobs()
+    monkeypatch.setattr(transport, "apply_batch", jobs)
+    offline = Offline(tmp_path, {f"makina-states.cloud.lxc.vms.{CN}": {"a.example.net": {}},
+                                 "makina-states.cloud.master": CN})
+    assert compute_node_deploy(offline.env, CN).result
+    generic = [sls.rsplit(".", 1)[1] for _, mods, _ in jobs.sent for sls in mods if ".generic." in sls]
+    assert generic == ["grains", "ports", "reverse_proxy", "firewall", "hosts"]
     init = (ROOT / "makina-states" / "cloud" / "generic" / "compute_node" / "init.sls").read_text()
     assert init.index("compute_node.ports") < init.index("compute_node.reverse_proxy")
+
+
+def test_batched_vm_steps_run_in_the_sequential_order(data: dict[str, Any]) -> None:
+    """One job of all the SLS provisioning batches is ordered (Salt's
+    auto-order) as the steps would run one job at a time: every state of a
+    step comes before any new state of the next, so each state's step is
+    the first step whose SLS includes it."""
+    steps = [sls for fun, sls in sorted(
+        {**VM_SLS_STEPS, **lxc.vm_sls_steps()}.items(),
+        key=lambda item: step_order(item[0]))]
+    p = show_sls(data["tmp"], ",".join(steps), data["vm"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    high = json.loads(p.stdout)["local"]
+    owner: dict[str, int] = {}
+    for i, sls in enumerate(steps):
+        for s in sorted(transport.includes(sls)):
+            owner.setdefault(s, i)
+    orders = sorted((decl["order"], owner[body["__sls__"]], sid)
+                    for sid, body in high.items() for key, decl in (
+                        (k, {k2: v2 for a in args if isinstance(a, dict) for k2, v2 in a.items()})
+                        for k, args in body.items() if not k.startswith("__")))
+    ranks = [rank for _, rank, _ in orders]
+    assert len(orders) > 20 and ranks == sorted(ranks), orders
+    assert set(ranks) >= {0, 1, 4, 5, 6}  # spawn, fix_dns and the preprovisions bring states of their own
+
+
+def step_order(fun: str) -> tuple[int, int]:
+    """Where a step function runs: its step, then driver pre, generic, driver post."""
+    kind, step = fun.split(".vm_", 1)
+    return VM_STEPS.index(step), (0 if kind != "mc_cloud_vm" else 1)
 
 
 def test_a_port_held_by_another_process_fails_before_haproxy(data: dict[str, Any], tmp_path: Path) -> None:

@@ -8,9 +8,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import mccloud
 from mccloud.cli import write_masterless_config
+from mccloud.drivers import lxc
 from mccloud.orchestration import sls_root
+from mccloud.orchestration.generic import controller_data, destroy_data
+from tests.support.runners import Offline
 
 CN = "cn1.example.net"
 ROOT = Path(sls_root())
@@ -21,28 +23,25 @@ ALL_SLS = sorted(
 
 
 def sls_data(tmp: Path) -> dict[str, Any]:
-    """The data each kind of SLS receives, from a registry in ``tmp``."""
+    """The data each kind of SLS receives, from a registry in ``tmp``, made
+    by the functions the runners use."""
     pillar = {f"makina-states.cloud.lxc.vms.{CN}": {
         "a.example.net": {"fstab": ["/srv/a srv none bind 0 0"], "lxc_conf": [{"lxc.cgroup2.memory.max": "1G"}],
                           "lxc_conf_unset": ["lxc.cap.drop"]},
         "b.example.net": {"profile_type": "dir-scratch", "image": "makina-states-trusty"},
     }}
-    cfg = mccloud.Config({"minion_id": "ctl"}, pillar)
-    reg = mccloud.Registry(cfg, str(tmp / "store"))
-    node = reg.target_settings(CN)
-    images = cfg.images_settings()["lxc"]["images"]
-    node["images"] = images
-    vm = reg.vm_settings(CN, "a.example.net")
-    vm_data = {"vm": vm, "target": CN, "lxc_path": "/var/lib/lxc", "rootfs": "/var/lib/lxc/a/rootfs",
-               "controller_pubkey": "ssh-ed25519 AAAA test", "images": images}
-    scratch = dict(vm_data, vm=reg.vm_settings(CN, "b.example.net"))
-    controller = {"store_dir": str(tmp / "store"), "ssh_key": "/root/.ssh/id_mccloud", **cfg.cloud_settings()}
-    return {"node": node, "vm": vm_data, "scratch": scratch, "controller": controller, "tmp": tmp}
+    env = Offline(tmp, pillar).env
+    node = lxc.node_data(env, CN)
+    _, vm_data = env.vm_data("a.example.net", CN)
+    _, scratch = env.vm_data("b.example.net", CN)
+    destroy = destroy_data(env, "a.example.net", CN, {"name": "a.example.net", "lxc_path": "/var/lib/lxc"})
+    return {"node": node, "vm": vm_data, "scratch": scratch, "controller": controller_data(env),
+            "destroy": destroy, "tmp": tmp}
 
 
 def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
     if sls.endswith(".vm.destroy"):
-        return {"name": "a.example.net", "lxc_path": "/var/lib/lxc"}
+        return data["destroy"]
     if ".vm." in sls:
         return data["vm"]
     if ".controller" in sls:

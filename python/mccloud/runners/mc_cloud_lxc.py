@@ -1,6 +1,6 @@
 """lxc driver runners: compute-node installation and the lxc VM steps."""
 
-import mccloud.lxc_driver as _lxc
+import mccloud.drivers.lxc as _lxc
 import mccloud.orchestration as _o
 
 __virtualname__ = "mc_cloud_lxc"
@@ -99,6 +99,34 @@ def post_deploy_controller(**kwargs):
         mastersalt-run mc_cloud_lxc.post_deploy_controller
     """
     return _o.run("post_deploy_controller", _lxc.post_deploy_controller, _env(), **kwargs)
+
+
+def vm_data(vm, target=None, settings=None, **kwargs):
+    """What the VM's SLS need from the lxc driver: ``lxc_path``, ``rootfs``
+    (the container's root filesystem seen from the compute node) and the
+    images. Called by provisioning with the VM's settings; alone, it reads
+    the VM's declaration (nothing is allocated).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_data mysupertest3.foo.com
+    """
+    return _lxc.vm_data(_env(), str(vm), target, settings)
+
+
+def vm_sls_steps(**kwargs):
+    """The lxc VM step functions that only apply an SLS, and that SLS
+    (provisioning sends consecutive ones to the compute node as one job).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_sls_steps
+    """
+    return _lxc.vm_sls_steps()
 
 
 def vm_spawn(vm, target=None, **kwargs):

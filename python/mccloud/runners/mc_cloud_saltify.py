@@ -1,5 +1,6 @@
 """Saltify (bare metal) runner."""
 
+import mccloud.drivers.saltify as _saltify
 import mccloud.orchestration as _o
 
 __virtualname__ = "mc_cloud_saltify"
@@ -23,4 +24,4 @@ def saltify(name, **kwargs):
 
         mastersalt-run mc_cloud_saltify.saltify baremetal1.foo.com
     """
-    return _o.run("saltify", _o.saltify, _env(), str(name), **kwargs)
+    return _o.run("saltify", _saltify.saltify, _env(), str(name), **kwargs)

@@ -30,16 +30,37 @@ def provision(vm, steps=None, skip=None, **kwargs):
     return _o.run("provision", _o.vm_provision, _env(), str(vm), steps, skip, **kwargs)
 
 
-def orchestrate(target, skip=None, **kwargs):
-    """Provisions every VM of a compute node.
+def orchestrate(target, skip=None, concurrency=None, **kwargs):
+    """Provisions every VM of a compute node, in parallel: ``concurrency``
+    VMs at a time (default: the master option ``mccloud_concurrency``, else
+    4). A failed VM does not stop the others; the result lists every VM,
+    and progress lines name the VM they are about. ``skip``: comma-separated
+    VM names.
 
     CLI Example:
 
     .. code-block:: bash
 
         mastersalt-run mc_cloud_vm.orchestrate devhost10.local
+        mastersalt-run mc_cloud_vm.orchestrate devhost10.local concurrency=8
     """
-    return _o.run("orchestrate", _o.vm_orchestrate, _env(), str(target), skip, **kwargs)
+    return _o.run("orchestrate", _o.vm_orchestrate, _env(), str(target), skip, concurrency, **kwargs)
+
+
+def destroy(vm, target=None, vt=None, **kwargs):
+    """Destroys a VM with its driver (``mc_cloud_<vt>.vm_destroy``, the type
+    being the VM's declared one, or ``vt``): the guest, its place in the
+    compute node's reverse proxy, hosts file and firewall, then its
+    allocations (IP and ports return to their pools, MACs are retired).
+    Remove the VM from pillar too, or the next deploy allocates it again.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.destroy mysupertest3.foo.com
+    """
+    return _o.run("destroy", _o.destroy, _env(), str(vm), target, vt, **kwargs)
 
 
 def vm_ping(vm, **kwargs):
@@ -77,7 +98,8 @@ def vm_preprovision(vm, target=None, **kwargs):
 
         mastersalt-run mc_cloud_vm.vm_preprovision mysupertest3.foo.com
     """
-    return _o.run("vm_preprovision", _o.vm_preprovision, _env(), str(vm), target, **kwargs)
+    return _o.run("vm_preprovision", _o.vm_sls, _env(), str(vm), target,
+                  "makina-states.cloud.generic.vm.preprovision", **kwargs)
 
 
 def vm_initial_highstate(vm, target=None, **kwargs):

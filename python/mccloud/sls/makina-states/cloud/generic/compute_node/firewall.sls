@@ -12,10 +12,12 @@
 {%- set script = '/etc/mccloud/firewall.sh' %}
 mccloud-firewall-pkg:
   pkg.installed:
+    - failhard: true
     - name: iptables
 
 mccloud-firewall-script:
   file.managed:
+    - failhard: true
     - name: {{ script }}
     - makedirs: true
     - mode: '0755'
@@ -54,6 +56,7 @@ mccloud-firewall-script:
 
 mccloud-firewall-apply:
   cmd.run:
+    - failhard: true
     - name: /etc/mccloud/firewall.sh
     - unless: /etc/mccloud/firewall.sh check
     - env:
@@ -67,5 +70,6 @@ mccloud-firewall-apply:
 
 mccloud-firewall-disabled:
   test.nop:
+    - failhard: true
     - name: makina-states.cloud.compute_node.has.firewall is false
 {%- endif %}

@@ -9,6 +9,7 @@
 {%- endfor %}
 mccloud-hosts:
   file.blockreplace:
+    - failhard: true
     - name: {{ d.conf.hosts_file | tojson }}
     - marker_start: {{ ('# mccloud: VMs of ' ~ d.target ~ ' -- managed, do not edit') | tojson }}
     - marker_end: {{ ('# mccloud: end of VMs of ' ~ d.target) | tojson }}

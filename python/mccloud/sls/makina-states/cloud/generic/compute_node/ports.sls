@@ -4,6 +4,7 @@
 {%- set d = pillar['mccloud'] %}
 mccloud-reserved-ports:
   sysctl.present:
+    - failhard: true
     - name: net.ipv4.ip_local_reserved_ports
     - value: {{ d.reserved_ports | string | tojson }}
     - config: {{ d.conf.sysctl_file | tojson }}

@@ -54,10 +54,12 @@
 {%- endif %}
 mccloud-haproxy-pkg:
   pkg.installed:
+    - failhard: true
     - name: haproxy
 
 mccloud-haproxy-ports-free:
   test.configurable_test_state:
+    - failhard: true
     - name: the ports haproxy binds are free
     - changes: false
     - result: {{ held | length == 0 }}
@@ -66,12 +68,14 @@ mccloud-haproxy-ports-free:
 
 mccloud-haproxy-cert-dir:
   file.directory:
+    - failhard: true
     - name: {{ salt['file.dirname'](cert) | tojson }}
     - makedirs: true
     - mode: '0700'
 
 mccloud-haproxy-cert:
   cmd.run:
+    - failhard: true
     - name: |
         set -e
         umask 077
@@ -89,6 +93,7 @@ mccloud-haproxy-cert:
 
 mccloud-haproxy-config:
   file.managed:
+    - failhard: true
     - name: {{ c.haproxy_config | tojson }}
     - contents_pillar: mccloud:reverse_proxies:haproxy_cfg
     - makedirs: true
@@ -104,6 +109,7 @@ mccloud-haproxy-config:
 
 mccloud-haproxy-standalone-start:
   cmd.run:
+    - failhard: true
     - name: haproxy -D -f "$MCCLOUD_HAPROXY_CONFIG" -p "$MCCLOUD_HAPROXY_PIDFILE"
     - unless: test -s "$MCCLOUD_HAPROXY_PIDFILE" && kill -0 $(cat -- "$MCCLOUD_HAPROXY_PIDFILE") 2>/dev/null
     - env:
@@ -114,6 +120,7 @@ mccloud-haproxy-standalone-start:
 
 mccloud-haproxy-standalone-reload:
   cmd.run:
+    - failhard: true
     - name: haproxy -D -f "$MCCLOUD_HAPROXY_CONFIG" -p "$MCCLOUD_HAPROXY_PIDFILE" -sf $(cat -- "$MCCLOUD_HAPROXY_PIDFILE")
     - env:
         MCCLOUD_HAPROXY_CONFIG: {{ c.haproxy_config | string | tojson }}
@@ -126,6 +133,7 @@ mccloud-haproxy-standalone-reload:
 
 mccloud-haproxy-service:
   service.running:
+    - failhard: true
     - name: haproxy
     - enable: true
     - reload: true

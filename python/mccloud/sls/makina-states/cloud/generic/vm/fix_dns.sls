@@ -9,6 +9,7 @@ include:
 
 mccloud-vm-resolv-unlink:
   file.absent:
+    - failhard: true
     - name: {{ resolv | tojson }}
     - onlyif:
       - fun: file.is_link
@@ -18,6 +19,7 @@ mccloud-vm-resolv-unlink:
 
 mccloud-vm-resolv:
   file.managed:
+    - failhard: true
     - name: {{ resolv | tojson }}
     - makedirs: true
     - follow_symlinks: false

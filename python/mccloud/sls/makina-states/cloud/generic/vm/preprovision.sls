@@ -7,8 +7,19 @@
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
 
+mccloud-vm-controller-key-known:
+  test.configurable_test_state:
+    - failhard: true
+    - name: the controller's public key is known
+    - changes: false
+    - result: {{ (d.controller_pubkey | string | length > 0) | tojson }}
+    - allow_test_mode_failure: true
+    - comment: {{ ('the controller has a public key' if d.controller_pubkey else
+                   'the controller has no ssh key pair yet: run mc_cloud_controller.deploy first') | tojson }}
+
 mccloud-vm-this-host:
   file.managed:
+    - failhard: true
     - name: {{ (root ~ '/this_host') | tojson }}
     - contents: {{ d.target | string | tojson }}
     - follow_symlinks: false
@@ -17,6 +28,7 @@ mccloud-vm-this-host:
 
 mccloud-vm-this-port:
   file.managed:
+    - failhard: true
     - name: {{ (root ~ '/this_port') | tojson }}
     - contents: {{ d.vm.ssh_reverse_proxy_port | string | tojson }}
     - follow_symlinks: false
@@ -25,6 +37,7 @@ mccloud-vm-this-port:
 
 mccloud-vm-grains:
   file.serialize:
+    - failhard: true
     - name: {{ (root ~ '/etc/salt/grains') | tojson }}
     - makedirs: true
     - serializer: yaml
@@ -36,6 +49,7 @@ mccloud-vm-grains:
 
 mccloud-vm-root-ssh:
   file.directory:
+    - failhard: true
     - name: {{ (root ~ '/root/.ssh') | tojson }}
     - makedirs: true
     - mode: '0700'
@@ -44,8 +58,10 @@ mccloud-vm-root-ssh:
 
 mccloud-vm-controller-key:
   file.append:
+    - failhard: true
     - name: {{ (root ~ '/root/.ssh/authorized_keys') | tojson }}
     - text: {{ d.controller_pubkey | string | tojson }}
     - require:
       - test: mccloud-vm-rootfs-guard
       - file: mccloud-vm-root-ssh
+      - test: mccloud-vm-controller-key-known

@@ -11,6 +11,7 @@
 {%- set path = d.rootfs ~ '/' ~ p %}
 mccloud-vm-rootfs-guard-{{ p | replace('/', '-') | replace('.', '') }}:
   test.fail_without_changes:
+    - failhard: true
     - name: {{ path | tojson }}
     - comment: {{ (path ~ ' is a symlink: the VM could point it at the host\'s files; refusing to write through it') | tojson }}
     - onlyif:
@@ -20,6 +21,7 @@ mccloud-vm-rootfs-guard-{{ p | replace('/', '-') | replace('.', '') }}:
 
 mccloud-vm-rootfs-guard:
   test.succeed_without_changes:
+    - failhard: true
     - name: no path the states write through under the VM's root filesystem is a symlink
     - require:
 {%- for p in paths %}

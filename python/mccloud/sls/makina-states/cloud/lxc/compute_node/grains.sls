@@ -2,6 +2,7 @@
                   'makina-states.services.virt.lxc'] %}
 mccloud-lxc-grain-{{ grain }}:
   grains.present:
+    - failhard: true
     - name: {{ grain }}
     - value: true
 {%- endfor %}

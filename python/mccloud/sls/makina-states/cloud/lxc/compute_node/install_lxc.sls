@@ -17,6 +17,7 @@
                 and (cidr | regex_match('(' ~ ipv4 ~ '/' ~ mask ~ ')\\Z')) and true or false %}
 mccloud-lxc-pkgs:
   pkg.{{ 'latest' if d.get('upgrade') else 'installed' }}:
+    - failhard: true
     - pkgs:
       - lxc
       - iptables
@@ -24,12 +25,14 @@ mccloud-lxc-pkgs:
 
 mccloud-lxc-path:
   file.directory:
+    - failhard: true
     - name: {{ d.lxc_path | tojson }}
     - makedirs: true
     - mode: '0755'
 
 mccloud-lxc-bridge:
   cmd.run:
+    - failhard: true
     - name: |
         set -e
         ip link show "$MCCLOUD_BRIDGE" >/dev/null 2>&1 || ip link add "$MCCLOUD_BRIDGE" type bridge
@@ -44,6 +47,7 @@ mccloud-lxc-bridge:
 
 mccloud-lxc-nat-script:
   file.managed:
+    - failhard: true
     - name: /etc/mccloud/lxc-nat.sh
     - makedirs: true
     - mode: '0755'
@@ -65,6 +69,7 @@ mccloud-lxc-nat-script:
 
 mccloud-lxc-bridge-boot-values:
   test.configurable_test_state:
+    - failhard: true
     - name: the bridge's boot stanza holds plain values
     - changes: false
     - result: {{ plain }}
@@ -74,6 +79,7 @@ mccloud-lxc-bridge-boot-values:
 
 mccloud-lxc-bridge-boot:
   file.managed:
+    - failhard: true
     - name: {{ ('/etc/network/interfaces.d/mccloud-' ~ br) | tojson }}
     - makedirs: true
     - contents: {{ ('# Managed by mccloud: the VM bridge of this compute node.\n'
@@ -90,12 +96,14 @@ mccloud-lxc-bridge-boot:
 
 mccloud-lxc-ip-forward:
   sysctl.present:
+    - failhard: true
     - name: net.ipv4.ip_forward
     - value: 1
     - config: /etc/sysctl.d/60-mccloud-lxc.conf
 
 mccloud-lxc-nat:
   cmd.run:
+    - failhard: true
     - name: /etc/mccloud/lxc-nat.sh
     - unless: /etc/mccloud/lxc-nat.sh check
     - env:

@@ -17,6 +17,7 @@ include:
 
 mccloud-lxc-vm-config:
   file.managed:
+    - failhard: true
     - name: {{ conf | tojson }}
     - contents_pillar: mccloud:vm:lxc_config
     - mode: '0644'
@@ -28,6 +29,7 @@ mccloud-lxc-vm-config:
     it again at the end. #}
 mccloud-lxc-vm-config-legacy:
   file.replace:
+    - failhard: true
     - name: {{ cfg | tojson }}
     - pattern: '^# mccloud settings .*|^lxc\.include = [^\n]*/mccloud\.conf\n(?=.*^[^#\s])'
     - repl: ''
@@ -40,6 +42,7 @@ mccloud-lxc-vm-config-legacy:
 
 mccloud-lxc-vm-config-include:
   file.append:
+    - failhard: true
     - name: {{ cfg | tojson }}
     - text: {{ ('lxc.include = ' ~ conf) | tojson }}
     - require:
@@ -47,6 +50,7 @@ mccloud-lxc-vm-config-include:
 
 mccloud-lxc-vm-restart:
   cmd.run:
+    - failhard: true
     - name: >-
         lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t 30;
         lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME"
@@ -62,6 +66,7 @@ mccloud-lxc-vm-restart:
 
 mccloud-lxc-vm-guest-network:
   file.managed:
+    - failhard: true
     - name: {{ (d.rootfs ~ '/etc/network/interfaces') | tojson }}
     - makedirs: true
     - follow_symlinks: false

@@ -1,8 +1,11 @@
-{#- Destroy: stop and remove the VM's container. Data: pillar mccloud
-    (name, lxc_path), given to the command through its environment. #}
-{%- set d = pillar['mccloud'] %}
+{#- Destroy: stop and remove the VM's container. Data: pillar
+    mccloud:destroy (name, lxc_path), given to the command through its
+    environment. Applied in one job with the node's reverse proxy, hosts
+    and firewall (pillar mccloud: the node's settings without the VM). #}
+{%- set d = pillar['mccloud'].destroy %}
 mccloud-lxc-vm-destroy:
   cmd.run:
+    - failhard: true
     - name: >-
         lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -k >/dev/null 2>&1;
         lxc-destroy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME"

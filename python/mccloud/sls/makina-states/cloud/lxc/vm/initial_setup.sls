@@ -6,6 +6,7 @@ include:
 
 mccloud-lxc-vm-root-password:
   file.replace:
+    - failhard: true
     - name: {{ (d.rootfs ~ '/etc/shadow') | tojson }}
     - pattern: '^root:[^:]*:'
     - repl: {{ ('root:' ~ (d.vm.password_hash | string | replace('\\', '\\\\')) ~ ':') | tojson }}

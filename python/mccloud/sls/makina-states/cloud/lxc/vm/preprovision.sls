@@ -5,6 +5,7 @@ include:
 
 mccloud-lxc-vm-grains:
   file.serialize:
+    - failhard: true
     - name: {{ (d.rootfs ~ '/etc/salt/grains') | tojson }}
     - makedirs: true
     - serializer: yaml

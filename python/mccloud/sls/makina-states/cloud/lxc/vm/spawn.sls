@@ -14,6 +14,7 @@ include:
 
 mccloud-lxc-vm-create:
   cmd.run:
+    - failhard: true
 {%- if v.get('from_container') %}
     - name: |
         case "$MCCLOUD_BACKING" in
@@ -57,6 +58,7 @@ mccloud-lxc-vm-create:
 
 mccloud-lxc-vm-start:
   cmd.run:
+    - failhard: true
     - name: lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" && lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60
     - unless: lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING
     - env:

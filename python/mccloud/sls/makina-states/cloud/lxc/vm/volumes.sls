@@ -8,10 +8,12 @@
 {%- if sources %}
 mccloud-lxc-vm-volume-sources:
   file.directory:
+    - failhard: true
     - names: {{ sources | tojson }}
     - makedirs: true
 {%- else %}
 mccloud-lxc-vm-no-volumes:
   test.nop:
+    - failhard: true
     - name: {{ ('no bind mounts declared for ' ~ d.vm.name) | tojson }}
 {%- endif %}

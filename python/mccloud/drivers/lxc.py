@@ -1,7 +1,9 @@
-"""The lxc driver's runner bodies (``mc_cloud_lxc`` runners).
+"""The lxc driver's runner bodies (``mc_cloud_lxc`` runners) and every LXC
+fact the generic bodies need: where a container lives on its node
+(``lxc_path``, ``rootfs``), the images, which VM steps only apply an SLS.
 
 Compute-node SLS receive the node's settings from the registry; VM SLS
-receive the VM's settings, applied on its compute node.
+receive the VM's data (see :meth:`Env.vm_data`), applied on its compute node.
 """
 
 from __future__ import annotations
@@ -9,20 +11,53 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
-from mccloud.orchestration import Env, Outcome, vm_sls
+import mccloud
+from mccloud.orchestration.generic import vm_destroy as generic_destroy
+from mccloud.orchestration.generic import vm_sls
+from mccloud.orchestration.runner import Env, Outcome
+
+if TYPE_CHECKING:
+    from mccloud._native import NodeData
 
 CN_SLS = "makina-states.cloud.lxc.compute_node"
 VM_SLS = "makina-states.cloud.lxc.vm"
+#: The lxc VM steps (``mc_cloud_lxc.vm_<step>``), each applying ``<VM_SLS>.<step>``.
+SLS_STEPS = ("spawn", "reconfigure", "volumes", "preprovision", "initial_setup")
 
 
-def node_data(env: Env, target: str, **extra: Any) -> dict[str, Any]:
-    """The node's settings (registering it) plus the images."""
-    data = env.registry.target_settings(target)
-    data["images"] = env.config.images_settings()["lxc"]["images"]
-    data.update(extra)
-    return data
+def images(env: Env) -> dict[str, Any]:
+    return dict(env.config.images_settings()["lxc"]["images"])
+
+
+def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What VM SLS need from the lxc driver: ``lxc_path``, ``rootfs`` (the
+    container's root filesystem seen from the node) and the images. From
+    the VM's settings when given, else from its declaration (no allocation)."""
+    cn = target or env.config.node_of(vm)
+    s: Mapping[str, Any] = settings if settings is not None else env.config.vm_declared_settings(cn, vm)
+    lxc_path = str(s.get("lxc_path") or "/var/lib/lxc")
+    # A running overlayfs clone is mounted in its own namespace only: from
+    # the host, its files live in the overlay's upper layer.
+    cloned_overlay = s.get("backing") == "overlayfs" and s.get("from_container")
+    return {
+        "lxc_path": lxc_path,
+        "rootfs": f"{lxc_path}/{vm}/" + ("overlay/delta" if cloned_overlay else "rootfs"),
+        "images": images(env),
+    }
+
+
+def vm_sls_steps() -> dict[str, str]:
+    """The lxc step functions that only apply an SLS with the VM's data
+    (provisioning sends consecutive ones to the node as one job)."""
+    return {f"mc_cloud_lxc.vm_{step}": f"{VM_SLS}.{step}" for step in SLS_STEPS}
+
+
+def node_data(env: Env, target: str, **extra: Any) -> NodeData:
+    """The node's settings (registering it once per runner invocation) plus
+    the images."""
+    return cast("NodeData", {**env.node_data(target), "images": images(env), **extra})
 
 
 def configure(env: Env, target: str, part: str, **extra: Any) -> Outcome:
@@ -32,15 +67,14 @@ def configure(env: Env, target: str, part: str, **extra: Any) -> Outcome:
 
 
 def install_vt(env: Env, target: str) -> Outcome:
-    """Registers the node (allocates every VM), then grains, lxc install,
-    images, and the image synchronisation."""
+    """Registers the node (allocates every VM), then grains and lxc install
+    (one job), images, and the image synchronisation."""
     out = Outcome()
-    env.progress(f"{target}: registering the compute node (allocating its VMs)")
     data = node_data(env, target)
     out.add("register", {"result": True, "comment": f"{len(data['vms'])} VM(s) registered"})
-    for part in ("grains", "install_lxc"):
-        if not out.add(f"{CN_SLS}.{part}", env.sls(target, f"{CN_SLS}.{part}", data)):
-            return out
+    parts = [f"{CN_SLS}.{part}" for part in ("grains", "install_lxc")]
+    if not out.add_all(env.batch(target, [(s, s) for s in parts], data)):
+        return out
     for fun in ("mc_cloud_lxc.configure_images", "mc_cloud_lxc.sync_images"):
         if not out.add(fun, env.call(fun, target)):
             return out
@@ -51,8 +85,7 @@ def configure_images(env: Env, target: str) -> Outcome:
     """Builds the images on the controller when absent (they are synchronised
     to the node afterwards)."""
     out = Outcome()
-    data = node_data(env, target)
-    out.add(f"{CN_SLS}.images", env.sls(env.controller, f"{CN_SLS}.images", data))
+    out.add(f"{CN_SLS}.images", env.sls(env.controller, f"{CN_SLS}.images", node_data(env, target)))
     return out
 
 
@@ -113,37 +146,12 @@ def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:
 
 
 def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:
-    """Stops and removes the VM's container, removes it from the node's
-    reverse proxy, hosts file and firewall, then frees its allocations (IP
-    and ports return to their pools, MACs are retired). Freeing comes last so
-    that a failed step can simply be run again."""
-    import mccloud
-
+    """Stops and removes the VM's container, and, in the same job, removes
+    it from the node's reverse proxy, hosts file and firewall; then frees
+    its allocations (see :func:`mccloud.orchestration.generic.vm_destroy`)."""
     cn = target or env.config.node_of(vm)
     try:  # the VM's own lxc_path when it is still declared, else the default
         lxc_path = env.config.vm_declared_settings(cn, vm)["lxc_path"]
     except mccloud.NotFoundError:
         lxc_path = env.config.lxc_settings()["defaults"]["lxc_path"]
-    out = Outcome()
-    step = env.sls(cn, f"{VM_SLS}.destroy", {"name": vm, "lxc_path": lxc_path})
-    removed = bool(step.get("changes"))
-    if not out.add("container", {**step, "comment": f"container {vm} removed from {cn}" if removed
-                                 else step.get("comment", "")}):
-        return out
-    held = vm in env.registry.allocated(cn, "ip") or vm in env.registry.allocated(cn, "ssh")
-    if not removed and not held:
-        return out.fail(f"VM {vm} does not exist on compute node {cn}: no container and no allocation")
-    data = env.registry.target_settings(cn, [vm])
-    for part in ("reverse_proxy", "hosts", "firewall"):
-        sls = f"makina-states.cloud.generic.compute_node.{part}"
-        if not out.add(sls, env.sls(cn, sls, data)):
-            return out
-    try:
-        freed = env.registry.destroy_vm(cn, vm)
-    except mccloud.NotFoundError:
-        freed = {}
-    out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",
-                            "changes": {"freed": freed} if freed else {}})
-    out.comment = f"VM {vm} destroyed on {cn}" + (f"; freed {', '.join(f'{k} {v}' for k, v in freed.items())}"
-                                                  if freed else "")
-    return out
+    return generic_destroy(env, vm, cn, f"{VM_SLS}.destroy", {"name": vm, "lxc_path": lxc_path})

@@ -1,0 +1,334 @@
+"""The generic runner bodies: controller and compute-node deploys, VM
+provisioning (alone or every VM of a node, in parallel), destroy, the whole
+cloud. They know no virtualisation type: each step and hook resolves to the
+driver's runner functions (``mc_cloud_<vt>.*``), which exist or not."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Container, Mapping, Sequence
+
+import mccloud
+from mccloud import saltsupport
+from mccloud.orchestration import transport
+from mccloud.orchestration.runner import Env, Outcome, Progress, Step, as_step, guard, hook_functions, names
+
+#: VM provisioning steps, in order (SPEC §2).
+VM_STEPS = ("spawn", "fix_dns", "reconfigure", "volumes", "preprovision", "initial_setup", "initial_highstate")
+#: The generic VM steps that only apply an SLS with the VM's data (batched).
+VM_SLS_STEPS = {
+    "mc_cloud_vm.vm_fix_dns": "makina-states.cloud.generic.vm.fix_dns",
+    "mc_cloud_vm.vm_preprovision": "makina-states.cloud.generic.vm.preprovision",
+}
+#: Compute-node SLS, in order: ports are reserved before haproxy binds them.
+NODE_SLS = tuple(f"makina-states.cloud.generic.compute_node.{p}"
+                 for p in ("grains", "ports", "reverse_proxy", "firewall", "hosts"))
+#: Default of the master option ``mccloud_concurrency``.
+DEFAULT_CONCURRENCY = 4
+
+#: Applies ``(function, sls)`` pairs as one job; returns each one's step mapping.
+Batch = Callable[[Sequence[tuple[str, str]]], list[tuple[str, Step]]]
+
+
+def step_functions(available: Container[str], vt: str, step: str) -> list[str]:
+    """The functions that implement VM step ``step`` for virtualisation type
+    ``vt``, in order: driver pre, generic, driver post; only those that exist
+    (asked one by one: Salt's loader then loads only the modules named)."""
+    return [
+        n for n in (f"mc_cloud_{vt}.vm_{step}", f"mc_cloud_vm.vm_{step}", f"mc_cloud_{vt}.post_vm_{step}")
+        if n in available
+    ]
+
+
+def sls_steps(env: Env, vt: str) -> dict[str, str]:
+    """Step functions that only apply an SLS with the VM's data: the generic
+    ones and those the driver names (optional hook ``mc_cloud_<vt>.vm_sls_steps``)."""
+    table = dict(VM_SLS_STEPS)
+    for hook in hook_functions(env.functions, [vt], "vm_sls_steps"):
+        table.update(env.functions[hook]())
+    return table
+
+
+def run_steps(
+    functions: Mapping[str, Callable[..., Any]],
+    vt: str,
+    steps: Sequence[str],
+    args: Sequence[Any],
+    progress: Progress,
+    outcome: Outcome | None = None,
+    sls: Mapping[str, str] | None = None,
+    batch: Batch | None = None,
+) -> Outcome:
+    """Runs every function of every step in order; stops at the first
+    failure. Functions named in ``sls`` are not called: consecutive ones go
+    to ``batch`` as one job, which any other function waits for."""
+    outcome = outcome or Outcome()
+    pending: list[tuple[str, str, str]] = []  # (step, function, sls)
+
+    def record(step: str, name: str, ret: Step) -> bool:
+        if outcome.add(name, ret):
+            return True
+        outcome.comment = f"step {step} ({name}) failed: {ret.get('comment', '')}"
+        return False
+
+    def flush() -> bool:
+        if not pending or batch is None:
+            return True
+        step_of = {fun: step for step, fun, _ in pending}
+        todo = [(fun, s) for _, fun, s in pending]
+        pending.clear()
+        return all(record(step_of[fun], fun, ret) for fun, ret in batch(todo))
+
+    for step in steps:
+        found = step_functions(functions, vt, step)
+        if not found:
+            progress(f"step {step}: nothing implements it for {vt}, skipped")
+        for name in found:
+            progress(f"step {step}: {name}")
+            if batch is not None and sls and name in sls:
+                pending.append((step, name, sls[name]))
+                continue
+            if not flush() or not record(step, name, as_step(functions[name](*args))):
+                return outcome
+    flush()
+    return outcome
+
+
+def controller_deploy(env: Env) -> Outcome:
+    """Controller layout and ssh key pair, then each driver's controller hook."""
+    out = Outcome()
+    if not out.add("controller", env.sls(env.controller, "makina-states.cloud.generic.controller",
+                                         controller_data(env))):
+        return out
+    for fun in hook_functions(env.functions, env.config.controller_settings()["vts"], "post_deploy_controller"):
+        if not out.add(fun, env.call(fun)):
+            return out
+    return out
+
+
+def controller_data(env: Env) -> dict[str, Any]:
+    """What the controller SLS receives: the store directory, the ssh key
+    and the cloud settings."""
+    ctl = env.config.controller_settings()
+    return {"store_dir": saltsupport.store_dir(env.opts, env.config), "ssh_key": ctl["ssh_key"],
+            **env.config.cloud_settings()}
+
+
+def compute_node_deploy(env: Env, target: str) -> Outcome:
+    """Registers the node, then its port reservation, reverse proxy,
+    firewall and hosts (one job), then ``install_vt`` of each
+    virtualisation type, with the drivers' pre and post hooks. The ports
+    are reserved first: an outgoing connection must not take a port before
+    haproxy binds it."""
+    out = Outcome()
+    data = env.node_data(target)
+    out.add("register", {"result": True, "comment": f"{len(data['vms'])} VM(s) registered"})
+    vts = data["virt_types"]
+    for fun in hook_functions(env.functions, vts, "pre_deploy_compute_node"):
+        if not out.add(fun, env.call(fun, target)):
+            return out
+    if not out.add_all(env.batch(target, [(s, s) for s in NODE_SLS], data)):
+        return out
+    for hook in ("install_vt", "post_deploy_compute_node"):
+        for fun in hook_functions(env.functions, vts, hook):
+            if not out.add(fun, env.call(fun, target)):
+                return out
+    return with_conflicts(out, data)
+
+
+def with_conflicts(out: Outcome, data: Mapping[str, Any]) -> Outcome:
+    """A node deployed for its other VMs still fails, naming the VMs left
+    out because a declared IP is in conflict (``errors`` of the node data)."""
+    errors = data.get("errors") or {}
+    if errors:
+        out.add("conflicts", {"result": False, "comment": "; ".join(
+            f"{vm} left out: {why}" for vm, why in sorted(errors.items()))})
+    return out
+
+
+def vm_provision(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outcome:
+    """Runs the provisioning steps of a VM (driver pre, generic, driver post
+    for each), then ping and the post-provision hooks; stops at the first
+    failure and says which step failed. The VM's data is computed once;
+    consecutive SLS steps go to its compute node as one job."""
+    wanted = names(steps) or [*VM_STEPS, "ping", "post_provision"]
+    unknown = sorted(set(wanted) - {*VM_STEPS, "ping", "post_provision"})
+    if unknown:
+        raise mccloud.ArgumentError(
+            f"unknown step(s) {', '.join(unknown)}: steps are {', '.join(VM_STEPS)}, ping, post_provision"
+        )
+    cn, data = env.vm_data(vm)
+    vt = str(data["vm"]["vt"])
+    todo = [s for s in wanted if s not in set(names(skip))]
+    env.progress(f"{vm} on {cn} ({vt}): steps {', '.join(todo)}")
+    out = run_steps(env.functions, vt, [s for s in todo if s in VM_STEPS], (vm, cn), env.progress,
+                    sls=sls_steps(env, vt), batch=lambda pairs: env.batch(cn, pairs, data))
+    if not out.result:
+        return out
+    if "ping" in todo and not out.add("mc_cloud_vm.vm_ping", env.call("mc_cloud_vm.vm_ping", vm)):
+        return out
+    if "post_provision" in todo:
+        for fun in hook_functions(env.functions, [vt], "post_provision"):
+            if not out.add(fun, env.call(fun, vm, cn)):
+                return out
+    return out
+
+
+def concurrency_of(env: Env, concurrency: Any) -> int:
+    """``concurrency=``, else the master option ``mccloud_concurrency``, else 4."""
+    value = concurrency if concurrency is not None else env.opts.get("mccloud_concurrency", DEFAULT_CONCURRENCY)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise mccloud.ArgumentError(f"concurrency {value!r} is not a positive number of VMs provisioned at once "
+                                    "(concurrency= or the master option mccloud_concurrency)")
+    return n
+
+
+def vm_orchestrate(
+    env: Env,
+    target: str,
+    skip: Any = None,
+    concurrency: Any = None,
+    provision: Callable[[Env, str], Mapping[str, Any]] | None = None,
+) -> Outcome:
+    """Provisions every VM of a compute node, ``concurrency`` at a time; a
+    failed VM does not stop the others, and every VM is listed."""
+    node = env.config.compute_node_settings()["targets"].get(target)
+    if not node or not node.get("vms"):
+        raise mccloud.NotFoundError(f"compute node {target} declares no VMs")
+    vms = [vm for vm in node["vms"] if vm not in set(names(skip))]
+    workers = concurrency_of(env, concurrency)
+    provision = provision or (lambda e, vm: guard("provision", vm_provision, e, vm).as_dict())
+    env.registry.store_path  # one registry for every thread, opened before they start
+    env.progress(f"{target}: provisioning {len(vms)} VM(s), {workers} at a time")
+    lock = threading.Lock()
+    done: list[str] = []
+
+    def one(vm: str) -> Mapping[str, Any]:
+        venv = env.for_vm(vm)
+        ret = provision(venv, vm)
+        with lock:
+            done.append(vm)
+            venv.progress(f"{'done' if ret.get('result') else 'FAILED: ' + str(ret.get('comment', ''))} "
+                          f"({len(done)}/{len(vms)})")
+        return ret
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mccloud-vm") as pool:
+        results = list(pool.map(one, vms))
+    out = Outcome()
+    for vm, ret in zip(vms, results):
+        out.add(vm, ret)
+    failed = [vm for vm, ret in zip(vms, results) if not ret.get("result")]
+    if failed:
+        out.comment = f"{len(failed)} of {len(vms)} VM(s) failed: " + "; ".join(
+            f"{vm}: {ret.get('comment', '')}" for vm, ret in zip(vms, results) if not ret.get("result"))
+    return out
+
+
+def vm_sls(env: Env, vm: str, target: str | None, sls: str) -> Outcome:
+    """Applies a VM SLS on the VM's compute node."""
+    cn, data = env.vm_data(vm, target)
+    out = Outcome()
+    out.add(sls, env.sls(cn, sls, data))
+    return out
+
+
+def vm_minion_call(env: Env, vm: str, fun: str, timeout: int = 300) -> Outcome:
+    """Calls ``fun`` on the VM's own minion; a VM that is not (yet) a minion
+    of this master is reported and skipped, not failed."""
+    out = Outcome()
+    out.add(fun, transport.minion_call(env.opts, vm, fun, timeout))
+    return out
+
+
+def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) -> Outcome:
+    """The generic destroy, for a driver: one job on the node applies the
+    driver's ``sls`` (removing the guest; ``data`` under pillar key
+    ``mccloud:destroy``) and the node's reverse proxy, hosts file and
+    firewall without the VM; the allocations are freed last, only on
+    success (IP and ports return to their pools, MACs are retired), so a
+    failed destroy can simply be run again."""
+    held = vm in env.registry.allocated(cn, "ip") or vm in env.registry.allocated(cn, "ssh")
+    parts = [("guest", sls), *((s, s) for s in NODE_SLS[2:])]
+    out = Outcome()
+    results = env.batch(cn, parts, destroy_data(env, vm, cn, data))
+    guest = dict(results[0][1])
+    removed = bool(guest.get("changes"))
+    if guest.get("result"):
+        guest["comment"] = f"guest {vm} removed from {cn}" if removed else f"no guest {vm} on {cn}"
+    if not out.add_all([("guest", guest), *results[1:]]):
+        return out
+    if not removed and not held:
+        return out.fail(f"VM {vm} does not exist on compute node {cn}: no guest and no allocation")
+    try:
+        freed = env.registry.destroy_vm(cn, vm)
+    except mccloud.NotFoundError:
+        freed = {}
+    env.forget(cn, vm)
+    out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",
+                            "changes": {"freed": freed} if freed else {}})
+    out.comment = f"VM {vm} destroyed on {cn}" + (f"; freed {', '.join(f'{k} {v}' for k, v in freed.items())}"
+                                                  if freed else "")
+    return out
+
+
+def destroy_data(env: Env, vm: str, cn: str, guest: Mapping[str, Any]) -> dict[str, Any]:
+    """What a destroy job receives: the node's settings without the VM
+    (nothing allocated for it), and the driver's ``guest`` data under
+    ``destroy``."""
+    return {**env.registry.target_settings(cn, [vm]), "destroy": dict(guest)}
+
+
+def destroy(env: Env, vm: str, target: str | None = None, vt: str | None = None) -> Outcome:
+    """Destroys a VM with its driver's ``mc_cloud_<vt>.vm_destroy`` (the
+    type is the VM's declared one, or ``vt``)."""
+    cn = target or env.config.node_of(vm)
+    vt = vt or env.vm_type(vm, cn)
+    fun = f"mc_cloud_{vt}.vm_destroy"
+    if fun not in env.functions:
+        raise mccloud.NotFoundError(f"no driver destroys {vt} VMs ({fun} is not a runner): install the {vt} driver")
+    ret = env.call(fun, vm, cn)
+    out = Outcome(result=bool(ret.get("result")), comment=str(ret.get("comment", "")),
+                  changes=dict(ret.get("changes") or {}), steps=list(ret.get("steps") or []))
+    return out
+
+
+PHASES = ("controller", "saltify", "compute_nodes", "vms")
+
+
+def cloud_orchestrate(env: Env, only: Any = None, skip: Any = None) -> Outcome:
+    """Controller, saltify targets, compute nodes, their VMs, post hooks.
+    ``only``/``skip`` name phases or target ids."""
+    only_set, skip_set = set(names(only)), set(names(skip))
+    phases, targets = only_set & set(PHASES), only_set - set(PHASES)
+
+    def wanted(phase: str, target: str | None = None) -> bool:
+        if phase in skip_set or (target is not None and target in skip_set):
+            return False
+        if phases and phase not in phases:
+            return False
+        return not targets or target in targets
+
+    out = Outcome()
+    if wanted("controller") and not out.add("controller", env.call("mc_cloud_controller.deploy")):
+        return out
+    for name in env.config.saltify_settings()["targets"]:
+        if wanted("saltify", name) and not out.add(f"saltify {name}", env.call("mc_cloud_saltify.saltify", name)):
+            return out
+    nodes = list(env.config.compute_node_settings()["targets"])
+    for cn in nodes:
+        if wanted("compute_nodes", cn) and not out.add(
+            f"compute node {cn}", env.call("mc_cloud_compute_node.deploy", cn)
+        ):
+            return out
+    for cn in nodes:
+        if wanted("vms", cn):
+            out.add(f"VMs of {cn}", env.call("mc_cloud_vm.orchestrate", cn))
+    vts = env.config.controller_settings()["vts"]
+    for fun in hook_functions(env.functions, vts, "post_orchestrate"):
+        out.add(fun, env.call(fun))
+    return out

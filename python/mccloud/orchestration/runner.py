@@ -1,0 +1,266 @@
+"""One runner invocation: its result mapping (:class:`Outcome`), its view of
+the controller (:class:`Env`: pillar, configuration, registry, the data
+states receive, progress) and the wrapper every runner body runs in.
+
+Runner shims (``runners/``) pass ``__opts__``, ``__salt__``, ``__context__``
+and ``__jid_event__`` in; nothing here reads Salt's dunders.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, cast
+
+import mccloud
+from mccloud import saltsupport
+from mccloud.orchestration import transport
+
+if TYPE_CHECKING:
+    from mccloud._native import NodeData, VmStepData
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+#: A step mapping: ``result``, ``comment`` and optionally ``changes``.
+Step = dict[str, Any]
+
+
+def sls_root() -> str:
+    """Directory to add to the master's ``file_roots`` (holds ``makina-states/``)."""
+    return str(resources.files("mccloud").joinpath("sls"))
+
+
+@dataclass
+class Outcome:
+    """The result mapping every runner returns (``retcode`` makes ``salt-run``
+    exit non-zero on failure)."""
+
+    result: bool = True
+    comment: str = ""
+    changes: dict[str, Any] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, name: str, step: Mapping[str, Any]) -> bool:
+        """Records a step; returns whether it succeeded."""
+        self.steps.append({"name": name, **step})
+        if step.get("changes"):
+            self.changes[name] = step["changes"]
+        if not step.get("result", False):
+            self.result = False
+            self.comment = f"step {name} failed: {step.get('comment', '')}".strip()
+        return bool(step.get("result", False))
+
+    def add_all(self, steps: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
+        """Records steps in order, up to the first failure."""
+        return all(self.add(name, step) for name, step in steps)
+
+    def fail(self, comment: str) -> Outcome:
+        self.result, self.comment = False, comment
+        return self
+
+    def as_dict(self, done: str = "") -> dict[str, Any]:
+        if self.result and not self.comment:
+            self.comment = done or f"{len(self.steps)} step(s) succeeded"
+        return {
+            "result": self.result,
+            "comment": self.comment,
+            "changes": self.changes,
+            "steps": self.steps,
+            "retcode": 0 if self.result else 1,
+        }
+
+
+def as_step(ret: Any) -> Step:
+    """A runner function's return as a step mapping."""
+    return dict(ret) if isinstance(ret, Mapping) else {"result": bool(ret), "comment": str(ret)}
+
+
+def controller_pillar(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller's pillar, compiled on the master (a runner's own
+    ``__pillar__`` is empty). ``mccloud_controller_id`` names the minion
+    whose pillar it is (default: the master's id without ``_master``)."""
+    import salt.pillar
+
+    minion_id = saltsupport.controller_id(opts)
+    pillar = salt.pillar.get_pillar(dict(opts), {"id": minion_id}, minion_id, saltenv="base").compile_pillar()
+    errors = pillar.get("_errors") if isinstance(pillar, dict) else None
+    if errors:
+        raise mccloud.InvalidInputError(f"the controller's pillar does not render: {'; '.join(map(str, errors))}")
+    return dict(pillar)
+
+
+_EVENTS = threading.Lock()
+
+
+def make_progress(jid_event: Any, prefix: str) -> Progress:
+    """A progress callback: Salt progress events plus log lines (callable
+    from several threads: events go out one at a time)."""
+
+    def progress(message: str) -> None:
+        line = f"[{prefix}] {message}"
+        log.info(line)
+        if jid_event is not None:
+            try:
+                with _EVENTS:
+                    jid_event.fire_event({"message": line}, "progress")
+            except Exception:  # progress must never break a run
+                log.debug("progress event failed", exc_info=True)
+
+    return progress
+
+
+def hook_functions(available: Container[str], vts: Iterable[str], hook: str) -> list[str]:
+    """Driver hooks ``mc_cloud_<vt>.<hook>`` that exist, per type."""
+    return [f"mc_cloud_{vt}.{hook}" for vt in vts if f"mc_cloud_{vt}.{hook}" in available]
+
+
+class Env:
+    """One runner invocation's view of the controller. Pillar, configuration,
+    registry, node data and VM data are computed once and kept in the
+    runner's ``__context__``, which nested runner calls share."""
+
+    def __init__(
+        self,
+        opts: Mapping[str, Any],
+        functions: Mapping[str, Callable[..., Any]],
+        context: dict[str, Any],
+        jid_event: Any,
+        name: str,
+    ) -> None:
+        self.opts, self.functions, self.context = opts, functions, context
+        self.progress = make_progress(jid_event, name)
+
+    def for_vm(self, vm: str) -> Env:
+        """The same view, with progress lines naming ``vm`` (one per thread
+        of a parallel orchestration)."""
+        child = object.__new__(type(self))
+        child.__dict__.update(self.__dict__)
+        parent = self.progress
+        child.progress = lambda message: parent(f"{vm}: {message}")
+        return child
+
+    def _cached(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self.context:
+            self.context[key] = make()
+        return self.context[key]
+
+    @property
+    def pillar(self) -> dict[str, Any]:
+        return cast("dict[str, Any]", self._cached("mccloud.pillar", lambda: controller_pillar(self.opts)))
+
+    @property
+    def config(self) -> mccloud.Config:
+        return cast(mccloud.Config, self._cached("mccloud.config", lambda: saltsupport.config(self.opts, self.pillar)))
+
+    @property
+    def registry(self) -> mccloud.Registry:
+        """The controller's registry. One object serves every thread: it is
+        a frozen class whose store sits behind a lock."""
+        def make() -> mccloud.Registry:
+            return mccloud.Registry(self.config, saltsupport.store_dir(self.opts, self.config))
+        return cast(mccloud.Registry, self._cached("mccloud.registry", make))
+
+    @property
+    def controller(self) -> str:
+        """Minion id of the controller (``makina-states.cloud.master``)."""
+        return str(self.config.cloud_settings()["master"])
+
+    def node_data(self, cn: str) -> NodeData:
+        """The node's settings, registering it (allocating every VM): once
+        per runner invocation, until something changes its allocations."""
+        def make() -> NodeData:
+            self.progress(f"{cn}: registering the compute node (allocating its VMs)")
+            return self.registry.target_settings(cn)
+        return cast("NodeData", self._cached(f"mccloud.node.{cn}", make))
+
+    def vm_type(self, vm: str, cn: str) -> str:
+        """The declared virtualisation type of ``vm`` on ``cn``."""
+        vms = self.config.compute_node_settings()["targets"].get(cn, {}).get("vms", {})
+        if vm not in vms:
+            raise mccloud.NotFoundError(f"VM {vm} is not declared on compute node {cn}: declare it in "
+                                        f"pillar (makina-states.cloud.<vt>.vms.{cn})")
+        return str(vms[vm])
+
+    def vm_data(self, vm: str, target: str | None = None) -> tuple[str, VmStepData]:
+        """The compute node of ``vm`` and the data its SLS receive (one
+        registry call per runner invocation): the VM's settings (without the
+        clear-text password), its node, the controller's public key, and
+        what its driver adds through the optional hook
+        ``mc_cloud_<vt>.vm_data(vm, target, settings=...)`` (e.g. ``rootfs``)."""
+        cn = target or self.config.node_of(vm)
+
+        def make() -> VmStepData:
+            settings = self.registry.vm_settings(cn, vm)
+            settings.pop("password", None)  # states get password_hash; the clear text stays here
+            vt = settings.setdefault("vt", self.vm_type(vm, cn))
+            data: dict[str, Any] = {"vm": settings, "target": cn, "controller_pubkey": self.controller_pubkey()}
+            for hook in hook_functions(self.functions, [vt], "vm_data"):
+                data.update(self.functions[hook](vm, cn, settings=settings))
+            return cast("VmStepData", data)
+
+        return cn, cast("VmStepData", self._cached(f"mccloud.vm.{cn}.{vm}", make))
+
+    def forget(self, cn: str, vm: str | None = None) -> None:
+        """Drops cached node (and VM) data after their allocations changed."""
+        self.context.pop(f"mccloud.node.{cn}", None)
+        if vm is not None:
+            self.context.pop(f"mccloud.vm.{cn}.{vm}", None)
+
+    def controller_pubkey(self) -> str:
+        key = self.config.controller_settings()["ssh_key"]
+        try:
+            with open(f"{key}.pub") as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
+    def batch(self, target: str, steps: Sequence[tuple[str, str]], data: Mapping[str, Any]) -> list[tuple[str, Step]]:
+        """Applies the SLS of ``steps`` (``(name, sls)`` pairs) on ``target``
+        as one job; returns each step's result, up to the first failure."""
+        return transport.apply_batch(self.opts, target, steps, data, self.progress)
+
+    def sls(self, target: str, sls: str, data: Mapping[str, Any]) -> Step:
+        """Applies one SLS on ``target``."""
+        return self.batch(target, [(sls, sls)], data)[0][1]
+
+    def call(self, fun: str, *args: Any, **kwargs: Any) -> Step:
+        """Calls another runner function, as a step mapping."""
+        if fun not in self.functions:
+            return {"result": False, "comment": f"runner {fun} is not available"}
+        return as_step(self.functions[fun](*args, **kwargs))
+
+
+def guard(name: str, body: Callable[..., Outcome], env: Env, *args: Any, **kwargs: Any) -> Outcome:
+    """Runs a runner body: mccloud errors become a failed outcome (not a
+    traceback)."""
+    kwargs = {k: v for k, v in kwargs.items() if not k.startswith("__")}
+    try:
+        return body(env, *args, **kwargs)
+    except mccloud.MccloudError as exc:
+        return Outcome().fail(f"{name}: {exc}")
+    except Exception as exc:  # a runner reports, it does not crash
+        log.debug("%s failed", name, exc_info=True)
+        return Outcome().fail(f"{name}: unexpected {type(exc).__name__}: {exc}")
+
+
+def run(name: str, body: Callable[..., Outcome], env: Env, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Runs a runner body (see :func:`guard`); the outcome becomes a mapping
+    with ``retcode``, and the runner context records a failure so
+    ``salt-run`` exits non-zero."""
+    outcome = guard(name, body, env, *args, **kwargs)
+    if not outcome.result:
+        env.progress(f"FAILED: {outcome.comment}")
+        env.context["retcode"] = 1
+    return outcome.as_dict()
+
+
+def names(value: Any) -> list[str]:
+    """A list argument from the command line (``a,b`` or a list)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v for v in (x.strip() for x in value.split(",")) if v]
+    return [str(v) for v in value]

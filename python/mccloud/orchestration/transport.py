@@ -1,0 +1,170 @@
+"""Everything that talks to minions: accepted keys, ``state.sls`` jobs and
+their results, and calls on a VM's own minion.
+
+Consecutive SLS steps for one target with the same data go to the minion as
+one ``state.sls`` job (the SLS as a list, ``failhard``, ``concurrent``).
+Salt orders the states of a job by rendering order (``state_auto_order``):
+each SLS of the list after the ones before it, an included SLS before the
+one including it, each state once. That is the order the steps would have
+run one job at a time. Each state's result is attributed back to its step
+through its ``__sls__``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from typing import Any, Callable, Mapping, Sequence
+
+#: Pillar key under which runners pass registry data to the SLS they apply.
+DATA_KEY = "mccloud"
+#: Seconds to wait for a minion to finish an SLS.
+DEFAULT_TIMEOUT = 900
+
+Step = dict[str, Any]
+
+
+def accepted_minions(opts: Mapping[str, Any]) -> list[str]:
+    """Ids of the minions whose key this master accepted."""
+    import salt.key
+
+    return list(salt.key.get_key(dict(opts)).list_status("accepted").get("minions", []))
+
+
+def _states(ret: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The state results of a job, in the order they ran."""
+    if not isinstance(ret, dict):
+        return []
+    out = [(str(sid), st) for sid, st in ret.items() if isinstance(st, dict)]
+    return sorted(out, key=lambda item: int(item[1].get("__run_num__", 0)))
+
+
+def state_failures(ret: Any) -> list[str]:
+    """The failed states of a ``state.sls`` return, as readable lines."""
+    if isinstance(ret, list):  # render errors come back as a list of strings
+        return [str(r) for r in ret]
+    if not isinstance(ret, dict):
+        return [str(ret)]
+    return [f"{st.get('__id__', sid)}: {st.get('comment', '')}".strip()
+            for sid, st in _states(ret) if st.get("result") is False]
+
+
+def state_changes(ret: Any) -> dict[str, Any]:
+    return {str(st.get("__id__", sid)): st["changes"] for sid, st in _states(ret) if st.get("changes")}
+
+
+_INCLUDE = re.compile(r"^include:\s*\n((?:[ \t]+-[^\n]*\n?)+)", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=256)
+def includes(sls: str) -> frozenset[str]:
+    """``sls`` and every SLS it includes, transitively, as far as mccloud's
+    own tree tells (an SLS from elsewhere stands for itself)."""
+    root = resources.files("mccloud").joinpath("sls")
+    path = sls.replace(".", "/")
+    text = ""
+    for candidate in (f"{path}.sls", f"{path}/init.sls"):
+        try:
+            text = root.joinpath(candidate).read_text()
+            break
+        except OSError:
+            continue
+    found = {sls}
+    for block in _INCLUDE.findall(text):
+        for line in block.splitlines():
+            name = line.strip().lstrip("-").strip().strip("'\"")
+            if name and name not in found:
+                found |= includes(name)
+    return frozenset(found)
+
+
+def attribute(steps: Sequence[tuple[str, str]], target: str, ret: Any) -> list[tuple[str, Step]]:
+    """Splits one job's return between the steps that made it, in step
+    order, up to the first failed step (the job stops there: failhard)."""
+    if not isinstance(ret, dict):  # a render error, or the job did not run
+        failures = state_failures(ret)
+        culprit = next((i for i, (_, sls) in enumerate(steps) if any(sls in f for f in failures)), 0)
+        done: list[tuple[str, Step]] = [(n, {"result": True, "comment": f"{s} rendered"}) for n, s in steps[:culprit]]
+        name, sls = steps[culprit]
+        return [*done, (name, {"result": False, "comment": f"{sls} on {target}: " + "; ".join(failures)})]
+    owner: dict[str, int] = {}
+    for i, (_, sls) in enumerate(steps):
+        for s in sorted(includes(sls)):
+            owner.setdefault(s, i)
+    states = _states(ret)
+    per_step: list[list[tuple[str, dict[str, Any]]]] = [[] for _ in steps]
+    for pos, (sid, st) in enumerate(states):
+        known = owner.get(str(st.get("__sls__")))
+        if known is None:  # an SLS outside the tree: the step of the next known state
+            later = (owner.get(str(s.get("__sls__"))) for _, s in states[pos + 1:])
+            known = next((j for j in later if j is not None), len(steps) - 1)
+        per_step[known].append((sid, st))
+    out: list[tuple[str, Step]] = []
+    for (name, sls), mine in zip(steps, per_step):
+        part = dict(mine)
+        failures = state_failures(part)
+        changes = state_changes(part)
+        if failures:
+            out.append((name, {"result": False, "comment": f"{sls} on {target}: " + "; ".join(failures),
+                               "changes": changes}))
+            return out
+        out.append((name, {"result": True, "comment": f"{sls} applied on {target}", "changes": changes}))
+    return out
+
+
+def apply_batch(
+    opts: Mapping[str, Any],
+    target: str,
+    steps: Sequence[tuple[str, str]],
+    data: Mapping[str, Any],
+    progress: Callable[[str], None],
+    timeout: int | None = None,
+) -> list[tuple[str, Step]]:
+    """Applies the SLS of ``steps`` (``(name, sls)`` pairs, in order) on
+    minion ``target`` as one ``state.sls`` job with ``data`` as pillar key
+    ``mccloud``; returns each step's mapping (``result``, ``comment``,
+    ``changes``), up to the first failure."""
+    import salt.client
+
+    if not steps:
+        return []
+    wait = int(timeout or opts.get("mccloud_sls_timeout") or DEFAULT_TIMEOUT)
+    first = steps[0][0]
+    if target not in accepted_minions(opts):
+        return [(first, {"result": False, "comment": f"minion {target} is not known to this master "
+                         "(no accepted key): install and start its minion, then accept its key"})]
+    mods = [sls for _, sls in steps]
+    progress(f"{target}: applying {', '.join(mods)}")
+    client = salt.client.get_local_client(opts["conf_file"])
+    try:
+        rets = client.cmd(
+            target, "state.sls", arg=[",".join(mods)],
+            kwarg={"pillar": {DATA_KEY: dict(data)}, "failhard": True, "concurrent": True},
+            timeout=wait, full_return=True,
+        )
+    finally:
+        client.destroy()
+    if target not in rets:
+        return [(first, {"result": False, "comment": f"minion {target} did not answer within {wait} s: "
+                         "is it running, and is its key accepted on this master?"})]
+    return attribute(steps, target, rets[target].get("ret"))
+
+
+def minion_call(opts: Mapping[str, Any], minion: str, fun: str, timeout: int = 300) -> Step:
+    """Calls ``fun`` on ``minion``; a minion that is not (yet) one of this
+    master's is reported and skipped, not failed."""
+    import salt.client
+
+    if minion not in accepted_minions(opts):
+        return {"result": True, "comment": f"{minion} is not a minion of this master: {fun} skipped"}
+    client = salt.client.get_local_client(opts["conf_file"])
+    try:
+        ret = client.cmd(minion, fun, timeout=timeout, full_return=True)
+    finally:
+        client.destroy()
+    if minion not in ret:
+        return {"result": False, "comment": f"minion {minion} did not answer {fun} within {timeout} s"}
+    value = ret[minion].get("ret")
+    failures = state_failures(value) if fun.startswith("state.") else ([] if value else [f"{fun} returned {value!r}"])
+    return {"result": not failures, "comment": "; ".join(failures) or f"{fun} succeeded on {minion}"}

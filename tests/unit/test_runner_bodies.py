@@ -1,0 +1,173 @@
+"""The runner bodies over the real runner shims, without daemons: SLS
+batching and how each state's result finds its step, how often the
+registry is asked (once per VM provision, once per node deploy), and the
+parallel orchestration of a node's VMs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+
+from mccloud.orchestration import Env, compute_node_deploy, transport, vm_destroy, vm_orchestrate, vm_provision
+from tests.support.runners import Jobs, Offline
+
+CN = "cn1.example.net"
+VMS = {f"vm{i}.example.net": {} for i in range(1, 7)}
+PILLAR = {f"makina-states.cloud.lxc.vms.{CN}": VMS, "makina-states.cloud.master": CN}
+LXC, GEN = "makina-states.cloud.lxc.vm", "makina-states.cloud.generic.vm"
+
+
+@pytest.fixture
+def jobs(monkeypatch: pytest.MonkeyPatch) -> Jobs:
+    j = Jobs()
+    monkeypatch.setattr(transport, "apply_batch", j)
+    monkeypatch.setattr(transport, "accepted_minions", lambda opts: [])  # VMs are no minions here
+    return j
+
+
+@pytest.fixture
+def offline(tmp_path: Path) -> Offline:
+    return Offline(tmp_path, PILLAR)
+
+
+def state(sls: str, sid: str, run: int, result: bool = True, comment: str = "ok", changes: Any = None) -> Any:
+    return (f"cmd_|-{sid}_|-x_|-run", {"__sls__": sls, "__id__": sid, "__run_num__": run, "result": result,
+                                       "comment": comment, "changes": changes or {}})
+
+
+def test_each_state_is_attributed_to_the_step_whose_sls_brings_it() -> None:
+    steps = [("mc_cloud_lxc.vm_spawn", f"{LXC}.spawn"), ("mc_cloud_vm.vm_fix_dns", f"{GEN}.fix_dns"),
+             ("mc_cloud_lxc.vm_reconfigure", f"{LXC}.reconfigure"), ("mc_cloud_lxc.vm_preprovision", f"{LXC}.preprovision")]
+    ret = dict([
+        state(f"{LXC}.spawn", "mccloud-lxc-vm-create", 0, changes={"pid": 1}),
+        state(f"{GEN}.rootfs_guard", "mccloud-vm-rootfs-guard", 1),   # included by spawn
+        state(f"{LXC}.config", "mccloud-lxc-vm-config", 2, changes={"diff": "new"}),  # included by spawn
+        state(f"{GEN}.fix_dns", "mccloud-vm-resolv", 3, changes={"diff": "x"}),
+        state(f"{LXC}.preprovision", "mccloud-lxc-vm-grains", 4, result=False, comment="disk full"),
+    ])
+    out = transport.attribute(steps, CN, ret)
+    assert [name for name, _ in out] == [n for n, _ in steps]
+    spawn, fix_dns, reconfigure, pre = (r for _, r in out)
+    assert spawn["result"] and set(spawn["changes"]) == {"mccloud-lxc-vm-create", "mccloud-lxc-vm-config"}
+    assert fix_dns["result"] and set(fix_dns["changes"]) == {"mccloud-vm-resolv"}
+    assert reconfigure == {"result": True, "comment": f"{LXC}.reconfigure applied on {CN}", "changes": {}}
+    assert pre["result"] is False
+    assert pre["comment"] == f"{LXC}.preprovision on {CN}: mccloud-lxc-vm-grains: disk full"
+
+
+def test_a_render_error_fails_the_step_it_names() -> None:
+    steps = [("a", f"{LXC}.spawn"), ("b", f"{GEN}.fix_dns"), ("c", f"{LXC}.volumes")]
+    out = transport.attribute(steps, CN, [f"Rendering SLS 'base:{GEN}.fix_dns' failed: bad"])
+    assert [(n, r["result"]) for n, r in out] == [("a", True), ("b", False)]
+    assert "failed: bad" in out[1][1]["comment"]
+
+
+def test_a_failing_state_in_the_third_batched_sls_names_the_third_step(offline: Offline, jobs: Jobs) -> None:
+    jobs.fail[f"{LXC}.reconfigure"] = "lxc-start failed"
+    out = vm_provision(offline.env, "vm1.example.net").as_dict()
+    assert len(jobs.sent) == 1  # spawn, fix_dns and reconfigure went as one job
+    assert jobs.sent[0][1][:3] == [f"{LXC}.spawn", f"{GEN}.fix_dns", f"{LXC}.reconfigure"]
+    assert out["result"] is False
+    assert out["comment"] == (f"step reconfigure (mc_cloud_lxc.vm_reconfigure) failed: {LXC}.reconfigure "
+                              f"on {CN}: reconfigure-state: lxc-start failed")
+    assert [s["name"] for s in out["steps"]] == ["mc_cloud_lxc.vm_spawn", "mc_cloud_vm.vm_fix_dns",
+                                                 "mc_cloud_lxc.vm_reconfigure"]
+
+
+def test_a_provision_sends_its_sls_steps_as_one_job_and_asks_the_registry_once(offline: Offline, jobs: Jobs) -> None:
+    out = vm_provision(offline.env, "vm1.example.net").as_dict()
+    assert out["result"] is True, out
+    assert [mods for _, mods, _ in jobs.sent] == [[
+        f"{LXC}.spawn", f"{GEN}.fix_dns", f"{LXC}.reconfigure", f"{LXC}.volumes", f"{LXC}.preprovision",
+        f"{GEN}.preprovision", f"{LXC}.initial_setup"]]
+    # initial_highstate and ping ran after the job (not minions here: skipped)
+    assert [s["name"] for s in out["steps"]][-2:] == ["mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"]
+    assert offline.registry.calls == {"vm_settings": 1}
+    data = jobs.sent[0][2]
+    assert data["rootfs"].endswith("/vm1.example.net/rootfs") and "password" not in data["vm"]
+    assert data["vm"]["vt"] == "lxc" and data["controller_pubkey"] == "ssh-ed25519 AAAA test"
+
+
+def test_a_non_sls_step_waits_for_the_batch_before_it(offline: Offline, jobs: Jobs) -> None:
+    order: list[str] = []
+    offline.functions["mc_cloud_lxc.post_vm_fix_dns"] = lambda vm, cn: order.append(f"hook {len(jobs.sent)}") or True
+    assert vm_provision(offline.env, "vm1.example.net", skip="initial_highstate").result
+    assert order == ["hook 1"]  # spawn and fix_dns were sent first
+    assert [len(mods) for _, mods, _ in jobs.sent] == [2, 5]
+
+
+def test_a_node_deploy_registers_the_node_once(offline: Offline, jobs: Jobs) -> None:
+    out = compute_node_deploy(offline.env, CN).as_dict()
+    assert out["result"] is True, out
+    assert offline.registry.calls == {"target_settings": 1}
+    assert [mods[0].rsplit(".", 2)[-2:] for _, mods, _ in jobs.sent] == [
+        ["compute_node", "grains"], ["compute_node", "grains"], ["compute_node", "images"]]
+    assert len(jobs.sent[0][1]) == 5 and len(jobs.sent[1][1]) == 2  # generic parts; lxc grains + install
+
+
+def test_destroy_is_one_job_and_frees_last(offline: Offline, jobs: Jobs) -> None:
+    assert vm_provision(offline.env, "vm1.example.net").result
+    offline.env.node_data(CN)
+    ret = offline.functions["mc_cloud_vm.destroy"]("vm1.example.net")
+    assert ret["result"] is True and "freed" in ret["comment"], ret
+    target, mods, data = jobs.sent[-1]
+    assert mods == [f"{LXC}.destroy", *(f"makina-states.cloud.generic.compute_node.{p}"
+                                        for p in ("reverse_proxy", "firewall", "hosts"))]
+    assert data["destroy"]["name"] == "vm1.example.net" and "vm1.example.net" not in data["vms"]
+    assert f"mccloud.node.{CN}" not in offline.context  # the node's cached data is gone
+    jobs.fail[f"{LXC}.destroy"] = "busy"
+    assert vm_provision(offline.env, "vm2.example.net").result
+    before = offline.registry.allocated(CN, "ip")
+    failed = vm_destroy(offline.env, "vm2.example.net", CN, f"{LXC}.destroy", {"name": "vm2.example.net"})
+    assert failed.result is False and offline.registry.allocated(CN, "ip") == before
+
+
+def test_orchestrate_runs_vms_in_parallel_within_the_bound(offline: Offline) -> None:
+    bound, active, seen = 3, [0], [0]
+    lock = threading.Lock()
+    rendezvous = threading.Barrier(bound, timeout=30)  # breaks unless `bound` VMs run at once
+
+    def provision(env: Env, vm: str) -> Mapping[str, Any]:
+        with lock:
+            active[0] += 1
+            seen[0] = max(seen[0], active[0])
+        try:
+            rendezvous.wait()
+            if vm == "vm2.example.net":
+                return {"result": False, "comment": "spawn failed"}
+            return {"result": True, "comment": "done"}
+        finally:
+            with lock:
+                active[0] -= 1
+
+    out = vm_orchestrate(offline.env, CN, concurrency=bound, provision=provision).as_dict()
+    assert seen[0] == bound
+    assert [s["name"] for s in out["steps"]] == list(VMS)
+    assert [s["result"] for s in out["steps"]] == [name != "vm2.example.net" for name in VMS]
+    assert out["result"] is False and out["comment"] == "1 of 6 VM(s) failed: vm2.example.net: spawn failed"
+
+
+def test_orchestrate_concurrency_comes_from_the_master_option(tmp_path: Path) -> None:
+    offline = Offline(tmp_path, PILLAR, opts={"mccloud_concurrency": 1})
+    active, seen = [0], [0]
+
+    def provision(env: Env, vm: str) -> Mapping[str, Any]:
+        active[0] += 1
+        seen[0] = max(seen[0], active[0])
+        active[0] -= 1
+        return {"result": True}
+
+    assert vm_orchestrate(offline.env, CN, skip="vm1.example.net", provision=provision).result
+    assert seen[0] == 1
+    with pytest.raises(Exception, match="concurrency 0 is not a positive number"):
+        vm_orchestrate(offline.env, CN, concurrency=0, provision=provision)
+
+
+def test_orchestrate_provisions_for_real_bodies_in_threads(offline: Offline, jobs: Jobs) -> None:
+    out = vm_orchestrate(offline.env, CN, concurrency=4).as_dict()
+    assert out["result"] is True, out
+    assert sorted(job[2]["vm"]["name"] for job in jobs.sent) == sorted(VMS)
+    assert offline.registry.calls == {"vm_settings": len(VMS)}
