@@ -94,7 +94,12 @@ impl Driver {
         let g = generic_defaults(cloud);
         match self {
             Driver::Lxc => lxc::base_settings(cloud, &g),
-            Driver::Generic => json!({"dnsservers": DNSSERVERS, "defaults": g, "modes": MODES}),
+            Driver::Generic => {
+                // A type whose guests sit on a named bridge sets it here.
+                let mut defaults = g;
+                defaults["bridge"] = Value::Null;
+                json!({"dnsservers": DNSSERVERS, "defaults": defaults, "modes": MODES})
+            }
         }
     }
 

@@ -891,9 +891,11 @@ fn lxc_settings_keep_their_keys_and_other_types_get_the_generic_defaults() {
     assert_eq!(kvm["defaults"]["ssh_username"], "debian");
     assert_eq!(kvm["defaults"]["network"], "10.5.0.0");
     assert_eq!(kvm["dnsservers"], json!(["8.8.8.8", "4.4.4.4"]));
-    for key in ["lxc_path", "bridge", "backing", "profile", "lxc_conf"] {
+    for key in ["lxc_path", "backing", "profile", "lxc_conf"] {
         assert!(kvm["defaults"].get(key).is_none(), "{key}");
     }
+    // A type names its bridge, or has none.
+    assert_eq!(kvm["defaults"]["bridge"], Value::Null);
     assert!(kvm.get("vms").is_none());
     let plan = cfg.vm_plan(CN, "k.test").unwrap();
     assert_eq!(plan.vt, "kvm");

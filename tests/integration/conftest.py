@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import subprocess
 import uuid
 from pathlib import Path
@@ -25,6 +27,8 @@ NET = "10.199.7"
 SSH = (41000, 41009)
 SNMP = (31000, 31009)
 CHAIN = "MCCLOUD-TEST"
+#: nsbox, the tests' own virtualisation type (its modules, runners and SLS).
+NSBOX = Path(__file__).resolve().parent.parent / "drivers" / "nsbox"
 #: Phase timings of the end-to-end test, printed in pytest's summary.
 TIMINGS: list[str] = []
 
@@ -42,8 +46,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture(scope="session")
-def salt_factories_config() -> dict[str, Any]:
-    return {"slow_stop": False}
+def salt_factories_config() -> Iterator[dict[str, Any]]:
+    # The daemons' launcher scripts name the code directory of the
+    # interpreter that wrote them, and salt-factories reuses those in its
+    # root directory (/tmp by default): a root of this run's own keeps
+    # another interpreter's scripts (another virtualenv's mccloud) out.
+    root = tempfile.mkdtemp(prefix="mcsf-")
+    yield {"slow_stop": False, "root_dir": root}
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")
@@ -123,7 +133,9 @@ def host_state(bridge: str) -> Iterator[None]:
 def salt_master(salt_factories: Any, cloud_root: Path, host_state: None) -> Iterator[Any]:
     overrides = {
         "interface": "127.0.0.1",
-        "file_roots": {"base": [sls_root()]},
+        "file_roots": {"base": [sls_root(), str(NSBOX / "sls")]},
+        "runner_dirs": [str(NSBOX / "runners")],
+        "mccloud_nsbox_root": str(cloud_root / "nsbox"),
         "pillar_roots": {"base": [str(cloud_root / "pillar")]},
         "mccloud_store_dir": str(cloud_root / "store"),
         "mccloud_sls_timeout": 600,
@@ -136,7 +148,7 @@ def salt_master(salt_factories: Any, cloud_root: Path, host_state: None) -> Iter
 
 @pytest.fixture(scope="package")
 def salt_minion(salt_master: Any, cloud_root: Path) -> Iterator[Any]:
-    overrides = {"mccloud_store_dir": str(cloud_root / "store")}
+    overrides = {"mccloud_store_dir": str(cloud_root / "store"), "module_dirs": [str(NSBOX / "modules")]}
     factory = salt_master.salt_minion_daemon("mccloud-node", overrides=overrides)
     with factory.started(start_timeout=120):
         yield factory

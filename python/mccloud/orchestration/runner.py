@@ -117,6 +117,15 @@ def hook_functions(available: Container[str], vts: Iterable[str], hook: str) -> 
     return [f"mc_cloud_{vt}.{hook}" for vt in vts if f"mc_cloud_{vt}.{hook}" in available]
 
 
+def _resolved(dunder: Any) -> Any:
+    """What a loader dunder (``__opts__``, ``__salt__``, ``__context__``)
+    stands for in the calling thread; anything else as it is."""
+    value = getattr(dunder, "value", None)
+    if type(dunder).__name__ == "NamedLoaderContext" and callable(value):
+        return value()
+    return dunder
+
+
 class Env:
     """One runner invocation's view of the controller. Pillar, configuration,
     registry, node data and VM data are computed once and kept in the
@@ -130,7 +139,10 @@ class Env:
         jid_event: Any,
         name: str,
     ) -> None:
-        self.opts, self.functions, self.context = opts, functions, context
+        # Salt's dunders are proxies resolved through a context variable
+        # that threads do not inherit: keep what they stand for, so that a
+        # parallel orchestration's threads see the same objects.
+        self.opts, self.functions, self.context = _resolved(opts), _resolved(functions), _resolved(context)
         self.progress = make_progress(jid_event, name)
 
     def for_vm(self, vm: str) -> Env:

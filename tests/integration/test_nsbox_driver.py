@@ -1,0 +1,114 @@
+"""The driver seam, end to end: nsbox (``tests/drivers/nsbox``), a
+virtualisation type of the tests' own that ships only its modules, runners
+and SLS. Its guests are network namespaces on the node's bridge running a
+small TCP service. The registry allocates for them, the generic runners
+deploy, provision (in parallel), list and destroy them, and nothing of
+mccloud's own code knows the type."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.integration.conftest import NET, Cloud
+
+GUESTS = ("g1.nsbox.lan", "g2.nsbox.lan")
+
+
+def nsbox_pillar(cloud: Cloud) -> dict[str, Any]:
+    return {
+        f"makina-states.cloud.nsbox.vms.{cloud.node}": {g: {} for g in GUESTS},
+        "makina-states.cloud.nsbox.defaults.network": f"{NET}.0",
+        "makina-states.cloud.nsbox.defaults.netmask": "24",
+        "makina-states.cloud.nsbox.defaults.gateway": f"{NET}.1",
+        "makina-states.cloud.nsbox.defaults.bridge": cloud.bridge,
+    }
+
+
+def banner(host: str, port: int, deadline: float = 30) -> bytes:
+    end, last = time.monotonic() + deadline, b""
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((host, port), timeout=3) as s:
+                s.settimeout(3)
+                data = s.recv(128)
+                if data:
+                    return data
+        except OSError as exc:
+            last = str(exc).encode()
+        time.sleep(0.2)
+    raise AssertionError(f"nothing answered on {host}:{port}: {last!r}")
+
+
+def ok(cloud: Cloud, fun: str, *args: str) -> dict[str, Any]:
+    rc, data, out = cloud.run(fun, *args)
+    assert rc == 0 and data and data["result"] is True, out
+    return data
+
+
+@pytest.fixture(scope="module")
+def nsbox(cloud: Cloud) -> Iterator[Cloud]:
+    cloud.set_vms({}, **nsbox_pillar(cloud))
+    yield cloud
+    for g in GUESTS:  # whatever the test left
+        cloud.run("mc_cloud_nsbox.vm_destroy", g)
+
+
+def settings(cloud: Cloud, vm: str) -> dict[str, Any]:
+    ret = cloud.call_cli.run("mc_cloud_nsbox.get_settings_for_vm", cloud.node, vm)
+    assert ret.returncode == 0, ret.stderr
+    return dict(ret.data)
+
+
+def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox: Cloud) -> None:
+    cloud = nsbox
+    ok(cloud, "mc_cloud_controller.deploy")
+    deployed = ok(cloud, "mc_cloud_compute_node.deploy", cloud.node)
+    assert any(s["name"] == "mc_cloud_nsbox.install_vt" for s in deployed["steps"]), deployed
+    assert not any("mc_cloud_lxc" in s["name"] for s in deployed["steps"]), deployed
+
+    targets = cloud.call_cli.run("mc_cloud_compute_node.settings").data["targets"]
+    assert targets[cloud.node]["vms"] == {g: "nsbox" for g in GUESTS}
+    assert targets[cloud.node]["virt_types"] == ["nsbox"]
+
+    done = ok(cloud, "mc_cloud_vm.orchestrate", cloud.node)
+    assert [s["name"] for s in done["steps"]] == list(GUESTS) or sorted(s["name"] for s in done["steps"]) == \
+        sorted(GUESTS), done
+
+    seen: dict[str, dict[str, Any]] = {}
+    for g in GUESTS:
+        s = seen[g] = settings(cloud, g)
+        assert s["vt"] == "nsbox"
+        assert not {"lxc_path", "lxc_config", "backing", "from_container"} & set(s), sorted(s)
+        # The guest answers on its own IP, over the bridge, and through the
+        # node's reverse proxy on the ssh port the registry gave it.
+        assert banner(s["ip"], 22) == f"SSH-2.0-nsbox {g}\r\n".encode()
+        assert banner("127.0.0.1", s["ssh_reverse_proxy_port"]) == f"SSH-2.0-nsbox {g}\r\n".encode()
+        # The generic VM SLS wrote into the root the driver named.
+        root = Path(cloud.master.config["mccloud_nsbox_root"]) / g
+        assert (root / "this_host").read_text() == cloud.node
+        assert (root / "this_port").read_text() == str(s["ssh_reverse_proxy_port"])
+        assert "nameserver" in (root / "etc" / "resolv.conf").read_text()
+    assert len({s["ip"] for s in seen.values()}) == len({s["mac"] for s in seen.values()}) == len(GUESTS)
+
+    inventory = cloud.call_cli.run("mc_cloud.inventory").data[cloud.node]
+    assert inventory["virt_types"] == ["nsbox"]
+    for g in GUESTS:
+        assert inventory["vms"][g]["vt"] == "nsbox"
+        assert inventory["vms"][g]["ip"] == seen[g]["ip"]
+
+    gone = GUESTS[0]
+    ok(cloud, "mc_cloud_vm.destroy", gone)
+    netns = "/run/netns/" + cloud.run("mc_cloud_nsbox.vm_data", gone)[1]["netns"]
+    assert not os.path.exists(netns)
+    held = cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data
+    assert gone not in held and GUESTS[1] in held
+    with pytest.raises(OSError):
+        socket.create_connection((seen[gone]["ip"], 22), timeout=2).close()
+    # The other guest still answers.
+    assert banner(seen[GUESTS[1]]["ip"], 22) == f"SSH-2.0-nsbox {GUESTS[1]}\r\n".encode()
