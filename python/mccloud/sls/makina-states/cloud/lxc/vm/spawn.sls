@@ -32,7 +32,11 @@ mccloud-lxc-vm-create:
         src=$(sed -n 's/^[[:space:]]*lxc\.rootfs\.path[[:space:]]*=[[:space:]]*//p' \
             "$MCCLOUD_LXC_PATH/$MCCLOUD_FROM/config" 2>/dev/null | tail -n 1)
         case "$src" in
-            btrfs:*) from=btrfs ;;
+            btrfs:*)
+                # lxc labels a plain directory btrfs when it was copied onto
+                # btrfs across lxc paths: only a subvolume can be snapshotted.
+                from=dir
+                if btrfs subvolume show "${src#btrfs:}" >/dev/null 2>&1; then from=btrfs; fi ;;
             zfs:*) from=zfs ;;
             lvm:*)
                 from=lvm
