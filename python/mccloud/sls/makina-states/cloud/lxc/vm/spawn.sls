@@ -1,7 +1,20 @@
-{#- Spawn: clone the template container (dir; overlayfs as a snapshot) or
-    create from the image (*-scratch types), configure it from the registry
-    and start it. Running it again on an existing container changes nothing.
-    Commands receive the data through their environment only. #}
+{#- Spawn: clone the template container or create it from the image
+    (*-scratch types), configure it from the registry and start it. Running
+    it again on an existing container changes nothing. Commands receive the
+    data through their environment only.
+
+    Clones are copy-on-write where the storage allows it:
+      overlayfs  an overlay over the template's rootfs (lxc-copy -s -B overlay)
+      btrfs      a snapshot of the template's subvolume (lxc-copy -s) when the
+                 template is on btrfs, else a new subvolume (-B btrfs, a copy)
+      zfs        a clone of the template's dataset (lxc-copy -s) when the
+                 template is on zfs, else a new dataset (-B zfs, a copy)
+      lvm, lvm-thin
+                 a thin snapshot (lxc-copy -s) when the template is an lvm
+                 thin volume, else a new volume of the VM's size (-B lvm -L)
+      dir        a snapshot when the template is a btrfs subvolume (lxc path
+                 on btrfs), else a full copy
+    The template's storage is read from its own lxc.rootfs.path. #}
 {%- set d = pillar['mccloud'] %}
 {%- set v = d.vm %}
 {%- set P = d.lxc_path %}
@@ -17,10 +30,35 @@ mccloud-lxc-vm-create:
     - failhard: true
 {%- if v.get('from_container') %}
     - name: |
+        src=$(sed -n 's/^[[:space:]]*lxc\.rootfs\.path[[:space:]]*=[[:space:]]*//p' \
+            "$MCCLOUD_LXC_PATH/$MCCLOUD_FROM/config" 2>/dev/null | tail -n 1)
+        case "$src" in
+            btrfs:*)
+                # lxc labels a plain directory btrfs when it was copied onto
+                # btrfs across lxc paths: only a subvolume can be snapshotted.
+                from=dir
+                if btrfs subvolume show "${src#btrfs:}" >/dev/null 2>&1; then from=btrfs; fi ;;
+            zfs:*) from=zfs ;;
+            lvm:*)
+                from=lvm
+                if lvs --noheadings -o lv_attr "${src#lvm:}" 2>/dev/null | grep -q '^[[:space:]]*V'; then
+                    from=lvm-thin
+                fi ;;
+            *) from=dir ;;
+        esac
         case "$MCCLOUD_BACKING" in
             overlayfs) set -- -s -B overlay ;;
-            lvm) set -- -B lvm -L "$MCCLOUD_SIZE" ;;
-            *) set -- ;;
+            btrfs)
+                if [ "$(stat -f -c %T "$MCCLOUD_LXC_PATH")" != btrfs ]; then
+                    echo "backing btrfs: the lxc path $MCCLOUD_LXC_PATH is not on a btrfs file system;" \
+                        "mount one there or choose another backing" >&2
+                    exit 1
+                fi
+                if [ "$from" = btrfs ]; then set -- -s; else set -- -B btrfs; fi ;;
+            zfs) if [ "$from" = zfs ]; then set -- -s; else set -- -B zfs; fi ;;
+            lvm|lvm-thin)
+                if [ "$from" = lvm-thin ]; then set -- -s; else set -- -B lvm -L "$MCCLOUD_SIZE"; fi ;;
+            *) if [ "$from" = btrfs ]; then set -- -s; else set --; fi ;;
         esac
         exec lxc-copy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_FROM" -N "$MCCLOUD_NAME" "$@"
 {%- else %}

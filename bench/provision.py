@@ -1,0 +1,539 @@
+"""Provisioning benchmark: prints figures, asserts nothing about time.
+
+On a real Salt master and minion (pytest-salt-factories) and real LXC, in
+one run and on the same machine state:
+
+- the bare LXC floor, by hand with lxc tools only: ``lxc-copy`` of the
+  template container the runner clones (same backing), a static network
+  configuration, ``lxc-start``, then until the container's sshd sends its
+  SSH banner on <ip>:22; and the destroy floor, ``lxc-stop -k`` +
+  ``lxc-destroy`` (what the destroy state runs);
+- ``salt-run mc_cloud_vm.provision <vm>`` until the VM's sshd banner
+  answers (on <ip>:22, the address read with ``lxc-info``; the reverse
+  proxy port is then checked, untimed), and ``salt-run
+  mc_cloud_lxc.vm_destroy <vm>``;
+- ``salt-run mc_cloud_vm.orchestrate <cn>`` for 4 VMs, until the four
+  banners answer;
+- the provision time (and its floor) for each backing this machine offers:
+  ``dir`` and ``overlayfs`` always, ``btrfs`` on a loop-device file system
+  mounted as a separate lxc path, ``lvm-thin``/``zfs`` when the kernel has
+  them (otherwise the reason is printed).
+
+Each measure is repeated (3 times by default; the rounds interleave the
+measures so a load change on the machine touches all of them) and its
+median, min and max are printed, with the ratios provision / floor,
+destroy / destroy floor and orchestrate-4 / one VM.
+
+Everything runs on a network, bridge, port ranges and firewall chain of its
+own (10.199.9.0/24, MCCLOUD-BENCH, ssh 42000-42049, snmp 32000-32049) so
+the integration tests can run at the same time; every container, mount,
+loop device, bridge and firewall rule it made is removed at the end, also
+on failure. Needs root, LXC, and Debian's package mirror (or the lxc
+debian template's cache) for the template container.
+
+Usage: python3 bench/provision.py [--runs N] [--vms N] [--backings dir,overlayfs,btrfs,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+
+from tests.integration.conftest import Cloud  # noqa: E402
+
+NET = "10.199.9"
+SSH = (42000, 42049)
+SNMP = (32000, 32049)
+CHAIN = "MCCLOUD-BENCH"
+HTTP, HTTPS = 18090, 18453
+TEMPLATE = "mccloud-bench-tmpl"
+#: Addresses of the hand-made floor containers, above what the registry hands out here.
+FLOOR_IP = f"{NET}.250"
+FLOOR_MAC = "02:00:0a:c7:09:fa"
+UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
+BACKINGS = ("dir", "overlayfs", "btrfs", "lvm-thin", "zfs")
+#: The figures' settings, from the command line (main) through the environment.
+OPTS = json.loads(os.environ.get("MCCLOUD_BENCH_OPTS", "{}"))
+
+
+class BenchError(RuntimeError):
+    """A measured command failed."""
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sh(*cmd: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stdout}{p.stderr}")
+    return p
+
+
+def banner(ip: str, port: int, deadline: float = 120) -> float:
+    """Waits until ``ip:port`` sends an SSH banner; returns when it did."""
+    end = time.monotonic() + deadline
+    last: Any = None
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((ip, port), timeout=2) as s:
+                s.settimeout(5)
+                data = s.recv(64)
+                if data.startswith(b"SSH-"):
+                    return time.monotonic()
+                last = data
+        except OSError as exc:
+            last = exc
+        time.sleep(0.05)
+    raise RuntimeError(f"no SSH banner on {ip}:{port} within {deadline:.0f} s (last: {last!r})")
+
+
+def container_ip(lxc: Path, name: str, deadline: float = 60) -> str:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        ips = sh("lxc-info", "-P", str(lxc), "-n", name, "-iH").stdout.split()
+        if ips:
+            return ips[0]
+        time.sleep(0.05)
+    raise RuntimeError(f"container {name} in {lxc} has no IP after {deadline:.0f} s")
+
+
+# -- backings ---------------------------------------------------------------
+
+
+class Backing:
+    """One backing: where its containers live, how the template is cloned
+    by hand (the floor), and how a VM declares it."""
+
+    def __init__(self, name: str, lxc: Path, copy_args: list[str], vm: dict[str, Any], cow: str) -> None:
+        self.name, self.lxc, self.copy_args, self.vm, self.cow = name, lxc, copy_args, vm, cow
+
+    @property
+    def rootfs_dir(self) -> str:
+        return "overlay/delta" if self.name == "overlayfs" else "rootfs"
+
+
+class Storage:
+    """Loop devices and mounts made for the backings; undone by ``close``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.mounts: list[str] = []
+        self.loops: list[str] = []
+        self.unavailable: dict[str, str] = {}
+
+    def btrfs(self) -> Path | None:
+        if "btrfs" not in Path("/proc/filesystems").read_text().split():
+            self.unavailable["btrfs"] = "the kernel has no btrfs (not in /proc/filesystems)"
+            return None
+        if not shutil.which("mkfs.btrfs"):
+            say("installing btrfs-progs (mkfs.btrfs)")
+            p = subprocess.run(["apt-get", "install", "-y", "-qq", "btrfs-progs"], capture_output=True, text=True,
+                               env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            if p.returncode != 0 or not shutil.which("mkfs.btrfs"):
+                self.unavailable["btrfs"] = f"btrfs-progs could not be installed: {p.stderr.strip()[-300:]}"
+                return None
+        img, mnt = self.root / "btrfs.img", self.root / "btrfs"
+        mnt.mkdir(exist_ok=True)
+        with open(img, "wb") as f:
+            f.truncate(4 << 30)
+        loop = sh("losetup", "-f", "--show", str(img), check=True).stdout.strip()
+        self.loops.append(loop)
+        sh("mkfs.btrfs", "-q", loop, check=True)
+        sh("mount", loop, str(mnt), check=True)
+        self.mounts.append(str(mnt))
+        return mnt
+
+    def check_lvm_thin(self) -> bool:
+        dm = sh("dmsetup", "targets") if shutil.which("dmsetup") else None
+        if not Path("/dev/mapper/control").exists() or (dm is not None and dm.returncode != 0):
+            self.unavailable["lvm-thin"] = ("the kernel's device-mapper does not answer (/dev/mapper/control "
+                                            "missing or dmsetup targets failing), so no lvm volume of any kind")
+            return False
+        if dm is None or "thin-pool" not in dm.stdout:
+            self.unavailable["lvm-thin"] = ("device-mapper has no thin-pool target here (dmsetup targets; "
+                                            "install lvm2 and thin-provisioning-tools, load dm-thin-pool)")
+            return False
+        self.unavailable["lvm-thin"] = ("device-mapper thin pools work here, but this benchmark does not yet set "
+                                        "up an lvm thin pool on a loop device")
+        return False
+
+    def check_zfs(self) -> bool:
+        if "zfs" not in Path("/proc/filesystems").read_text().split():
+            mods = Path("/lib/modules") / os.uname().release
+            why = "the kernel has no zfs (not in /proc/filesystems"
+            why += ")" if mods.is_dir() else f"; no module directory {mods} to load it from)"
+            self.unavailable["zfs"] = why
+            return False
+        self.unavailable["zfs"] = "zfs is in the kernel, but this benchmark does not yet set up a zfs pool"
+        return False
+
+    def close(self) -> None:
+        for mnt in reversed(self.mounts):
+            for name in sh("lxc-ls", "-P", mnt).stdout.split():
+                sh("lxc-stop", "-P", mnt, "-n", name, "-k")
+                sh("lxc-destroy", "-P", mnt, "-n", name)
+            if sh("umount", mnt).returncode != 0:
+                sh("umount", "-l", mnt)
+        for loop in reversed(self.loops):
+            sh("losetup", "-d", loop)
+        self.mounts, self.loops = [], []
+
+
+# -- the master, the minion and the host -------------------------------------
+
+
+@pytest.fixture(scope="session")
+def salt_factories_config() -> dict[str, Any]:
+    return {"slow_stop": False}
+
+
+@pytest.fixture(scope="module")
+def bench_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench")
+    for d in ("pillar", "store", "lxc", "etc"):
+        (root / d).mkdir()
+    (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    (root / "pillar" / "top.sls").write_text("base:\n  '*':\n    - cloud\n")
+    (root / "pillar" / "cloud.sls").write_text("{}\n")
+    return root
+
+
+def _remove_reserved(ranges: list[tuple[int, int]]) -> None:
+    """Takes this benchmark's ranges out of ip_local_reserved_ports, leaving
+    whatever else is reserved (other users of the machine) alone."""
+    path = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+    mine = {f"{a}-{b}" for a, b in ranges}
+    keep = [r for r in path.read_text().strip().split(",") if r and r not in mine]
+    subprocess.run(["sysctl", "-q", "-w", f"net.ipv4.ip_local_reserved_ports={','.join(keep)}"], check=False)
+
+
+@pytest.fixture(scope="module")
+def host(bench_root: Path) -> Iterator[tuple[str, Storage]]:
+    """The bridge name and the storage; undoes on the host what the bench
+    and the compute-node states changed, also on failure."""
+    bridge = "mcbb" + uuid.uuid4().hex[:6]
+    storage = Storage(bench_root)
+    try:
+        yield bridge, storage
+    finally:
+        say("cleaning up: containers, haproxy, storage, bridge, firewall")
+        lxc = bench_root / "lxc"
+        for name in sh("lxc-ls", "-P", str(lxc)).stdout.split():
+            sh("lxc-stop", "-P", str(lxc), "-n", name, "-k")
+            sh("lxc-destroy", "-P", str(lxc), "-n", name)
+        pidfile = bench_root / "etc" / "haproxy.pid"
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text().split()[0]), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+        storage.close()
+        sh("ip", "link", "del", bridge)
+        subprocess.run(f"iptables -D INPUT -j {CHAIN}; iptables -F {CHAIN}; iptables -X {CHAIN}",
+                       shell=True, capture_output=True)
+        cidr = f"{NET}.0/24"
+        subprocess.run(["iptables", "-t", "nat", "-D", "POSTROUTING", "-s", cidr, "!", "-d", cidr,
+                        "-j", "MASQUERADE"], capture_output=True)
+        Path(f"/etc/network/interfaces.d/mccloud-{bridge}").unlink(missing_ok=True)
+        _remove_reserved([SSH, SNMP])
+        shutil.rmtree(lxc / TEMPLATE, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cloud(salt_factories: Any, bench_root: Path, host: tuple[str, Storage]) -> Iterator[Cloud]:
+    from mccloud.orchestration import sls_root
+
+    store = str(bench_root / "store")
+    master_overrides = {
+        "interface": "127.0.0.1",
+        "file_roots": {"base": [sls_root()]},
+        "pillar_roots": {"base": [str(bench_root / "pillar")]},
+        "mccloud_store_dir": store,
+        "mccloud_sls_timeout": 900,
+    }
+    master = salt_factories.salt_master_daemon("mccloud-bench-master", overrides=master_overrides)
+    with master.started(start_timeout=120):
+        minion = master.salt_minion_daemon("mccloud-bench-node", overrides={"mccloud_store_dir": store})
+        with minion.started(start_timeout=120):
+            yield Cloud(master, minion, bench_root, host[0])
+
+
+# -- measures ------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, cloud: Cloud, storage: Storage) -> None:
+        self.cloud, self.storage = cloud, storage
+        self.root = cloud.root
+        self.figures: dict[str, list[float]] = {}
+        #: Backings whose mccloud provisioning failed, and why.
+        self.failed: dict[str, str] = {}
+        #: What was noticed on the way (printed with the figures).
+        self.notes: set[str] = set()
+
+    def extra(self) -> dict[str, Any]:
+        etc = self.root / "etc"
+        return {
+            "makina-states.cloud.lxc.defaults.network": f"{NET}.0",
+            "makina-states.cloud.lxc.defaults.netmask": "24",
+            "makina-states.cloud.lxc.defaults.gateway": f"{NET}.1",
+            "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
+            "makina-states.cloud.compute_node.ssh_port_range_start": SSH[0],
+            "makina-states.cloud.compute_node.ssh_port_range_end": SSH[1],
+            "makina-states.cloud.compute_node.snmp_port_range_start": SNMP[0],
+            "makina-states.cloud.compute_node.snmp_port_range_end": SNMP[1],
+            "makina-states.cloud.images.lxc": {
+                "default": TEMPLATE,
+                "images": {TEMPLATE: {"template": "debian", "release": "bookworm",
+                                      "packages": ["openssh-server", "iproute2", "ifupdown"]}},
+            },
+            "makina-states.cloud.compute_node.conf." + self.cloud.node: {
+                "bind_address": "127.0.0.1", "http_port": HTTP, "https_port": HTTPS,
+                "ssl_cert": str(etc / "ssl" / "haproxy.pem"),
+                "haproxy_config": str(etc / "haproxy" / "haproxy.cfg"),
+                "haproxy_service": False, "haproxy_pidfile": str(etc / "haproxy.pid"),
+                "hosts_file": str(etc / "hosts"),
+                "sysctl_file": str(etc / "sysctl-mccloud.conf"),
+                "firewall_chain": CHAIN,
+            },
+        }
+
+    def declare(self, vms: dict[str, dict[str, Any]]) -> None:
+        self.cloud.set_vms({vm: {**UNCONFINED, **own} for vm, own in vms.items()}, **self.extra())
+
+    def run(self, fun: str, *args: str) -> float:
+        start = time.monotonic()
+        rc, data, out = self.cloud.run(fun, *args)
+        took = time.monotonic() - start
+        if rc != 0 or not isinstance(data, dict) or data.get("result") is not True:
+            log = self.root / f"failed-{fun}-{'-'.join(args)}.log"
+            log.write_text(out)
+            why = data.get("comment") if isinstance(data, dict) else None
+            raise BenchError(f"salt-run {fun} {' '.join(args)} failed (exit {rc}): "
+                             f"{why or out[-1500:]} (full output: {log})")
+        return took
+
+    def record(self, key: str, seconds: float) -> None:
+        self.figures.setdefault(key, []).append(seconds)
+        say(f"  {key:<38} {seconds:7.2f} s")
+
+    # the floor, by hand
+
+    def floor(self, b: Backing, name: str) -> tuple[float, float]:
+        lxc = str(b.lxc)
+        start = time.monotonic()
+        sh("lxc-copy", "-P", lxc, "-n", TEMPLATE, "-N", name, *b.copy_args, check=True)
+        with open(b.lxc / name / "config", "a") as f:
+            f.write("\n".join([
+                "lxc.net =",
+                "lxc.net.0.type = veth",
+                f"lxc.net.0.link = {self.cloud.bridge}",
+                "lxc.net.0.flags = up",
+                "lxc.net.0.name = eth0",
+                f"lxc.net.0.hwaddr = {FLOOR_MAC}",
+                f"lxc.net.0.ipv4.address = {FLOOR_IP}/24",
+                f"lxc.net.0.ipv4.gateway = {NET}.1",
+                "lxc.apparmor.profile = unconfined",
+                "",
+            ]))
+        interfaces = b.lxc / name / b.rootfs_dir / "etc" / "network" / "interfaces"
+        interfaces.parent.mkdir(parents=True, exist_ok=True)
+        interfaces.write_text("auto lo\niface lo inet loopback\n\nauto eth0\niface eth0 inet manual\n")
+        sh("lxc-start", "-P", lxc, "-n", name, check=True)
+        up = banner(FLOOR_IP, 22) - start
+        start = time.monotonic()
+        sh("lxc-stop", "-P", lxc, "-n", name, "-k")
+        sh("lxc-destroy", "-P", lxc, "-n", name, check=True)
+        return up, time.monotonic() - start
+
+    # mccloud
+
+    def provision(self, b: Backing, vm: str) -> float:
+        start = time.monotonic()
+        self.run("mc_cloud_vm.provision", vm)
+        up = banner(container_ip(b.lxc, vm), 22) - start
+        # Untimed: does the same sshd answer through the node's reverse proxy?
+        port = self.cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", self.cloud.node, vm).data[
+            "ssh_reverse_proxy_port"]
+        try:
+            banner("127.0.0.1", int(port), deadline=15)
+        except RuntimeError as exc:
+            self.notes.add(f"{vm}: provisioned, but its reverse-proxy port does not answer ({exc}); "
+                           "the node's proxy routes are rendered by the compute-node deploy and by "
+                           "vm_destroy, not by provision")
+        return up
+
+    def orchestrate(self, vms: list[str], lxc: Path) -> float:
+        start = time.monotonic()
+        self.run("mc_cloud_vm.orchestrate", self.cloud.node)
+        end = max(banner(container_ip(lxc, vm), 22) for vm in vms)
+        return end - start
+
+
+def backings(storage: Storage, lxc: Path, wanted: list[str]) -> list[Backing]:
+    out: list[Backing] = []
+    for name in wanted:
+        if name == "dir":
+            out.append(Backing("dir", lxc, [], {"profile_type": "dir"}, "no: a full copy of the template"))
+        elif name == "overlayfs":
+            out.append(Backing("overlayfs", lxc, ["-s", "-B", "overlay"], {"profile_type": "overlayfs"},
+                               "yes: an overlay over the template's rootfs"))
+        elif name == "btrfs":
+            say("btrfs: a 4 GiB loop-device file system as a separate lxc path")
+            mnt = storage.btrfs()
+            if mnt is None:
+                continue
+            start = time.monotonic()
+            # lxc-copy -p -B btrfs labels the copy btrfs but leaves it a plain
+            # directory: the rootfs is moved into a subvolume of its own.
+            sh("lxc-copy", "-P", str(lxc), "-n", TEMPLATE, "-p", str(mnt), "-N", TEMPLATE, "-B", "btrfs",
+               check=True)
+            rootfs = mnt / TEMPLATE / "rootfs"
+            if sh("btrfs", "subvolume", "show", str(rootfs)).returncode != 0:
+                plain = rootfs.with_name("rootfs.plain")
+                rootfs.rename(plain)
+                sh("btrfs", "subvolume", "create", str(rootfs), check=True)
+                sh("cp", "-a", "--reflink=auto", f"{plain}/.", str(rootfs), check=True)
+                shutil.rmtree(plain)
+            say(f"btrfs: template copied into a subvolume in {time.monotonic() - start:.1f} s")
+            out.append(Backing("btrfs", mnt, ["-s"], {"profile_type": "dir", "lxc_path": str(mnt)},
+                               "yes: a snapshot of the template's subvolume"))
+        elif name == "lvm-thin":
+            storage.check_lvm_thin()
+        elif name == "zfs":
+            storage.check_zfs()
+        else:
+            raise SystemExit(f"unknown backing {name!r}: choose among {', '.join(BACKINGS)}")
+    return out
+
+
+# -- the report -----------------------------------------------------------------
+
+
+def stats(xs: list[float]) -> str:
+    return f"{statistics.median(xs):7.2f} s  (min {min(xs):6.2f}, max {max(xs):6.2f}, n={len(xs)})"
+
+
+def ratio(figures: dict[str, list[float]], a: str, b: str) -> str:
+    if a not in figures or b not in figures:
+        return "n/a"
+    return f"{statistics.median(figures[a]) / statistics.median(figures[b]):.2f}x"
+
+
+def report(bench: Bench, found: list[Backing], n_orch: int) -> None:
+    f = bench.figures
+    print("\n## provisioning (median of the runs; min and max)\n", flush=True)
+    for key in f:
+        print(f"{key:<40} {stats(f[key])}")
+    print()
+    print(f"provision / floor (dir)                  {ratio(f, 'provision dir', 'floor dir')}   (goal <= 1.5x)")
+    print(f"destroy / destroy floor                  {ratio(f, 'destroy', 'destroy floor')}   (goal <= 1.5x)")
+    print(f"orchestrate-{n_orch} / one VM                   "
+          f"{ratio(f, f'orchestrate {n_orch} VMs', 'provision dir')}   (goal <= 1.5x)")
+    print("\n## per backing: provision (median), its floor, ratio, copy-on-write\n")
+    for b in found:
+        print(f"{b.name:<10} provision {statistics.median(f['provision ' + b.name]):6.2f} s  "
+              f"floor {statistics.median(f['floor ' + b.name]):6.2f} s  "
+              f"{ratio(f, 'provision ' + b.name, 'floor ' + b.name):>6}  CoW {b.cow}")
+    for name, why in bench.failed.items():
+        print(f"{name:<10} floor {statistics.median(f['floor ' + name]):6.2f} s; mccloud provisioning FAILED: {why}")
+    for name, why in bench.storage.unavailable.items():
+        print(f"{name:<10} unavailable: {why}")
+    for note in sorted(bench.notes):
+        print(f"note: {note}")
+    print(flush=True)
+
+
+def test_provisioning_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
+    runs = int(OPTS.get("runs", 3))
+    n_orch = int(OPTS.get("vms", 4))
+    wanted = OPTS.get("backings") or list(BACKINGS)
+    bench = Bench(cloud, host[1])
+    lxc = cloud.root / "lxc"
+    single = {f"one-{b}.bench.lan": b for b in ("dir", "overlayfs", "btrfs")}
+    say(f"controller and compute node deploy (builds the template {TEMPLATE}; debootstrap, or the lxc cache)")
+    bench.declare({"one-dir.bench.lan": {"profile_type": "dir"}})
+    say(f"  controller deploy        {bench.run('mc_cloud_controller.deploy'):7.1f} s")
+    say(f"  compute node deploy      {bench.run('mc_cloud_compute_node.deploy', cloud.node):7.1f} s")
+    found = backings(host[1], lxc, wanted)
+    if "dir" not in [b.name for b in found]:
+        found.insert(0, backings(host[1], lxc, ["dir"])[0])
+    vms = {vm: {**b.vm} for b in found for vm, kind in single.items() if kind == b.name}
+    bench.declare(vms)
+    by_name = {b.name: b for b in found}
+    for r in range(1, runs + 1):
+        say(f"round {r}/{runs}: floor and mccloud, per backing")
+        for b in found:
+            up, down = bench.floor(b, f"floor-{b.name}")
+            bench.record(f"floor {b.name}", up)
+            if b.name == "dir":
+                bench.record("destroy floor", down)
+            vm = f"one-{b.name}.bench.lan"
+            try:
+                bench.record(f"provision {b.name}", bench.provision(b, vm))
+            except BenchError as exc:
+                if b.name == "dir":
+                    raise
+                say(f"  provision {b.name} FAILED: {exc}")
+                bench.failed[b.name] = str(exc)
+                bench.cloud.run("mc_cloud_lxc.vm_destroy", vm)
+                continue
+            took = bench.run("mc_cloud_lxc.vm_destroy", vm)
+            if b.name == "dir":
+                bench.record("destroy", took)
+        found = [b for b in found if b.name not in bench.failed]
+    orch = [f"orch{i}.bench.lan" for i in range(1, n_orch + 1)]
+    bench.declare({vm: {"profile_type": "dir"} for vm in orch})
+    for r in range(1, runs + 1):
+        say(f"round {r}/{runs}: mc_cloud_vm.orchestrate {cloud.node} ({n_orch} VMs)")
+        bench.record(f"orchestrate {n_orch} VMs", bench.orchestrate(orch, by_name["dir"].lxc))
+        for vm in orch:
+            bench.run("mc_cloud_lxc.vm_destroy", vm)
+    report(bench, found, n_orch)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3, help="repeats of each measure (median printed)")
+    ap.add_argument("--vms", type=int, default=4, help="VMs provisioned by the orchestrate measure")
+    ap.add_argument("--backings", default=",".join(BACKINGS),
+                    help=f"comma-separated, among {', '.join(BACKINGS)} (dir is always measured)")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench/provision.py needs root (LXC containers, a bridge, loop devices): run it as root",
+              file=sys.stderr)
+        return 2
+    for tool in ("lxc-copy", "lxc-start", "haproxy", "iptables", "debootstrap"):
+        if not shutil.which(tool):
+            print(f"bench/provision.py needs {tool}: ./run setup installs the Debian packages", file=sys.stderr)
+            return 2
+    opts = {"runs": args.runs, "vms": args.vms, "backings": [b for b in args.backings.split(",") if b]}
+    os.environ["MCCLOUD_BENCH_OPTS"] = json.dumps(opts)
+    print(f"\n## provisioning benchmark ({args.runs} runs per measure; progress below)", flush=True)
+    return int(pytest.main([
+        __file__, "-s", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+        "-o", "log_cli=false", "--show-capture=no", "--tb=short", "-W", "ignore::DeprecationWarning",
+    ]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
