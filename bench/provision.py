@@ -56,7 +56,7 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
-from tests.integration.conftest import Cloud  # noqa: E402
+from tests.integration.conftest import Cloud, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
 
 NET = "10.199.9"
 SSH = (42000, 42049)
@@ -199,11 +199,6 @@ class Storage:
 
 
 # -- the master, the minion and the host -------------------------------------
-
-
-@pytest.fixture(scope="session")
-def salt_factories_config() -> dict[str, Any]:
-    return {"slow_stop": False}
 
 
 @pytest.fixture(scope="module")
