@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,7 +44,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(scope="session")
 def salt_factories_config() -> dict[str, Any]:
-    return {"slow_stop": False}
+    # The daemons run from this interpreter's own Salt scripts. The launchers
+    # salt-factories generates otherwise go to a shared <tmp>/scripts, which
+    # keeps the first writer's interpreter and package path: another
+    # checkout's mccloud, or the system's.
+    return {"slow_stop": False, "scripts_dir": str(Path(sys.executable).parent)}
 
 
 @pytest.fixture(scope="package")
