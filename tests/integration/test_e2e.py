@@ -1,6 +1,9 @@
-"""End to end with real LXC: deploy the compute node, provision two Debian
-containers cloned from the template, reach each one's sshd through its
-allocated reverse-proxy port, then destroy both.
+"""End to end with real LXC: deploy the compute node, provision one Debian
+container cloned from the template alone, then the others in parallel
+(``mc_cloud_vm.orchestrate``), reach each one's sshd through its allocated
+reverse-proxy port, then destroy them all. For comparison, the bare LXC
+floor is measured by hand on the same template: clone, static network,
+start, sshd banner; stop and destroy.
 
 The template is debootstrapped from Debian's package registry (about a
 minute); containers sit on a bridge and network the test made itself, and
@@ -24,7 +27,8 @@ from tests.integration.conftest import NET, Cloud
 pytestmark = pytest.mark.slow
 
 TEMPLATE = "mccloud-e2e-tmpl"
-VMS = ("e2e1.test.lan", "e2e2.test.lan")
+VMS = ("e2e1.test.lan", "e2e2.test.lan", "e2e3.test.lan", "e2e4.test.lan", "e2e5.test.lan")
+FLOOR = "mccloud-e2e-floor"
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
 
 
@@ -62,7 +66,7 @@ def e2e(cloud: Cloud, e2e_timings: list[str]) -> Iterator[tuple[Cloud, Path, dic
     try:
         yield cloud, lxc, phases
     finally:
-        for name in (*VMS, TEMPLATE):
+        for name in (*VMS, FLOOR, TEMPLATE):
             sh("lxc-stop", "-P", str(lxc), "-n", name, "-k")
             sh("lxc-destroy", "-P", str(lxc), "-n", name)
         if pidfile.exists():
@@ -82,12 +86,12 @@ def timed(phases: dict[str, float], name: str, cloud: Cloud, fun: str, *args: st
     return data
 
 
-def ssh_banner(port: int, deadline: float = 90) -> bytes:
+def ssh_banner(port: int, deadline: float = 90, host: str = "127.0.0.1") -> bytes:
     end = time.monotonic() + deadline
     last: Exception | bytes = b""
     while time.monotonic() < end:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            with socket.create_connection((host, port), timeout=5) as s:
                 s.settimeout(5)
                 data = s.recv(64)
                 if data.startswith(b"SSH-"):
@@ -95,8 +99,43 @@ def ssh_banner(port: int, deadline: float = 90) -> bytes:
                 last = data
         except OSError as exc:
             last = exc
-        time.sleep(1)
-    raise AssertionError(f"no SSH banner on 127.0.0.1:{port}: {last!r}")
+        time.sleep(0.2)
+    raise AssertionError(f"no SSH banner on {host}:{port}: {last!r}")
+
+
+def bare_floor(cloud: Cloud, lxc: Path, phases: dict[str, float]) -> None:
+    """Provision and destroy by hand, the least any tool can do: clone,
+    static guest network, start, wait for sshd's banner; stop, destroy."""
+    ip, mac = f"{NET}.250", "00:16:3e:7f:ff:fe"
+    start = time.monotonic()
+    assert sh("lxc-copy", "-P", str(lxc), "-n", TEMPLATE, "-N", FLOOR).returncode == 0
+    with open(lxc / FLOOR / "config", "a") as f:
+        f.write(f"lxc.net.0.type = veth\nlxc.net.0.link = {cloud.bridge}\nlxc.net.0.flags = up\n"
+                f"lxc.net.0.hwaddr = {mac}\nlxc.net.0.ipv4.address = {ip}/24\n"
+                f"lxc.net.0.ipv4.gateway = {NET}.1\nlxc.apparmor.profile = unconfined\n")
+    (lxc / FLOOR / "rootfs" / "etc" / "network" / "interfaces").write_text(
+        "auto lo\niface lo inet loopback\nauto eth0\niface eth0 inet manual\n")
+    assert sh("lxc-start", "-P", str(lxc), "-n", FLOOR).returncode == 0
+    ssh_banner(22, host=ip)
+    phases["bare lxc floor: clone, network, start, sshd"] = time.monotonic() - start
+    start = time.monotonic()
+    sh("lxc-stop", "-P", str(lxc), "-n", FLOOR, "-k")
+    assert sh("lxc-destroy", "-P", str(lxc), "-n", FLOOR).returncode == 0
+    phases["bare lxc floor: lxc-stop -k, lxc-destroy"] = time.monotonic() - start
+
+
+def check_vm(cloud: Cloud, lxc: Path, vm: str) -> dict[str, Any]:
+    s: dict[str, Any] = cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", cloud.node, vm).data
+    assert "RUNNING" in sh("lxc-info", "-P", str(lxc), "-n", vm, "-s").stdout
+    assert sh("lxc-info", "-P", str(lxc), "-n", vm, "-iH").stdout.split() == [s["ip"]]
+    mac = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "cat", "/sys/class/net/eth0/address").stdout
+    assert mac.strip() == s["mac"]
+    assert ssh_banner(s["ssh_reverse_proxy_port"]).startswith(b"SSH-2.0-OpenSSH")
+    root = lxc / vm / "rootfs"
+    pub = (cloud.root / "etc" / "ssh" / "id_mccloud.pub").read_text().strip()
+    assert pub in (root / "root" / ".ssh" / "authorized_keys").read_text()
+    assert f"root:{s['password_hash']}:" in (root / "etc" / "shadow").read_text()
+    return s
 
 
 def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> None:
@@ -104,27 +143,33 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     timed(phases, "controller deploy", cloud, "mc_cloud_controller.deploy")
     timed(phases, "compute node deploy (incl. image build)", cloud, "mc_cloud_compute_node.deploy", cloud.node)
     assert (lxc / TEMPLATE / "config").exists()
-    seen: dict[str, dict[str, Any]] = {}
-    for vm in VMS:
-        timed(phases, f"provision {vm}", cloud, "mc_cloud_vm.provision", vm)
-        s = cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", cloud.node, vm).data
-        seen[vm] = s
-        assert "RUNNING" in sh("lxc-info", "-P", str(lxc), "-n", vm, "-s").stdout
-        assert sh("lxc-info", "-P", str(lxc), "-n", vm, "-iH").stdout.split() == [s["ip"]]
-        mac = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "cat", "/sys/class/net/eth0/address").stdout
-        assert mac.strip() == s["mac"]
-        assert ssh_banner(s["ssh_reverse_proxy_port"]).startswith(b"SSH-2.0-OpenSSH")
-        root = lxc / vm / "rootfs"
-        pub = (cloud.root / "etc" / "ssh" / "id_mccloud.pub").read_text().strip()
-        assert pub in (root / "root" / ".ssh" / "authorized_keys").read_text()
-        assert f"root:{s['password_hash']}:" in (root / "etc" / "shadow").read_text()
-        # Idempotent: spawning again changes nothing and says so.
+    bare_floor(cloud, lxc, phases)
+    ports = {vm: cloud.call_cli.run("mc_cloud_compute_node.get_ssh_port", cloud.node, vm).data for vm in VMS}
+    start = time.monotonic()
+    data = timed(phases, "provision one VM (mc_cloud_vm.provision)", cloud, "mc_cloud_vm.provision", VMS[0])
+    ssh_banner(ports[VMS[0]])
+    phases["provision one VM, until its sshd answers"] = time.monotonic() - start
+    for step in data["steps"]:  # where the time goes: each step's states on the node
+        if "duration" in step:
+            phases[f"  states of {step['name']}"] = step["duration"]
+    seen = {VMS[0]: check_vm(cloud, lxc, VMS[0])}
+    rest = len(VMS) - 1
+    start = time.monotonic()
+    data = timed(phases, f"orchestrate {rest} VMs in parallel (mc_cloud_vm.orchestrate)", cloud,
+                 "mc_cloud_vm.orchestrate", cloud.node, f"skip={VMS[0]}", f"concurrency={rest}")
+    for vm in VMS[1:]:
+        ssh_banner(ports[vm])
+    phases[f"orchestrate {rest} VMs, until every sshd answers"] = time.monotonic() - start
+    assert [s["name"] for s in data["steps"]] == list(VMS[1:]), data
+    for vm in VMS[1:]:
+        seen[vm] = check_vm(cloud, lxc, vm)
+    for vm in VMS[:2]:  # idempotent: spawning again changes nothing and says so
         rc, again, out = cloud.run("mc_cloud_lxc.vm_spawn", vm)
         assert rc == 0 and again["changes"] == {}, out
-    a, b = (seen[vm] for vm in VMS)
     for key in ("ip", "mac", "ssh_reverse_proxy_port"):
-        assert a[key] != b[key]
-    assert a["ip"].startswith(NET + ".") and b["ip"].startswith(NET + ".")
+        assert len({s[key] for s in seen.values()}) == len(VMS)
+    assert all(s["ip"].startswith(NET + ".") for s in seen.values())
+    a = seen[VMS[0]]
     ssh_banner(a["ssh_reverse_proxy_port"])  # the first is still reachable
     # Changed settings are applied by vm_reconfigure (the container restarts).
     cloud.e2e_declare(autostart=False)  # type: ignore[attr-defined]
@@ -136,10 +181,13 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     rc, again, out = cloud.run("mc_cloud_lxc.vm_reconfigure", VMS[0])
     assert rc == 0 and again["changes"] == {}, out
     cfg = cloud.root / "etc" / "haproxy" / "e2e.cfg"
-    for vm in VMS:
+    for i, vm in enumerate(VMS):
+        # the lxc driver's own entry point, then the generic one
+        fun = "mc_cloud_lxc.vm_destroy" if i == 0 else "mc_cloud_vm.destroy"
         start = time.monotonic()
-        rc, data, out = cloud.run("mc_cloud_lxc.vm_destroy", vm)
-        phases[f"destroy {vm}"] = time.monotonic() - start
+        rc, data, out = cloud.run(fun, vm)
+        if i < 2:
+            phases[f"destroy one VM ({fun})"] = time.monotonic() - start
         assert rc == 0 and data["result"] is True, out
         assert "freed" in data["comment"] and seen[vm]["ip"] in data["comment"]
         assert vm not in sh("lxc-ls", "-P", str(lxc)).stdout

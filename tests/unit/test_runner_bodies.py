@@ -53,7 +53,8 @@ def test_each_state_is_attributed_to_the_step_whose_sls_brings_it() -> None:
     spawn, fix_dns, reconfigure, pre = (r for _, r in out)
     assert spawn["result"] and set(spawn["changes"]) == {"mccloud-lxc-vm-create", "mccloud-lxc-vm-config"}
     assert fix_dns["result"] and set(fix_dns["changes"]) == {"mccloud-vm-resolv"}
-    assert reconfigure == {"result": True, "comment": f"{LXC}.reconfigure applied on {CN}", "changes": {}}
+    assert reconfigure == {"result": True, "comment": f"{LXC}.reconfigure applied on {CN}", "changes": {},
+                           "duration": 0.0}
     assert pre["result"] is False
     assert pre["comment"] == f"{LXC}.preprovision on {CN}: mccloud-lxc-vm-grains: disk full"
 

@@ -5,6 +5,7 @@ driver's runner functions (``mc_cloud_<vt>.*``), which exist or not."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Container, Mapping, Sequence
@@ -217,8 +218,11 @@ def vm_orchestrate(
                           f"({len(done)}/{len(vms)})")
         return ret
 
+    # Each thread runs in a copy of this one's context: Salt's loader dunders
+    # (__opts__, __salt__, ...) of the runner functions it calls live there.
+    contexts = {vm: contextvars.copy_context() for vm in vms}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mccloud-vm") as pool:
-        results = list(pool.map(one, vms))
+        results = list(pool.map(lambda vm: contexts[vm].run(one, vm), vms))
     out = Outcome()
     for vm, ret in zip(vms, results):
         out.add(vm, ret)

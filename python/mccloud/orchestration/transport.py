@@ -104,12 +104,14 @@ def attribute(steps: Sequence[tuple[str, str]], target: str, ret: Any) -> list[t
     for (name, sls), mine in zip(steps, per_step):
         part = dict(mine)
         failures = state_failures(part)
-        changes = state_changes(part)
+        # seconds the step's states took on the minion
+        took = {"duration": round(sum(float(st.get("duration") or 0) for st in part.values()) / 1000, 3)}
         if failures:
             out.append((name, {"result": False, "comment": f"{sls} on {target}: " + "; ".join(failures),
-                               "changes": changes}))
+                               "changes": state_changes(part), **took}))
             return out
-        out.append((name, {"result": True, "comment": f"{sls} applied on {target}", "changes": changes}))
+        out.append((name, {"result": True, "comment": f"{sls} applied on {target}",
+                           "changes": state_changes(part), **took}))
     return out
 
 
