@@ -8,6 +8,7 @@ mccloud's own code knows the type."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -15,13 +16,28 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.integration.conftest import NET, Cloud
+from tests.integration.conftest import CHAIN, NET, Cloud
 
 GUESTS = ("g1.nsbox.lan", "g2.nsbox.lan")
 
 
+def PIDFILE(cloud: Cloud) -> Path:  # noqa: N802
+    """The standalone haproxy of this test (the node's reverse proxy)."""
+    return cloud.root / "etc" / "haproxy-nsbox.pid"
+
+
 def nsbox_pillar(cloud: Cloud) -> dict[str, Any]:
+    conf = {
+        "bind_address": "127.0.0.1", "http_port": 18082, "https_port": 18445,
+        "ssl_cert": str(cloud.root / "etc" / "ssl" / "haproxy.pem"),
+        "haproxy_config": str(cloud.root / "etc" / "haproxy" / "nsbox.cfg"),
+        "haproxy_service": False, "haproxy_pidfile": str(PIDFILE(cloud)),
+        "hosts_file": str(cloud.root / "etc" / "hosts"),
+        "sysctl_file": str(cloud.root / "etc" / "sysctl-mccloud.conf"),
+        "firewall_chain": CHAIN,
+    }
     return {
+        "makina-states.cloud.compute_node.conf." + cloud.node: conf,
         f"makina-states.cloud.nsbox.vms.{cloud.node}": {g: {} for g in GUESTS},
         "makina-states.cloud.nsbox.defaults.network": f"{NET}.0",
         "makina-states.cloud.nsbox.defaults.netmask": "24",
@@ -57,6 +73,12 @@ def nsbox(cloud: Cloud) -> Iterator[Cloud]:
     yield cloud
     for g in GUESTS:  # whatever the test left
         cloud.run("mc_cloud_nsbox.vm_destroy", g)
+    pidfile = PIDFILE(cloud)
+    if pidfile.exists():
+        try:
+            os.kill(int(pidfile.read_text().split()[0]), signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            pass
 
 
 def settings(cloud: Cloud, vm: str) -> dict[str, Any]:
@@ -91,8 +113,8 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
         assert banner("127.0.0.1", s["ssh_reverse_proxy_port"]) == f"SSH-2.0-nsbox {g}\r\n".encode()
         # The generic VM SLS wrote into the root the driver named.
         root = Path(cloud.master.config["mccloud_nsbox_root"]) / g
-        assert (root / "this_host").read_text() == cloud.node
-        assert (root / "this_port").read_text() == str(s["ssh_reverse_proxy_port"])
+        assert (root / "this_host").read_text().strip() == cloud.node
+        assert (root / "this_port").read_text().strip() == str(s["ssh_reverse_proxy_port"])
         assert "nameserver" in (root / "etc" / "resolv.conf").read_text()
     assert len({s["ip"] for s in seen.values()}) == len({s["mac"] for s in seen.values()}) == len(GUESTS)
 
