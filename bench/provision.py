@@ -41,14 +41,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -56,6 +55,7 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
+from tests.support.net import ssh_banner  # noqa: E402
 from tests.integration.conftest import Cloud, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
 
 NET = "10.199.9"
@@ -90,20 +90,8 @@ def sh(*cmd: str, check: bool = False) -> subprocess.CompletedProcess[str]:
 
 def banner(ip: str, port: int, deadline: float = 120) -> float:
     """Waits until ``ip:port`` sends an SSH banner; returns when it did."""
-    end = time.monotonic() + deadline
-    last: Any = None
-    while time.monotonic() < end:
-        try:
-            with socket.create_connection((ip, port), timeout=2) as s:
-                s.settimeout(5)
-                data = s.recv(64)
-                if data.startswith(b"SSH-"):
-                    return time.monotonic()
-                last = data
-        except OSError as exc:
-            last = exc
-        time.sleep(0.05)
-    raise RuntimeError(f"no SSH banner on {ip}:{port} within {deadline:.0f} s (last: {last!r})")
+    ssh_banner(ip, port, deadline, interval=0.05)
+    return time.monotonic()
 
 
 def container_ip(lxc: Path, name: str, deadline: float = 60) -> str:

@@ -53,6 +53,16 @@ pub(crate) fn bad(what: &str, value: &str, secret: bool, why: &str, fix: &str) -
     Error::invalid(format!("{what}{shown} {why}: {fix}"))
 }
 
+/// `Ok` when `ok`, else the error naming `what` and its (non-secret)
+/// `value`, `why` it is refused and the `fix`.
+pub(crate) fn ensure(ok: bool, what: &str, value: &str, why: &str, fix: &str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(what, value, false, why, fix))
+    }
+}
+
 /// No control character (newline, carriage return, tab, escape, NUL, DEL,
 /// or any other Unicode control) anywhere in `value`.
 pub fn no_controls(what: &str, value: &str, secret: bool) -> Result<()> {
@@ -170,17 +180,13 @@ pub fn word(what: &str, value: &str, option: bool) -> Result<()> {
         && value
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-+=,:/@%".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(
-            what,
-            value,
-            false,
-            "is not a plain word",
-            "use letters, digits and . _ - + = , : / @ % only",
-        ))
-    }
+    ensure(
+        ok,
+        what,
+        value,
+        "is not a plain word",
+        "use letters, digits and . _ - + = , : / @ % only",
+    )
 }
 
 /// Space-separated arguments (e.g. `script_args`), each a [`word`] that may
@@ -210,17 +216,13 @@ pub fn user(what: &str, value: &str) -> Result<()> {
         && value
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(
-            what,
-            value,
-            false,
-            "is not a user name",
-            "use lowercase letters, digits, '_' and '-', starting with a letter",
-        ))
-    }
+    ensure(
+        ok,
+        what,
+        value,
+        "is not a user name",
+        "use lowercase letters, digits, '_' and '-', starting with a letter",
+    )
 }
 
 /// A TCP/UDP port number (1–65535).

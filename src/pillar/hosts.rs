@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::checks::{bad, no_controls};
+use super::checks::{bad, ensure, no_controls};
 use crate::error::Result;
 
 /// A DNS host name: dot-separated labels of letters, digits, `-` and `_`,
@@ -96,15 +96,11 @@ pub fn iface(what: &str, value: &str) -> Result<()> {
         && value
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(
-            what,
-            value,
-            false,
-            "is not a network interface name",
-            "use 1 to 15 letters, digits, '.', '-' or '_' (e.g. lxcbr1)",
-        ))
-    }
+    ensure(
+        ok,
+        what,
+        value,
+        "is not a network interface name",
+        "use 1 to 15 letters, digits, '.', '-' or '_' (e.g. lxcbr1)",
+    )
 }

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.integration.conftest import NET, Cloud
+from tests.support.net import ssh_banner
 
 pytestmark = pytest.mark.slow
 
@@ -86,23 +86,6 @@ def timed(phases: dict[str, float], name: str, cloud: Cloud, fun: str, *args: st
     return data
 
 
-def ssh_banner(port: int, deadline: float = 90, host: str = "127.0.0.1") -> bytes:
-    end = time.monotonic() + deadline
-    last: Exception | bytes = b""
-    while time.monotonic() < end:
-        try:
-            with socket.create_connection((host, port), timeout=5) as s:
-                s.settimeout(5)
-                data = s.recv(64)
-                if data.startswith(b"SSH-"):
-                    return data
-                last = data
-        except OSError as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"no SSH banner on {host}:{port}: {last!r}")
-
-
 def bare_floor(cloud: Cloud, lxc: Path, phases: dict[str, float]) -> None:
     """Provision and destroy by hand, the least any tool can do: clone,
     static guest network, start, wait for sshd's banner; stop, destroy."""
@@ -116,7 +99,7 @@ def bare_floor(cloud: Cloud, lxc: Path, phases: dict[str, float]) -> None:
     (lxc / FLOOR / "rootfs" / "etc" / "network" / "interfaces").write_text(
         "auto lo\niface lo inet loopback\nauto eth0\niface eth0 inet manual\n")
     assert sh("lxc-start", "-P", str(lxc), "-n", FLOOR).returncode == 0
-    ssh_banner(22, host=ip)
+    ssh_banner(ip, 22)
     phases["bare lxc floor: clone, network, start, sshd"] = time.monotonic() - start
     start = time.monotonic()
     sh("lxc-stop", "-P", str(lxc), "-n", FLOOR, "-k")
@@ -130,7 +113,7 @@ def check_vm(cloud: Cloud, lxc: Path, vm: str) -> dict[str, Any]:
     assert sh("lxc-info", "-P", str(lxc), "-n", vm, "-iH").stdout.split() == [s["ip"]]
     mac = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "cat", "/sys/class/net/eth0/address").stdout
     assert mac.strip() == s["mac"]
-    assert ssh_banner(s["ssh_reverse_proxy_port"]).startswith(b"SSH-2.0-OpenSSH")
+    assert ssh_banner("127.0.0.1", s["ssh_reverse_proxy_port"]).startswith(b"SSH-2.0-OpenSSH")
     root = lxc / vm / "rootfs"
     pub = (cloud.root / "etc" / "ssh" / "id_mccloud.pub").read_text().strip()
     assert pub in (root / "root" / ".ssh" / "authorized_keys").read_text()
@@ -147,7 +130,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     ports = {vm: cloud.call_cli.run("mc_cloud_compute_node.get_ssh_port", cloud.node, vm).data for vm in VMS}
     start = time.monotonic()
     data = timed(phases, "provision one VM (mc_cloud_vm.provision)", cloud, "mc_cloud_vm.provision", VMS[0])
-    ssh_banner(ports[VMS[0]])
+    ssh_banner("127.0.0.1", ports[VMS[0]])
     phases["provision one VM, until its sshd answers"] = time.monotonic() - start
     for step in data["steps"]:  # where the time goes: each step's states on the node
         if "duration" in step:
@@ -158,7 +141,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     data = timed(phases, f"orchestrate {rest} VMs in parallel (mc_cloud_vm.orchestrate)", cloud,
                  "mc_cloud_vm.orchestrate", cloud.node, f"skip={VMS[0]}", f"concurrency={rest}")
     for vm in VMS[1:]:
-        ssh_banner(ports[vm])
+        ssh_banner("127.0.0.1", ports[vm])
     phases[f"orchestrate {rest} VMs, until every sshd answers"] = time.monotonic() - start
     assert [s["name"] for s in data["steps"]] == list(VMS[1:]), data
     for vm in VMS[1:]:
@@ -170,14 +153,14 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         assert len({s[key] for s in seen.values()}) == len(VMS)
     assert all(s["ip"].startswith(NET + ".") for s in seen.values())
     a = seen[VMS[0]]
-    ssh_banner(a["ssh_reverse_proxy_port"])  # the first is still reachable
+    ssh_banner("127.0.0.1", a["ssh_reverse_proxy_port"])  # the first is still reachable
     # Changed settings are applied by vm_reconfigure (the container restarts).
     cloud.e2e_declare(autostart=False)  # type: ignore[attr-defined]
     data = timed(phases, "reconfigure (autostart off)", cloud, "mc_cloud_lxc.vm_reconfigure", VMS[0])
     assert "mccloud-lxc-vm-restart" in str(data["changes"]), data
     assert "lxc.start.auto = 0" in (lxc / VMS[0] / "mccloud.conf").read_text()
     assert "RUNNING" in sh("lxc-info", "-P", str(lxc), "-n", VMS[0], "-s").stdout
-    ssh_banner(a["ssh_reverse_proxy_port"])
+    ssh_banner("127.0.0.1", a["ssh_reverse_proxy_port"])
     rc, again, out = cloud.run("mc_cloud_lxc.vm_reconfigure", VMS[0])
     assert rc == 0 and again["changes"] == {}, out
     cfg = cloud.root / "etc" / "haproxy" / "e2e.cfg"

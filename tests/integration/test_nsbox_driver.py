@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from tests.integration.conftest import CHAIN, NET, Cloud
+from tests.support.net import ssh_banner
 
 GUESTS = ("g1.nsbox.lan", "g2.nsbox.lan")
 
@@ -44,21 +44,6 @@ def nsbox_pillar(cloud: Cloud) -> dict[str, Any]:
         "makina-states.cloud.nsbox.defaults.gateway": f"{NET}.1",
         "makina-states.cloud.nsbox.defaults.bridge": cloud.bridge,
     }
-
-
-def banner(host: str, port: int, deadline: float = 30) -> bytes:
-    end, last = time.monotonic() + deadline, b""
-    while time.monotonic() < end:
-        try:
-            with socket.create_connection((host, port), timeout=3) as s:
-                s.settimeout(3)
-                data = s.recv(128)
-                if data:
-                    return data
-        except OSError as exc:
-            last = str(exc).encode()
-        time.sleep(0.2)
-    raise AssertionError(f"nothing answered on {host}:{port}: {last!r}")
 
 
 def ok(cloud: Cloud, fun: str, *args: str) -> dict[str, Any]:
@@ -109,8 +94,8 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
         assert not {"lxc_path", "lxc_config", "backing", "from_container"} & set(s), sorted(s)
         # The guest answers on its own IP, over the bridge, and through the
         # node's reverse proxy on the ssh port the registry gave it.
-        assert banner(s["ip"], 22) == f"SSH-2.0-nsbox {g}\r\n".encode()
-        assert banner("127.0.0.1", s["ssh_reverse_proxy_port"]) == f"SSH-2.0-nsbox {g}\r\n".encode()
+        assert ssh_banner(s["ip"], 22) == f"SSH-2.0-nsbox {g}\r\n".encode()
+        assert ssh_banner("127.0.0.1", s["ssh_reverse_proxy_port"]) == f"SSH-2.0-nsbox {g}\r\n".encode()
         # The generic VM SLS wrote into the root the driver named.
         root = Path(cloud.master.config["mccloud_nsbox_root"]) / g
         assert (root / "this_host").read_text().strip() == cloud.node
@@ -133,4 +118,4 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
     with pytest.raises(OSError):
         socket.create_connection((seen[gone]["ip"], 22), timeout=2).close()
     # The other guest still answers.
-    assert banner(seen[GUESTS[1]]["ip"], 22) == f"SSH-2.0-nsbox {GUESTS[1]}\r\n".encode()
+    assert ssh_banner(seen[GUESTS[1]]["ip"], 22) == f"SSH-2.0-nsbox {GUESTS[1]}\r\n".encode()

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::pillar::checks::bad;
+use crate::pillar::checks::ensure;
 use crate::pillar::values::{kind_of, scalar};
 
 /// An LXC configuration key: `lxc.` then dot-separated parts of lowercase
@@ -21,18 +21,14 @@ pub fn key(what: &str, value: &str) -> Result<()> {
                     .chars()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(
-            what,
-            value,
-            false,
-            "is not an lxc configuration key",
-            "write 'lxc.' then dot-separated parts of lowercase letters, digits, '_' and '-', \
-             such as lxc.cgroup2.memory.max or lxc.hook.pre-start",
-        ))
-    }
+    ensure(
+        ok,
+        what,
+        value,
+        "is not an lxc configuration key",
+        "write 'lxc.' then dot-separated parts of lowercase letters, digits, '_' and '-', \
+         such as lxc.cgroup2.memory.max or lxc.hook.pre-start",
+    )
 }
 
 /// The `lxc_conf` entries of a VM as `(key, value)` pairs: each item is a
