@@ -131,5 +131,6 @@ class _VmStepDataRequired(TypedDict):
 class VmStepData(_VmStepDataRequired, total=False):
     # From the driver (``mc_cloud_<vt>.vm_data``): the guest's root
     # filesystem seen from the node, which generic SLS write into. Drivers
-    # add keys of their own (the lxc driver: lxc_path, images).
+    # add keys of their own (the lxc driver: lxc_path, images, and
+    # rootfs_lower: an overlayfs clone's template root filesystem).
     rootfs: str

@@ -36,6 +36,12 @@ def test_every_sls_renders(data: dict[str, Any], sls: str) -> None:
     states = json.loads(p.stdout)["local"]
     assert isinstance(states, dict) and states, p.stdout
     assert all(sid.startswith("mccloud-") for sid in states), list(states)
+    # Salt answers onlyif/unless/creates by looking up <state>.mod_run_check,
+    # which no state module defines: the lookup loads every state module of
+    # the installation (seconds per job). Preconditions live in the commands.
+    checks = {sid: key for sid, st in states.items() for fun in st.values() if isinstance(fun, list)
+              for arg in fun if isinstance(arg, dict) for key in arg if key in ("onlyif", "unless", "creates")}
+    assert checks == {}, checks
 
 
 def test_scratch_vms_are_created_from_the_image(data: dict[str, Any]) -> None:
@@ -43,8 +49,8 @@ def test_scratch_vms_are_created_from_the_image(data: dict[str, Any]) -> None:
     create = json.loads(p.stdout)["local"]["mccloud-lxc-vm-create"]["cmd"]
     args = {k: v for a in create if isinstance(a, dict) for k, v in a.items()}
     # The command is constant: the values reach it through its environment.
-    assert "exec lxc-create \"$@\"" in args["name"] and "b.example.net" not in args["name"]
-    assert args["creates"] == "/var/lib/lxc/b.example.net/config"
+    assert 'lxc-create "$@" || exit $?' in args["name"] and "b.example.net" not in args["name"]
+    assert args["env"]["MCCLOUD_NAME"] == "b.example.net" and args["stateful"] is True
     env = args["env"]
     assert env["MCCLOUD_LXC_PATH"] == "/var/lib/lxc" and env["MCCLOUD_NAME"] == "b.example.net"
     assert env["MCCLOUD_TEMPLATE"] == "debian" and env["MCCLOUD_RELEASE"] == "bookworm"
@@ -85,7 +91,7 @@ def test_batched_vm_steps_run_in_the_sequential_order(data: dict[str, Any]) -> N
                         (k, {k2: v2 for a in args if isinstance(a, dict) for k2, v2 in a.items()})
                         for k, args in body.items() if not k.startswith("__")))
     ranks = [rank for _, rank, _ in orders]
-    assert len(orders) > 20 and ranks == sorted(ranks), orders
+    assert len(orders) > 15 and ranks == sorted(ranks), orders
     assert set(ranks) >= {0, 1, 4, 5, 6}  # spawn, fix_dns and the preprovisions bring states of their own
 
 

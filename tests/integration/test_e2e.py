@@ -29,6 +29,8 @@ pytestmark = pytest.mark.slow
 TEMPLATE = "mccloud-e2e-tmpl"
 VMS = ("e2e1.test.lan", "e2e2.test.lan", "e2e3.test.lan", "e2e4.test.lan", "e2e5.test.lan")
 FLOOR = "mccloud-e2e-floor"
+#: Cloned as an overlayfs snapshot of the template (the others: full copies).
+OVERLAY = VMS[2]
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
 
 
@@ -58,8 +60,9 @@ def e2e(cloud: Cloud, e2e_timings: list[str]) -> Iterator[tuple[Cloud, Path, dic
         "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
         "makina-states.cloud.compute_node.conf." + cloud.node: conf,
     }
+    own = {OVERLAY: {"profile_type": "overlayfs"}}
     cloud.e2e_declare = lambda **first: cloud.set_vms(  # type: ignore[attr-defined]
-        {vm: {**UNCONFINED, **(first if vm == VMS[0] else {})} for vm in VMS}, **extra
+        {vm: {**UNCONFINED, **own.get(vm, {}), **(first if vm == VMS[0] else {})} for vm in VMS}, **extra
     )
     cloud.e2e_declare()  # type: ignore[attr-defined]
     phases: dict[str, float] = {}
@@ -114,11 +117,23 @@ def check_vm(cloud: Cloud, lxc: Path, vm: str) -> dict[str, Any]:
     mac = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "cat", "/sys/class/net/eth0/address").stdout
     assert mac.strip() == s["mac"]
     assert ssh_banner("127.0.0.1", s["ssh_reverse_proxy_port"]).startswith(b"SSH-2.0-OpenSSH")
-    root = lxc / vm / "rootfs"
     pub = (cloud.root / "etc" / "ssh" / "id_mccloud.pub").read_text().strip()
-    assert pub in (root / "root" / ".ssh" / "authorized_keys").read_text()
-    assert f"root:{s['password_hash']}:" in (root / "etc" / "shadow").read_text()
+    assert pub in guest_file(lxc, vm, "/root/.ssh/authorized_keys")
+    assert f"root:{s['password_hash']}:" in guest_file(lxc, vm, "/etc/shadow")
+    if vm == OVERLAY:  # a copy-on-write clone: only what the guest changed is its own
+        rootfs = sh("lxc-info", "-P", str(lxc), "-n", vm, "-c", "lxc.rootfs.path").stdout
+        assert f"/{TEMPLATE}/rootfs:" in rootfs and rootfs.strip().endswith(f"/{vm}/overlay/delta"), rootfs
+        assert (lxc / vm / "overlay" / "delta" / "etc" / "shadow").exists()
+        assert not (lxc / vm / "overlay" / "delta" / "usr" / "sbin" / "sshd").exists()
     return s
+
+
+def guest_file(lxc: Path, vm: str, path: str) -> str:
+    """A file as the running guest sees it (an overlay clone's files are
+    merged in its own mount namespace only)."""
+    out = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "cat", path)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> None:

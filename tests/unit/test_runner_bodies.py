@@ -54,9 +54,17 @@ def test_each_state_is_attributed_to_the_step_whose_sls_brings_it() -> None:
     assert spawn["result"] and set(spawn["changes"]) == {"mccloud-lxc-vm-create", "mccloud-lxc-vm-config"}
     assert fix_dns["result"] and set(fix_dns["changes"]) == {"mccloud-vm-resolv"}
     assert reconfigure == {"result": True, "comment": f"{LXC}.reconfigure applied on {CN}", "changes": {},
-                           "duration": 0.0}
+                           "duration": 0.0, "slowest": {}}
     assert pre["result"] is False
     assert pre["comment"] == f"{LXC}.preprovision on {CN}: mccloud-lxc-vm-grains: disk full"
+
+
+def test_a_step_reports_its_time_and_its_slowest_states() -> None:
+    part = {f"cmd_|-{i}_|-{i}_|-run": {"__id__": i, "duration": ms} for i, ms in
+            [("create", 1500.0), ("config", 2.0), ("start", 800.0), ("wait", 40.0)]}
+    assert transport.timings(part) == {"duration": 2.342,
+                                       "slowest": {"create": 1.5, "start": 0.8, "wait": 0.04}}
+    assert transport.timings({}) == {"duration": 0.0, "slowest": {}}
 
 
 def test_a_render_error_fails_the_step_it_names() -> None:

@@ -33,8 +33,10 @@ def images(env: Env) -> dict[str, Any]:
 
 def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What VM SLS need from the lxc driver: ``lxc_path``, ``rootfs`` (the
-    container's root filesystem seen from the node) and the images. From
-    the VM's settings when given, else from its declaration (no allocation)."""
+    container's root filesystem seen from the node), ``rootfs_lower`` (for
+    an overlayfs clone, the template's root filesystem under it; else
+    None) and the images. From the VM's settings when given, else from its
+    declaration (no allocation)."""
     cn = target or env.config.node_of(vm)
     s: Mapping[str, Any] = settings if settings is not None else env.config.vm_declared_settings(cn, vm)
     lxc_path = str(s.get("lxc_path") or "/var/lib/lxc")
@@ -44,6 +46,7 @@ def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str,
     return {
         "lxc_path": lxc_path,
         "rootfs": f"{lxc_path}/{vm}/" + ("overlay/delta" if cloned_overlay else "rootfs"),
+        "rootfs_lower": f"{lxc_path}/{s['from_container']}/rootfs" if cloned_overlay else None,
         "images": images(env),
     }
 

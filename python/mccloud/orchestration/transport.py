@@ -79,6 +79,14 @@ def includes(sls: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def timings(part: Mapping[str, Any], top: int = 3) -> dict[str, Any]:
+    """Seconds a step's states took on the minion (``duration``) and its
+    slowest states (``slowest``: ``{state id: seconds}``, at most ``top``)."""
+    secs = [(str(st.get("__id__", sid)), float(st.get("duration") or 0) / 1000) for sid, st in part.items()]
+    slow = sorted(secs, key=lambda item: -item[1])[:top]
+    return {"duration": round(sum(s for _, s in secs), 3), "slowest": {i: round(s, 3) for i, s in slow}}
+
+
 def attribute(steps: Sequence[tuple[str, str]], target: str, ret: Any) -> list[tuple[str, Step]]:
     """Splits one job's return between the steps that made it, in step
     order, up to the first failed step (the job stops there: failhard)."""
@@ -104,8 +112,7 @@ def attribute(steps: Sequence[tuple[str, str]], target: str, ret: Any) -> list[t
     for (name, sls), mine in zip(steps, per_step):
         part = dict(mine)
         failures = state_failures(part)
-        # seconds the step's states took on the minion
-        took = {"duration": round(sum(float(st.get("duration") or 0) for st in part.values()) / 1000, 3)}
+        took = timings(part)
         if failures:
             out.append((name, {"result": False, "comment": f"{sls} on {target}: " + "; ".join(failures),
                                "changes": state_changes(part), **took}))

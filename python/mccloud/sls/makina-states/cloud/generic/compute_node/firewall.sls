@@ -57,8 +57,11 @@ mccloud-firewall-script:
 mccloud-firewall-apply:
   cmd.run:
     - failhard: true
-    - name: /etc/mccloud/firewall.sh
-    - unless: /etc/mccloud/firewall.sh check
+    - stateful: true
+    - name: |
+        if /etc/mccloud/firewall.sh check; then echo "changed=no comment='firewall chain up to date'"; exit 0; fi
+        /etc/mccloud/firewall.sh || exit $?
+        echo "changed=yes comment='firewall chain rewritten'"
     - env:
         MCCLOUD_CHAIN: {{ c.firewall_chain | string | tojson }}
         MCCLOUD_TCP_PORTS: {{ ([c.http_port | string, c.https_port | string] + ssh) | join(',') | tojson }}

@@ -76,7 +76,9 @@ mccloud-haproxy-cert-dir:
 mccloud-haproxy-cert:
   cmd.run:
     - failhard: true
+    - stateful: true
     - name: |
+        if [ -e "$MCCLOUD_CERT" ]; then echo "changed=no comment='certificate exists'"; exit 0; fi
         set -e
         umask 077
         openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$MCCLOUD_CN" \
@@ -84,7 +86,7 @@ mccloud-haproxy-cert:
         cat -- "$MCCLOUD_CERT.crt" "$MCCLOUD_CERT.key" > "$MCCLOUD_CERT"
         chmod 600 -- "$MCCLOUD_CERT"
         rm -f -- "$MCCLOUD_CERT.key" "$MCCLOUD_CERT.crt"
-    - creates: {{ cert | tojson }}
+        echo "changed=yes comment='self-signed certificate made'"
     - env:
         MCCLOUD_CERT: {{ cert | string | tojson }}
         MCCLOUD_CN: {{ d.target | string | tojson }}
@@ -110,8 +112,13 @@ mccloud-haproxy-config:
 mccloud-haproxy-standalone-start:
   cmd.run:
     - failhard: true
-    - name: haproxy -D -f "$MCCLOUD_HAPROXY_CONFIG" -p "$MCCLOUD_HAPROXY_PIDFILE"
-    - unless: test -s "$MCCLOUD_HAPROXY_PIDFILE" && kill -0 $(cat -- "$MCCLOUD_HAPROXY_PIDFILE") 2>/dev/null
+    - stateful: true
+    - name: |
+        if test -s "$MCCLOUD_HAPROXY_PIDFILE" && kill -0 $(cat -- "$MCCLOUD_HAPROXY_PIDFILE") 2>/dev/null; then
+            echo "changed=no comment='haproxy is running'"; exit 0
+        fi
+        haproxy -D -f "$MCCLOUD_HAPROXY_CONFIG" -p "$MCCLOUD_HAPROXY_PIDFILE" || exit $?
+        echo "changed=yes comment='haproxy started'"
     - env:
         MCCLOUD_HAPROXY_CONFIG: {{ c.haproxy_config | string | tojson }}
         MCCLOUD_HAPROXY_PIDFILE: {{ c.haproxy_pidfile | string | tojson }}

@@ -16,8 +16,11 @@ mccloud-controller-ssh-dir:
 
 mccloud-controller-ssh-key:
   cmd.run:
-    - name: ssh-keygen -q -t ed25519 -N '' -C mccloud-controller -f "$MCCLOUD_SSH_KEY"
-    - creates: {{ d.ssh_key | tojson }}
+    - stateful: true
+    - name: |
+        if [ -e "$MCCLOUD_SSH_KEY" ]; then echo "changed=no comment='key exists'"; exit 0; fi
+        ssh-keygen -q -t ed25519 -N '' -C mccloud-controller -f "$MCCLOUD_SSH_KEY" || exit $?
+        echo "changed=yes comment='key generated'"
     - env:
         MCCLOUD_SSH_KEY: {{ d.ssh_key | string | tojson }}
     - require:

@@ -7,13 +7,21 @@
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
 
+{#- A guest's resolv.conf is often a symlink (resolvconf, systemd-resolved):
+    it is replaced by a file of its own. #}
 mccloud-vm-resolv-unlink:
-  file.absent:
+  cmd.run:
     - failhard: true
-    - name: {{ resolv | tojson }}
-    - onlyif:
-      - fun: file.is_link
-        path: {{ resolv | tojson }}
+    - stateful: true
+    - name: |
+        if [ -L "$MCCLOUD_RESOLV" ]; then
+            rm -f -- "$MCCLOUD_RESOLV"
+            echo "changed=yes comment='symlink removed'"
+        else
+            echo "changed=no comment='not a symlink'"
+        fi
+    - env:
+        MCCLOUD_RESOLV: {{ resolv | string | tojson }}
     - require:
       - test: mccloud-vm-rootfs-guard
 
@@ -25,4 +33,4 @@ mccloud-vm-resolv:
     - follow_symlinks: false
     - contents: {{ (lines | join('\n') ~ '\n') | tojson }}
     - require:
-      - file: mccloud-vm-resolv-unlink
+      - cmd: mccloud-vm-resolv-unlink

@@ -1,29 +1,38 @@
 {#- The compute node writes into VM root filesystems as root. A VM's root
     could plant a symlink there pointing at the host's own files: refuse to
-    go on when any path the states write through is a symlink. One check per
-    path (no shell: file.is_link), and the aggregate state
-    mccloud-vm-rootfs-guard that the writing states require. #}
+    go on when any path the states write through is a symlink. One command
+    checks them all (the paths reach it through its environment, never its
+    command line), and the aggregate state mccloud-vm-rootfs-guard is what
+    the writing states require.
+
+    mccloud's states check their preconditions inside their own commands
+    rather than with onlyif/unless/creates: Salt answers each of those by
+    looking up <state>.mod_run_check, which no state module defines, and
+    that lookup loads every state module of the installation (about two
+    seconds per job on a small node). #}
 {%- set d = pillar['mccloud'] %}
 {%- set paths = ['etc', 'etc/shadow', 'etc/salt', 'etc/salt/grains', 'etc/network',
                  'etc/network/interfaces', 'root', 'root/.ssh', 'root/.ssh/authorized_keys',
                  'this_host', 'this_port'] %}
-{%- for p in paths %}
-{%- set path = d.rootfs ~ '/' ~ p %}
-mccloud-vm-rootfs-guard-{{ p | replace('/', '-') | replace('.', '') }}:
-  test.fail_without_changes:
+mccloud-vm-rootfs-guard-paths:
+  cmd.run:
     - failhard: true
-    - name: {{ path | tojson }}
-    - comment: {{ (path ~ ' is a symlink: the VM could point it at the host\'s files; refusing to write through it') | tojson }}
-    - onlyif:
-      - fun: file.is_link
-        path: {{ path | tojson }}
-{%- endfor %}
+    - stateful: true
+    - name: |
+        for p in $MCCLOUD_PATHS; do
+            if [ -L "$MCCLOUD_ROOTFS/$p" ]; then
+                echo "$MCCLOUD_ROOTFS/$p is a symlink: the VM could point it at the host's files; refusing to write through it" >&2
+                exit 1
+            fi
+        done
+        echo "changed=no comment='no path written through is a symlink'"
+    - env:
+        MCCLOUD_ROOTFS: {{ d.rootfs | string | tojson }}
+        MCCLOUD_PATHS: {{ paths | join(' ') | tojson }}
 
 mccloud-vm-rootfs-guard:
   test.succeed_without_changes:
     - failhard: true
     - name: no path the states write through under the VM's root filesystem is a symlink
     - require:
-{%- for p in paths %}
-      - test: mccloud-vm-rootfs-guard-{{ p | replace('/', '-') | replace('.', '') }}
-{%- endfor %}
+      - cmd: mccloud-vm-rootfs-guard-paths

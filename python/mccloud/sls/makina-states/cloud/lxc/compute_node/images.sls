@@ -17,7 +17,11 @@ mccloud-lxc-image-deps-{{ i }}:
 
 mccloud-lxc-image-{{ i }}:
   cmd.run:
+    - stateful: true
     - name: |
+        if [ -e "$MCCLOUD_LXC_PATH/$MCCLOUD_NAME/config" ]; then
+            echo "changed=no comment='image $MCCLOUD_NAME exists'"; exit 0
+        fi
         set -f
         IFS='
         '
@@ -29,8 +33,8 @@ mccloud-lxc-image-{{ i }}:
             set -- $MCCLOUD_TEMPLATE_ARGS
         fi
         if [ "$#" -gt 0 ]; then set -- -- "$@"; fi
-        exec lxc-create -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t "$MCCLOUD_TEMPLATE" "$@"
-    - creates: {{ (d.lxc_path ~ '/' ~ name ~ '/config') | tojson }}
+        lxc-create -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t "$MCCLOUD_TEMPLATE" "$@" || exit $?
+        echo "changed=yes comment='image $MCCLOUD_NAME created from template $MCCLOUD_TEMPLATE'"
     - env:
         MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
         MCCLOUD_NAME: {{ name | string | tojson }}

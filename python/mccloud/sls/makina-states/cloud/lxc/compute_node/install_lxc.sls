@@ -33,14 +33,17 @@ mccloud-lxc-path:
 mccloud-lxc-bridge:
   cmd.run:
     - failhard: true
+    - stateful: true
     - name: |
+        if ip -o addr show dev "$MCCLOUD_BRIDGE" 2>/dev/null | grep -qF -e " $MCCLOUD_ADDRESS " &&
+                ip -o link show "$MCCLOUD_BRIDGE" | grep -q ",UP"; then
+            echo "changed=no comment='bridge $MCCLOUD_BRIDGE is up with $MCCLOUD_ADDRESS'"; exit 0
+        fi
         set -e
         ip link show "$MCCLOUD_BRIDGE" >/dev/null 2>&1 || ip link add "$MCCLOUD_BRIDGE" type bridge
         ip -o addr show dev "$MCCLOUD_BRIDGE" | grep -qF -e " $MCCLOUD_ADDRESS " || ip addr add "$MCCLOUD_ADDRESS" dev "$MCCLOUD_BRIDGE"
         ip link set "$MCCLOUD_BRIDGE" up
-    - unless: >-
-        ip -o addr show dev "$MCCLOUD_BRIDGE" 2>/dev/null | grep -qF -e " $MCCLOUD_ADDRESS "
-        && ip -o link show "$MCCLOUD_BRIDGE" | grep -q ",UP"
+        echo "changed=yes comment='bridge $MCCLOUD_BRIDGE brought up with $MCCLOUD_ADDRESS'"
     - env:
         MCCLOUD_BRIDGE: {{ br | tojson }}
         MCCLOUD_ADDRESS: {{ address | tojson }}
@@ -104,8 +107,11 @@ mccloud-lxc-ip-forward:
 mccloud-lxc-nat:
   cmd.run:
     - failhard: true
-    - name: /etc/mccloud/lxc-nat.sh
-    - unless: /etc/mccloud/lxc-nat.sh check
+    - stateful: true
+    - name: |
+        if /etc/mccloud/lxc-nat.sh check; then echo "changed=no comment='NAT rule in place'"; exit 0; fi
+        /etc/mccloud/lxc-nat.sh || exit $?
+        echo "changed=yes comment='NAT rule added'"
     - env:
         MCCLOUD_NAT_CIDR: {{ cidr | tojson }}
     - require:

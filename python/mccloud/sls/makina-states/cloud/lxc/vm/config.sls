@@ -51,11 +51,16 @@ mccloud-lxc-vm-config-include:
 mccloud-lxc-vm-restart:
   cmd.run:
     - failhard: true
-    - name: >-
-        lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t 30;
-        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME"
-        && lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60
-    - onlyif: lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING
+    - stateful: true
+    - name: |
+        if ! lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING; then
+            echo "changed=no comment='container $MCCLOUD_NAME is not running: the next start reads the new configuration'"
+            exit 0
+        fi
+        lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t 30
+        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" || exit $?
+        lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60 || exit $?
+        echo "changed=yes comment='container $MCCLOUD_NAME restarted on its new configuration'"
     - env:
         MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
         MCCLOUD_NAME: {{ v.name | string | tojson }}

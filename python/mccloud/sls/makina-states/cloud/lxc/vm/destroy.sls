@@ -6,12 +6,14 @@
 mccloud-lxc-vm-destroy:
   cmd.run:
     - failhard: true
-    - name: >-
-        lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -k >/dev/null 2>&1;
-        lxc-destroy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME"
-    - onlyif:
-      - fun: file.file_exists
-        path: {{ (d.lxc_path ~ '/' ~ d.name ~ '/config') | tojson }}
+    - stateful: true
+    - name: |
+        if [ ! -e "$MCCLOUD_LXC_PATH/$MCCLOUD_NAME/config" ]; then
+            echo "changed=no comment='no container $MCCLOUD_NAME'"; exit 0
+        fi
+        lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -k >/dev/null 2>&1
+        lxc-destroy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" || exit $?
+        echo "changed=yes comment='container $MCCLOUD_NAME destroyed'"
     - env:
         MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
         MCCLOUD_NAME: {{ d.name | string | tojson }}

@@ -28,8 +28,12 @@ include:
 mccloud-lxc-vm-create:
   cmd.run:
     - failhard: true
+    - stateful: true
 {%- if v.get('from_container') %}
     - name: |
+        if [ -e "$MCCLOUD_LXC_PATH/$MCCLOUD_NAME/config" ]; then
+            echo "changed=no comment='container $MCCLOUD_NAME exists'"; exit 0
+        fi
         src=$(sed -n 's/^[[:space:]]*lxc\.rootfs\.path[[:space:]]*=[[:space:]]*//p' \
             "$MCCLOUD_LXC_PATH/$MCCLOUD_FROM/config" 2>/dev/null | tail -n 1)
         case "$src" in
@@ -60,9 +64,13 @@ mccloud-lxc-vm-create:
                 if [ "$from" = lvm-thin ]; then set -- -s; else set -- -B lvm -L "$MCCLOUD_SIZE"; fi ;;
             *) if [ "$from" = btrfs ]; then set -- -s; else set --; fi ;;
         esac
-        exec lxc-copy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_FROM" -N "$MCCLOUD_NAME" "$@"
+        lxc-copy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_FROM" -N "$MCCLOUD_NAME" "$@" || exit $?
+        echo "changed=yes comment='container $MCCLOUD_NAME cloned from $MCCLOUD_FROM'"
 {%- else %}
     - name: |
+        if [ -e "$MCCLOUD_LXC_PATH/$MCCLOUD_NAME/config" ]; then
+            echo "changed=no comment='container $MCCLOUD_NAME exists'"; exit 0
+        fi
         set -- -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t "$MCCLOUD_TEMPLATE"
         if [ "$MCCLOUD_BACKING" = lvm ]; then
             set -- "$@" -B lvm --vgname "$MCCLOUD_VGNAME" --fssize "$MCCLOUD_SIZE"
@@ -72,9 +80,9 @@ mccloud-lxc-vm-create:
             set -- "$@" -- -r "$MCCLOUD_RELEASE"
             if [ -n "$MCCLOUD_PACKAGES" ]; then set -- "$@" "--packages=$MCCLOUD_PACKAGES"; fi
         fi
-        exec lxc-create "$@"
+        lxc-create "$@" || exit $?
+        echo "changed=yes comment='container $MCCLOUD_NAME created from template $MCCLOUD_TEMPLATE'"
 {%- endif %}
-    - creates: {{ (P ~ '/' ~ v.name ~ '/config') | tojson }}
     - env:
         MCCLOUD_LXC_PATH: {{ P | string | tojson }}
         MCCLOUD_NAME: {{ v.name | string | tojson }}
@@ -97,8 +105,14 @@ mccloud-lxc-vm-create:
 mccloud-lxc-vm-start:
   cmd.run:
     - failhard: true
-    - name: lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" && lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60
-    - unless: lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING
+    - stateful: true
+    - name: |
+        if lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING; then
+            echo "changed=no comment='container $MCCLOUD_NAME is running'"; exit 0
+        fi
+        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" || exit $?
+        lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60 || exit $?
+        echo "changed=yes comment='container $MCCLOUD_NAME started'"
     - env:
         MCCLOUD_LXC_PATH: {{ P | string | tojson }}
         MCCLOUD_NAME: {{ v.name | string | tojson }}
