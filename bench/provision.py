@@ -14,6 +14,13 @@ one run and on the same machine state:
   mc_cloud_lxc.vm_destroy <vm>``;
 - ``salt-run mc_cloud_vm.orchestrate <cn>`` for 4 VMs, until the four
   banners answer;
+- VMs that become minions (steps bootstrap, initial_highstate, ping): with
+  Salt pre-installed in the image (what the compute-node deploy builds),
+  and without it (a copy of the template without Salt: the bootstrap
+  installs it from the wheelhouse), each until its minion answers; and the
+  wheelhouse's size and build time (``mc_cloud_controller.wheelhouse
+  force=True``). The container measures above leave those steps out, to
+  compare with the bare container floor;
 - the provision time (and its floor) for each backing this machine offers:
   ``dir`` and ``overlayfs`` always, ``btrfs`` on a loop-device file system
   mounted as a separate lxc path, ``lvm-thin``/``zfs`` when the kernel has
@@ -69,6 +76,10 @@ SNMP = (32000, 32049)
 CHAIN = "MCCLOUD-BENCH"
 HTTP, HTTPS = 18090, 18453
 TEMPLATE = "mccloud-bench-tmpl"
+#: The template without Salt (the bootstrap installs it from the wheelhouse).
+NOSALT = "mccloud-bench-nosalt"
+#: Steps left out of the container-only measures.
+NO_MINION = "bootstrap,initial_highstate,ping"
 #: Addresses of the hand-made floor containers, above what the registry hands out here.
 FLOOR_IP = f"{NET}.250"
 FLOOR_MAC = "02:00:0a:c7:09:fa"
@@ -220,6 +231,10 @@ def host(bench_root: Path) -> Iterator[tuple[str, Storage]]:
     and the compute-node states changed, also on failure."""
     bridge = "mcbb" + uuid.uuid4().hex[:6]
     storage = Storage(bench_root)
+    # the bridge exists before the master starts: the master listens on its gateway address
+    for cmd in (["ip", "link", "add", bridge, "type", "bridge"], ["ip", "addr", "add", f"{NET}.1/24", "dev", bridge],
+                ["ip", "link", "set", bridge, "up"]):
+        sh(*cmd, check=True)
     try:
         yield bridge, storage
     finally:
@@ -244,23 +259,35 @@ def host(bench_root: Path) -> Iterator[tuple[str, Storage]]:
         Path(f"/etc/network/interfaces.d/mccloud-{bridge}").unlink(missing_ok=True)
         _remove_reserved([SSH, SNMP])
         shutil.rmtree(lxc / TEMPLATE, ignore_errors=True)
+        shutil.rmtree(lxc / NOSALT, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def cloud(salt_factories: Any, bench_root: Path, host: tuple[str, Storage]) -> Iterator[Cloud]:
     from mccloud.orchestration import sls_root
+    from tests.integration.conftest import WHEELHOUSE
 
     store = str(bench_root / "store")
+    node = "mccloud-bench-node"
+
+    def accept_the_node_only(master: Any, payload: dict[str, Any]) -> None:
+        if payload.get("act") == "pend" and payload.get("id") == node:
+            master.salt_key_cli().run("--yes", "--accept", node)
+
     master_overrides = {
-        "interface": "127.0.0.1",
+        "interface": f"{NET}.1",
+        "auto_accept": False,
+        "open_mode": False,
+        "mccloud_wheelhouse": str(WHEELHOUSE),
         "file_roots": {"base": [sls_root()]},
         "pillar_roots": {"base": [str(bench_root / "pillar")]},
         "mccloud_store_dir": store,
         "mccloud_sls_timeout": 900,
     }
-    master = salt_factories.salt_master_daemon("mccloud-bench-master", overrides=master_overrides)
+    master = salt_factories.salt_master_daemon("mccloud-bench-master", overrides=master_overrides,
+                                               on_auth_event_callback=accept_the_node_only)
     with master.started(start_timeout=120):
-        minion = master.salt_minion_daemon("mccloud-bench-node", overrides={"mccloud_store_dir": store})
+        minion = master.salt_minion_daemon(node, overrides={"mccloud_store_dir": store, "master": f"{NET}.1"})
         with minion.started(start_timeout=120):
             yield Cloud(master, minion, bench_root, host[0])
 
@@ -287,6 +314,7 @@ class Bench:
             "makina-states.cloud.lxc.defaults.netmask": "24",
             "makina-states.cloud.lxc.defaults.gateway": f"{NET}.1",
             "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
+            "makina-states.cloud.mode": "salt",
             "makina-states.cloud.compute_node.ssh_port_range_start": SSH[0],
             "makina-states.cloud.compute_node.ssh_port_range_end": SSH[1],
             "makina-states.cloud.compute_node.snmp_port_range_start": SNMP[0],
@@ -294,7 +322,8 @@ class Bench:
             "makina-states.cloud.images.lxc": {
                 "default": TEMPLATE,
                 "images": {TEMPLATE: {"template": "debian", "release": "bookworm",
-                                      "packages": ["openssh-server", "iproute2", "ifupdown"]}},
+                                      "packages": ["openssh-server", "iproute2", "ifupdown", "python3",
+                                                   "python3-venv"]}},
             },
             "makina-states.cloud.compute_node.conf." + self.cloud.node: {
                 "bind_address": "127.0.0.1", "http_port": HTTP, "https_port": HTTPS,
@@ -371,7 +400,7 @@ class Bench:
     def provision(self, b: Backing, vm: str) -> float:
         os.sync()
         start = time.monotonic()
-        self.run("mc_cloud_vm.provision", vm)
+        self.run("mc_cloud_vm.provision", vm, f"skip={NO_MINION}")
         up = banner(container_ip(b.lxc, vm), 22) - start
         # Untimed: does the same sshd answer through the node's reverse proxy?
         port = self.cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", self.cloud.node, vm).data[
@@ -384,10 +413,16 @@ class Bench:
                            "vm_destroy, not by provision")
         return up
 
+    def minion(self, vm: str) -> float:
+        """Provisions ``vm`` with every step: until its minion answered
+        test.ping (the runner's last step)."""
+        os.sync()
+        return self.run("mc_cloud_vm.provision", vm)
+
     def orchestrate(self, vms: list[str], lxc: Path) -> float:
         os.sync()
         start = time.monotonic()
-        self.run("mc_cloud_vm.orchestrate", self.cloud.node)
+        self.run("mc_cloud_vm.orchestrate", self.cloud.node, f"skip_steps={NO_MINION}")
         end = max(banner(container_ip(lxc, vm), 22) for vm in vms)
         return end - start
 
@@ -456,6 +491,9 @@ def report(bench: Bench, found: list[Backing], n_orch: int) -> None:
         over = statistics.median(f["provision dir"]) - statistics.median(f["floor dir"])
         print(f"provision - floor (dir)                  {over:.2f} s, of which Salt's cost per runner call "
               f"{statistics.median(f['salt: one runner, one job']):.2f} s")
+    for key in ("minion, Salt in the image", "minion, Salt from the wheelhouse"):
+        if f"provision dir ({key})" in f:
+            print(f"provision dir ({key}) / floor (dir): {ratio(f, f'provision dir ({key})', 'floor dir')}")
     print("\n## per backing: provision (median), its floor, ratio, copy-on-write\n")
     for b in found:
         print(f"{b.name:<10} provision {statistics.median(f['provision ' + b.name]):6.2f} s  "
@@ -520,6 +558,24 @@ def test_provisioning_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
         bench.record(f"orchestrate {n_orch} VMs", bench.orchestrate(orch, by_name["dir"].lxc))
         for vm in orch:
             bench.run("mc_cloud_lxc.vm_destroy", vm)
+    say("VMs that become minions: Salt in the image, and Salt from the wheelhouse")
+    lxc = by_name["dir"].lxc
+    sh("lxc-copy", "-P", str(lxc), "-n", TEMPLATE, "-N", NOSALT, check=True)
+    shutil.rmtree(lxc / NOSALT / "rootfs" / "opt" / "mccloud")
+    minions = {"minion-img.bench.lan": {"profile_type": "dir"},
+               "minion-wh.bench.lan": {"profile_type": "dir", "from_container": NOSALT}}
+    bench.declare(minions)
+    for r in range(1, runs + 1):
+        say(f"round {r}/{runs}: minions")
+        for vm, key in (("minion-img.bench.lan", "minion, Salt in the image"),
+                        ("minion-wh.bench.lan", "minion, Salt from the wheelhouse")):
+            bench.record(f"provision dir ({key})", bench.minion(vm))
+            bench.breakdown()
+            bench.run("mc_cloud_lxc.vm_destroy", vm)
+    bench.run("mc_cloud_controller.wheelhouse", "force=True")
+    built = bench.last["changes"]["wheelhouse"]
+    bench.record("wheelhouse build (pip, its cache warm)", float(built["seconds"]))
+    bench.notes.add(f"wheelhouse: {built['wheels']} wheels, {built['bytes'] / 1e6:.1f} MB")
     report(bench, found, n_orch)
 
 

@@ -15,6 +15,7 @@ class _Context(TypedDict, total=False):
     pillar_root: str | None
     master_port: int | None
     default_env: str | None
+    bootstrap_script: str | None
 
 @final
 class Config:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from importlib import resources
 from typing import Any, Callable, Mapping, TypeVar
 
 import mccloud
@@ -50,10 +51,17 @@ def is_mastersalt(opts: Mapping[str, Any]) -> bool:
     return os.path.basename(conf_dir) == "mastersalt"
 
 
+def bootstrap_script() -> str:
+    """Path of mccloud's own Salt bootstrap script (the ``script`` default)."""
+    return str(resources.files("mccloud").joinpath("data").joinpath("bootstrap-salt.sh"))
+
+
 def context(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> dict[str, Any]:
     """The plain-value context the core needs from Salt's configuration."""
     roots = (opts.get("pillar_roots") or {}).get("base") or []
-    port = opts.get("master_port")
+    # A minion's master_port; on a master (runners), the port its minions
+    # connect to.
+    port = opts.get("master_port") or (opts.get("ret_port") if opts.get("__role") == "master" else None)
     env = pillar.get("default_env") or opts.get("default_env")
     return {
         "minion_id": controller_id(opts),
@@ -61,6 +69,7 @@ def context(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> dict[str, Any
         "pillar_root": str(roots[0]) if roots else None,
         "master_port": int(port) if port else None,
         "default_env": str(env) if env else None,
+        "bootstrap_script": bootstrap_script(),
     }
 
 

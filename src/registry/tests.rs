@@ -1369,3 +1369,23 @@ fn each_thing_is_done_once() {
     other.vm_settings(CN, "b.test", true).unwrap();
     assert_eq!(diff(before), [0, 0, 1, 1]);
 }
+
+/// A VM reaches the master through its gateway when its compute node is the
+/// controller: named by the cloud's `master`, or being the caller itself;
+/// any other node gets the controller's name.
+#[test]
+fn a_vm_on_the_controller_reaches_the_master_through_its_gateway() {
+    let pools = Pools::small();
+    let mut p = pillar(&pools, &[CN, CN2], &plain_vms(&["a.test", "b.test"]));
+    p.insert("makina-states.cloud.master".into(), json!(CN));
+    let (_dir, reg) = open(p);
+    let on_controller = reg.vm_settings(CN, "a.test", true).unwrap();
+    assert_eq!(on_controller["master"], pools.gateway.to_string());
+    let elsewhere = reg.vm_settings(CN2, "b.test", true).unwrap();
+    assert_eq!(elsewhere["master"], json!(CN));
+    let (_dir, reg) = open(pillar(&pools, &["ctl"], &plain_vms(&["c.test"])));
+    assert_eq!(
+        reg.vm_settings("ctl", "c.test", true).unwrap()["master"],
+        pools.gateway.to_string()
+    );
+}

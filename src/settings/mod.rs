@@ -51,6 +51,9 @@ pub struct Context {
     pub master_port: Option<u16>,
     /// `default_env` (dev, prod, preprod …), if known.
     pub default_env: Option<String>,
+    /// Path of mccloud's own bootstrap script, the `script` default (else
+    /// makina-states' `boot-salt.sh` under the instance's root).
+    pub bootstrap_script: Option<String>,
 }
 
 /// Settings computation over one pillar and one context. What it computes
@@ -140,7 +143,8 @@ impl Config {
             "all_pillar_dir": all_pillar_dir,
             "compute_node_pillar_dir": format!("{all_pillar_dir}/compute_node"),
             "mode": "mastersalt",
-            "script": format!("{root}/makina-states/_scripts/boot-salt.sh"),
+            "script": self.ctx.bootstrap_script.clone()
+                .unwrap_or_else(|| format!("{root}/makina-states/_scripts/boot-salt.sh")),
             "bootsalt_args": "-C --from-salt-cloud -no-M",
             "bootsalt_mastersalt_args": "-C --from-salt-cloud --mastersalt-minion",
             "bootsalt_branch": branch,

@@ -21,7 +21,10 @@ pub fn finish(
     let whose = format!("VM {} on compute node {cn}", plan.vm);
     let mut s = config.merged_settings(plan)?;
     plan.type_plan.finish_vm(&mut s, &plan.own);
-    if config.context().minion_id == cn {
+    // The master runs on the controller: when the compute node is the
+    // controller (the VM's master names it, or the caller is it), the VM
+    // reaches it through its gateway.
+    if s.get("master").and_then(Value::as_str) == Some(cn) || config.context().minion_id == cn {
         s.insert("master".into(), s["gateway"].clone());
     }
     let args = config.script_args(&s, &whose)?;

@@ -1,4 +1,11 @@
-"""A real Salt master and minion on loopback (pytest-salt-factories).
+"""A real Salt master and minion (pytest-salt-factories) on the test
+bridge's gateway address, which the fixture creates before the master
+starts: the node's minion and the VMs' minions reach the master there, and
+nothing else does. The master never accepts a key by itself
+(``auto_accept: False``; only the node's own minion is accepted by the
+fixture): a VM becomes a minion through the key mccloud pre-seeds. A second
+master stands for the mastersalt one (``mccloud_masters``), started by the
+tests that need it.
 
 The minion is both the controller's own minion and the compute node. Every
 path, the bridge, the network, the port ranges and the firewall chain are
@@ -24,11 +31,17 @@ import yaml
 from mccloud.orchestration import sls_root
 
 NET = "10.199.7"
+GATEWAY = f"{NET}.1"
+#: The node's own minion: the only key the test master accepts by itself.
+NODE = "mccloud-node"
 SSH = (41000, 41009)
 SNMP = (31000, 31009)
 CHAIN = "MCCLOUD-TEST"
 #: nsbox, the tests' own virtualisation type (its modules, runners and SLS).
 NSBOX = Path(__file__).resolve().parent.parent / "drivers" / "nsbox"
+#: The Salt wheelhouse the controller deploy builds (kept between runs: pip
+#: builds it once per Salt version).
+WHEELHOUSE = Path(os.environ.get("MCCLOUD_TEST_WHEELHOUSE", "/var/tmp/mccloud-test-wheelhouse"))
 #: Phase timings of the end-to-end test, printed in pytest's summary.
 TIMINGS: list[str] = []
 
@@ -66,8 +79,34 @@ def cloud_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def bridge() -> str:
-    return "mcbr" + uuid.uuid4().hex[:6]
+def bridge() -> Iterator[str]:
+    """The test bridge, up with the gateway address, before any master
+    starts (the masters listen on that address)."""
+    name = "mcbr" + uuid.uuid4().hex[:6]
+    for cmd in (["ip", "link", "add", name, "type", "bridge"], ["ip", "addr", "add", f"{GATEWAY}/24", "dev", name],
+                ["ip", "link", "set", name, "up"]):
+        subprocess.run(cmd, check=True)
+    yield name
+    subprocess.run(["ip", "link", "del", name], capture_output=True)
+
+
+@pytest.fixture(scope="package")
+def test_states(cloud_root: Path) -> Path:
+    """States of the tests' own, which the top file assigns to the VMs
+    (their initial highstate applies them)."""
+    root = cloud_root / "states"
+    (root / "mccloud_test").mkdir(parents=True)
+    (root / "top.sls").write_text("base:\n  'e2e*':\n    - mccloud_test.marker\n")
+    (root / "mccloud_test" / "marker.sls").write_text(
+        "mccloud-test-marker:\n"
+        "  file.managed:\n"
+        "    - name: /root/mccloud-highstate-marker\n"
+        "    - contents: {{ grains['id'] | tojson }}\n"
+        "mccloud-test-must-not-fail:\n"
+        "  cmd.run:\n"
+        "    - name: test ! -e /root/mccloud-fail-highstate\n"
+    )
+    return root
 
 
 def cloud_pillar(root: Path, node: str, bridge: str, vms: dict[str, Any]) -> dict[str, Any]:
@@ -129,11 +168,38 @@ def host_state(bridge: str) -> Iterator[None]:
             os.remove(f)
 
 
+def accept_the_node_only(master: Any, payload: dict[str, Any]) -> None:
+    """salt-factories' auth handler accepts any pending key: this one
+    accepts the node's own minion only."""
+    if payload.get("act") == "pend" and payload.get("id") == NODE:
+        assert master.salt_key_cli().run("--yes", "--accept", NODE).returncode == 0
+
+
 @pytest.fixture(scope="package")
-def salt_master(salt_factories: Any, cloud_root: Path, host_state: None) -> Iterator[Any]:
+def mastersalt_factory(salt_factories: Any, cloud_root: Path, bridge: str) -> Any:
+    """The second master (mastersalt mode's), configured, not started."""
+    return salt_factories.salt_master_daemon("mccloud-mastersalt", overrides={
+        "interface": GATEWAY, "auto_accept": False, "open_mode": False,
+        "file_roots": {"base": [str(cloud_root / "states")]},
+    }, on_auth_event_callback=lambda master, payload: None)
+
+
+@pytest.fixture(scope="package")
+def mastersalt_master(mastersalt_factory: Any) -> Iterator[Any]:
+    with mastersalt_factory.started(start_timeout=120):
+        yield mastersalt_factory
+
+
+@pytest.fixture(scope="package")
+def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge: str, test_states: Path,
+                mastersalt_factory: Any) -> Iterator[Any]:
     overrides = {
-        "interface": "127.0.0.1",
-        "file_roots": {"base": [sls_root(), str(NSBOX / "sls")]},
+        "interface": GATEWAY,
+        "auto_accept": False,
+        "open_mode": False,
+        "mccloud_masters": {"mastersalt": mastersalt_factory.config_file},
+        "mccloud_wheelhouse": str(WHEELHOUSE),
+        "file_roots": {"base": [sls_root(), str(NSBOX / "sls"), str(test_states)]},
         "runner_dirs": [str(NSBOX / "runners")],
         "mccloud_nsbox_root": str(cloud_root / "nsbox"),
         "pillar_roots": {"base": [str(cloud_root / "pillar")]},
@@ -141,15 +207,17 @@ def salt_master(salt_factories: Any, cloud_root: Path, host_state: None) -> Iter
         "mccloud_sls_timeout": 600,
     }
     write_pillar(cloud_root, {})
-    factory = salt_factories.salt_master_daemon("mccloud-master", overrides=overrides)
+    factory = salt_factories.salt_master_daemon("mccloud-master", overrides=overrides,
+                                                on_auth_event_callback=accept_the_node_only)
     with factory.started(start_timeout=120):
         yield factory
 
 
 @pytest.fixture(scope="package")
 def salt_minion(salt_master: Any, cloud_root: Path) -> Iterator[Any]:
-    overrides = {"mccloud_store_dir": str(cloud_root / "store"), "module_dirs": [str(NSBOX / "modules")]}
-    factory = salt_master.salt_minion_daemon("mccloud-node", overrides=overrides)
+    overrides = {"mccloud_store_dir": str(cloud_root / "store"), "module_dirs": [str(NSBOX / "modules")],
+                 "master": GATEWAY}
+    factory = salt_master.salt_minion_daemon(NODE, overrides=overrides)
     with factory.started(start_timeout=120):
         yield factory
 

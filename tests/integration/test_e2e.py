@@ -29,8 +29,12 @@ pytestmark = pytest.mark.slow
 TEMPLATE = "mccloud-e2e-tmpl"
 VMS = ("e2e1.test.lan", "e2e2.test.lan", "e2e3.test.lan", "e2e4.test.lan", "e2e5.test.lan")
 FLOOR = "mccloud-e2e-floor"
+#: A container standing in for a bare-metal server (saltify).
+METAL = "mccloud-e2e-metal"
 #: Cloned as an overlayfs snapshot of the template (the others: full copies).
 OVERLAY = VMS[2]
+#: A minion of the mastersalt master (the others: of the salt master).
+MASTERSALT = VMS[1]
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
 
 
@@ -39,7 +43,7 @@ def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def e2e(cloud: Cloud, e2e_timings: list[str]) -> Iterator[tuple[Cloud, Path, dict[str, float]]]:
+def e2e(cloud: Cloud, e2e_timings: list[str], mastersalt_master: Any) -> Iterator[tuple[Cloud, Path, dict[str, float]]]:
     lxc = cloud.root / "lxc"
     pidfile = cloud.root / "etc" / "haproxy-e2e.pid"
     conf = {
@@ -55,21 +59,25 @@ def e2e(cloud: Cloud, e2e_timings: list[str]) -> Iterator[tuple[Cloud, Path, dic
         "makina-states.cloud.images.lxc": {
             "default": TEMPLATE,
             "images": {TEMPLATE: {"template": "debian", "release": "bookworm",
-                                  "packages": ["openssh-server", "iproute2", "ifupdown"]}},
+                                  "packages": ["openssh-server", "iproute2", "ifupdown", "python3", "python3-venv"]}},
         },
+        "makina-states.cloud.mode": "salt",
         "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
         "makina-states.cloud.compute_node.conf." + cloud.node: conf,
     }
-    own = {OVERLAY: {"profile_type": "overlayfs"}}
-    cloud.e2e_declare = lambda **first: cloud.set_vms(  # type: ignore[attr-defined]
-        {vm: {**UNCONFINED, **own.get(vm, {}), **(first if vm == VMS[0] else {})} for vm in VMS}, **extra
+    own = {OVERLAY: {"profile_type": "overlayfs"},
+           MASTERSALT: {"mode": "mastersalt", "master_port": mastersalt_master.config["ret_port"]}}
+    cloud.mastersalt = mastersalt_master  # type: ignore[attr-defined]
+    cloud.e2e_declare = lambda more=None, **first: cloud.set_vms(  # type: ignore[attr-defined]
+        {vm: {**UNCONFINED, **own.get(vm, {}), **(first if vm == VMS[0] else {})} for vm in VMS},
+        **extra, **(more or {}),
     )
     cloud.e2e_declare()  # type: ignore[attr-defined]
     phases: dict[str, float] = {}
     try:
         yield cloud, lxc, phases
     finally:
-        for name in (*VMS, FLOOR, TEMPLATE):
+        for name in (*VMS, FLOOR, METAL, TEMPLATE):
             sh("lxc-stop", "-P", str(lxc), "-n", name, "-k")
             sh("lxc-destroy", "-P", str(lxc), "-n", name)
         if pidfile.exists():
@@ -128,6 +136,45 @@ def check_vm(cloud: Cloud, lxc: Path, vm: str) -> dict[str, Any]:
     return s
 
 
+def master_of(cloud: Cloud, vm: str) -> Any:
+    return cloud.mastersalt if vm == MASTERSALT else cloud.master  # type: ignore[attr-defined]
+
+
+def answers(master: Any, vm: str, deadline: float = 60) -> bool:
+    """Whether ``vm``'s minion answers test.ping on ``master`` before the deadline."""
+    end = time.monotonic() + deadline
+    while True:
+        if master.salt_cli(timeout=10).run("test.ping", minion_tgt=vm).data is True:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(2)
+
+
+def check_minion(cloud: Cloud, lxc: Path, vm: str) -> None:
+    """The VM is a minion of its mode's master with the key mccloud
+    pre-seeded (no master accepts keys by itself here), its own minion
+    answers its grains, and its initial highstate ran the states the top
+    file assigns it."""
+    master = master_of(cloud, vm)
+    assert answers(master, vm, deadline=5), vm
+    keys = master.salt_key_cli().run("--list", "accepted", "--out=json").data
+    assert vm in keys["minions"], keys
+    grain = master.salt_cli(timeout=30).run("grains.get", "makina-states.cloud.is.vm", minion_tgt=vm).data
+    assert grain is True, grain
+    assert guest_file(lxc, vm, "/root/mccloud-highstate-marker").strip() == vm
+    other = cloud.master if vm == MASTERSALT else cloud.mastersalt  # type: ignore[attr-defined]
+    assert vm not in other.salt_key_cli().run("--list", "all", "--out=json").data.get("minions", [])
+    if vm == MASTERSALT:  # and a plain Salt for the project's masterless runs, its daemon off
+        local = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "/usr/local/bin/salt-call", "--local",
+                   "--out=json", "test.ping")
+        assert local.returncode == 0 and '"local": true' in local.stdout, local.stdout + local.stderr
+        assert sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "systemctl", "is-active",
+                  "mastersalt-minion").stdout.strip() == "active"
+        assert sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "systemctl", "is-active",
+                  "salt-minion").stdout.strip() != "active"
+
+
 def guest_file(lxc: Path, vm: str, path: str) -> str:
     """A file as the running guest sees it (an overlay clone's files are
     merged in its own mount namespace only)."""
@@ -151,6 +198,19 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         if "duration" in step:
             phases[f"  states of {step['name']}"] = step["duration"]
     seen = {VMS[0]: check_vm(cloud, lxc, VMS[0])}
+    assert [s["name"] for s in data["steps"]][-3:] == [
+        "mc_cloud_vm.vm_bootstrap", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"], data
+    check_minion(cloud, lxc, VMS[0])
+    # The minion is a service of the container: it answers again after a restart.
+    assert sh("lxc-stop", "-P", str(lxc), "-n", VMS[0]).returncode == 0
+    assert sh("lxc-start", "-P", str(lxc), "-n", VMS[0]).returncode == 0
+    assert answers(cloud.master, VMS[0]), f"{VMS[0]} does not answer after a restart"
+    # A failing state of the highstate fails the step, naming the state.
+    sh("lxc-attach", "-P", str(lxc), "-n", VMS[0], "--", "touch", "/root/mccloud-fail-highstate")
+    rc, failed, out = cloud.run("mc_cloud_vm.provision", VMS[0], "steps=initial_highstate")
+    assert rc != 0 and "mccloud-test-must-not-fail" in failed["comment"], out
+    assert "step initial_highstate" in failed["comment"], failed["comment"]
+    sh("lxc-attach", "-P", str(lxc), "-n", VMS[0], "--", "rm", "/root/mccloud-fail-highstate")
     rest = len(VMS) - 1
     start = time.monotonic()
     data = timed(phases, f"orchestrate {rest} VMs in parallel (mc_cloud_vm.orchestrate)", cloud,
@@ -161,6 +221,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     assert [s["name"] for s in data["steps"]] == list(VMS[1:]), data
     for vm in VMS[1:]:
         seen[vm] = check_vm(cloud, lxc, vm)
+        check_minion(cloud, lxc, vm)
     for vm in VMS[:2]:  # idempotent: spawning again changes nothing and says so
         rc, again, out = cloud.run("mc_cloud_lxc.vm_spawn", vm)
         assert rc == 0 and again["changes"] == {}, out
@@ -191,5 +252,56 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         assert vm not in sh("lxc-ls", "-P", str(lxc)).stdout
         assert f"listen ssh_{vm}" not in cfg.read_text()
         assert vm not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data
+        # like salt-cloud -d: the key is gone from the master of its mode
+        keys = master_of(cloud, vm).salt_key_cli().run("--list", "all", "--out=json").data
+        assert not any(vm in ids for ids in keys.values()), keys
     rc, data, out = cloud.run("mc_cloud_lxc.vm_destroy", VMS[0])
     assert rc != 0 and "does not exist" in data["comment"], out
+
+
+def test_saltify_makes_a_bare_metal_stand_in_a_minion(e2e: tuple[Cloud, Path, dict[str, float]],
+                                                     tmp_path: Path) -> None:
+    """A container made by the test stands in for a bare-metal server: a
+    clone of the template without Salt, sshd up, the controller's public key
+    authorised for root. mc_cloud_saltify.saltify installs Salt there from
+    the wheelhouse over ssh, with a pre-seeded key, and it answers
+    test.ping; a wrong key is refused clearly."""
+    cloud, lxc, phases = e2e
+    ip = f"{NET}.240"
+    assert sh("lxc-copy", "-P", str(lxc), "-n", TEMPLATE, "-N", METAL).returncode == 0
+    root = lxc / METAL / "rootfs"
+    shutil.rmtree(root / "opt" / "mccloud", ignore_errors=True)  # bare metal has no Salt
+    with open(lxc / METAL / "config", "a") as f:
+        f.write(f"lxc.net.0.type = veth\nlxc.net.0.link = {cloud.bridge}\nlxc.net.0.flags = up\n"
+                f"lxc.net.0.hwaddr = 00:16:3e:7f:ff:f0\nlxc.net.0.ipv4.address = {ip}/24\n"
+                f"lxc.net.0.ipv4.gateway = {NET}.1\nlxc.apparmor.profile = unconfined\n")
+    (root / "etc" / "network" / "interfaces").write_text(
+        "auto lo\niface lo inet loopback\nauto eth0\niface eth0 inet manual\n")
+    key = cloud.root / "etc" / "ssh" / "id_mccloud"
+    (root / "root" / ".ssh").mkdir(mode=0o700, exist_ok=True)
+    (root / "root" / ".ssh" / "authorized_keys").write_text(key.with_suffix(".pub").read_text())
+    assert sh("lxc-start", "-P", str(lxc), "-n", METAL).returncode == 0
+    ssh_banner(ip, 22)
+    wrong = tmp_path / "wrong_key"
+    assert sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)).returncode == 0
+    port = cloud.master.config["ret_port"]
+    targets = {
+        "metal.test.lan": {"ip": ip, "ssh_keyfile": str(key), "mode": "salt", "master": NET + ".1",
+                           "master_port": port},
+        "wrongkey.test.lan": {"ip": ip, "ssh_keyfile": str(wrong), "mode": "salt", "master": NET + ".1",
+                              "master_port": port},
+    }
+    cloud.e2e_declare(more={"makina-states.cloud.saltify.targets": targets})  # type: ignore[attr-defined]
+    rc, data, out = cloud.run("mc_cloud_saltify.saltify", "wrongkey.test.lan")
+    assert rc != 0 and "ssh to root@" in data["comment"] and str(wrong) in data["comment"], out
+    assert "Permission denied" in data["comment"], out
+    keys = cloud.master.salt_key_cli().run("--list", "all", "--out=json").data
+    assert not any("wrongkey.test.lan" in ids for ids in keys.values())  # nothing accepted for it
+    start = time.monotonic()
+    data = timed(phases, "saltify a bare-metal stand-in (Salt from the wheelhouse)", cloud,
+                 "mc_cloud_saltify.saltify", "metal.test.lan")
+    assert "answers test.ping" in data["comment"], data
+    assert answers(cloud.master, "metal.test.lan", deadline=5)
+    assert (root / "opt" / "mccloud" / "salt" / "bin" / "salt-minion").exists()
+    phases["saltify, until test.ping answers"] = time.monotonic() - start
+

@@ -83,7 +83,8 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
     assert targets[cloud.node]["vms"] == {g: "nsbox" for g in GUESTS}
     assert targets[cloud.node]["virt_types"] == ["nsbox"]
 
-    done = ok(cloud, "mc_cloud_vm.orchestrate", cloud.node)
+    # nsbox guests are namespaces of the node, not hosts of their own: not minions.
+    done = ok(cloud, "mc_cloud_vm.orchestrate", cloud.node, "skip_steps=bootstrap,initial_highstate,ping")
     assert [s["name"] for s in done["steps"]] == list(GUESTS) or sorted(s["name"] for s in done["steps"]) == \
         sorted(GUESTS), done
 

@@ -1,18 +1,23 @@
 """The runners without a master: the real runner shims (``mccloud.runners``)
 loaded into one function table the way Salt's loader does (shared
 ``__context__``), over a Config and Registry of the test's own, with the
-jobs that would go to minions recorded instead of sent."""
+jobs that would go to minions recorded instead of sent. The masters of both
+modes are configuration files and pki directories of the test's own (Salt's
+key functions work on them for real); calls on VM minions are answered by
+:class:`Minions`."""
 
 from __future__ import annotations
 
 import importlib
+import shutil
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import mccloud
-from mccloud.orchestration import Env, transport
+from mccloud import saltsupport
+from mccloud.orchestration import Env, minions, transport
 
 RUNNERS = ("mc_cloud_compute_node", "mc_cloud_controller", "mc_cloud_lxc", "mc_cloud_saltify", "mc_cloud_vm")
 
@@ -56,6 +61,49 @@ class Jobs:
         return transport.attribute(steps, target, ret)
 
 
+_MASTER_KEYS: dict[str, Path] = {}
+
+
+def fake_master(root: Path) -> str:
+    """A master's configuration file and pki directory (with its key pair,
+    made once per session) under ``root``; no daemon."""
+    import salt.crypt
+
+    pki = root / "pki"
+    for d in ("minions", "minions_pre", "minions_rejected", "minions_denied"):
+        (pki / d).mkdir(parents=True, exist_ok=True)
+    (root / "cache").mkdir(exist_ok=True)
+    if "dir" not in _MASTER_KEYS:
+        keys = Path(__import__("tempfile").mkdtemp(prefix="mccloud-master-keys-"))
+        salt.crypt.gen_keys(str(keys), "master", 2048)
+        _MASTER_KEYS["dir"] = keys
+    for name in ("master.pem", "master.pub"):
+        shutil.copy(_MASTER_KEYS["dir"] / name, pki / name)
+    conf = root / "master"
+    conf.write_text(f"root_dir: {root}\npki_dir: {pki}\ncachedir: {root / 'cache'}\nsock_dir: {root / 'sock'}\n")
+    return str(conf)
+
+
+class Minions:
+    """Stands in for calls on VM minions (:func:`minions.call`): every VM
+    with an accepted key answers; ``fail`` maps a function to the failed
+    state it reports."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self.fail: dict[str, str] = {}
+
+    def __call__(self, opts: Any, minion: str, mode: str, fun: str, timeout: int = 300) -> tuple[bool, Any]:
+        self.calls.append((minion, mode, fun))
+        if not minions.accepted(opts, minion, mode):
+            return False, None
+        if fun.startswith("state."):
+            failed = self.fail.get(fun)
+            return True, {"cmd_|-x_|-x_|-run": {"__id__": failed or "ok-state", "__run_num__": 0, "changes": {},
+                                                 "result": failed is None, "comment": "failed" if failed else "ok"}}
+        return True, True
+
+
 class Offline:
     """A controller without Salt daemons: ``functions`` holds the real
     runner shims, ``env`` is a runner view over the same context."""
@@ -65,9 +113,13 @@ class Offline:
         key.parent.mkdir(parents=True, exist_ok=True)
         key.with_suffix(".pub").write_text("ssh-ed25519 AAAA test\n")
         pillar = {"makina-states.cloud.controller.ssh_key": str(key), **pillar}
-        self.config = mccloud.Config({"minion_id": "ctl"}, pillar)
+        self.config = mccloud.Config({"minion_id": "ctl", "bootstrap_script": saltsupport.bootstrap_script()},
+                                     pillar)
         self.registry = CountingRegistry(mccloud.Registry(self.config, str(tmp / "store")))
-        self.opts: dict[str, Any] = {"mccloud_store_dir": str(tmp / "store"), **(opts or {})}
+        masters = {mode: fake_master(tmp / "masters" / mode) for mode in minions.MODES}
+        self.opts: dict[str, Any] = {"mccloud_store_dir": str(tmp / "store"), "__role": "master",
+                                     "conf_file": str(tmp / "runner-master"), "mccloud_masters": masters,
+                                     "mccloud_wheelhouse": str(tmp / "wheelhouse"), **(opts or {})}
         self.context: dict[str, Any] = {"mccloud.pillar": pillar, "mccloud.config": self.config,
                                         "mccloud.registry": self.registry}
         self.functions: dict[str, Callable[..., Any]] = {}

@@ -11,7 +11,7 @@ from typing import Any
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import sls_root
-from mccloud.orchestration.generic import controller_data, destroy_data
+from mccloud.orchestration.generic import bootstrap_data, controller_data, destroy_data
 from tests.support.runners import Offline
 
 CN = "cn1.example.net"
@@ -36,12 +36,17 @@ def sls_data(tmp: Path) -> dict[str, Any]:
     _, scratch = env.vm_data("b.example.net", CN)
     destroy = destroy_data(env, "a.example.net", CN, {"name": "a.example.net", "lxc_path": "/var/lib/lxc"})
     return {"node": node, "vm": vm_data, "scratch": scratch, "controller": controller_data(env),
-            "destroy": destroy, "tmp": tmp}
+            "destroy": destroy, "tmp": tmp, "bootstrap": bootstrap_data(env, "a.example.net", CN),
+            "images": lxc.images_data(env, CN)}
 
 
 def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
     if sls.endswith(".vm.destroy"):
         return data["destroy"]
+    if sls.endswith(".vm.bootstrap"):
+        return data["bootstrap"]
+    if sls.endswith(".compute_node.images"):
+        return data["images"]
     if ".vm." in sls:
         return data["vm"]
     if ".controller" in sls:

@@ -11,8 +11,8 @@ from typing import Any, Mapping
 
 import pytest
 
-from mccloud.orchestration import Env, compute_node_deploy, transport, vm_destroy, vm_orchestrate, vm_provision
-from tests.support.runners import Jobs, Offline
+from mccloud.orchestration import Env, compute_node_deploy, minions, transport, vm_destroy, vm_orchestrate, vm_provision
+from tests.support.runners import Jobs, Minions, Offline
 
 CN = "cn1.example.net"
 VMS = {f"vm{i}.example.net": {} for i in range(1, 7)}
@@ -24,7 +24,7 @@ LXC, GEN = "makina-states.cloud.lxc.vm", "makina-states.cloud.generic.vm"
 def jobs(monkeypatch: pytest.MonkeyPatch) -> Jobs:
     j = Jobs()
     monkeypatch.setattr(transport, "apply_batch", j)
-    monkeypatch.setattr(transport, "accepted_minions", lambda opts: [])  # VMs are no minions here
+    monkeypatch.setattr(minions, "call", Minions())  # a VM whose key is accepted answers
     return j
 
 
@@ -91,13 +91,16 @@ def test_a_provision_sends_its_sls_steps_as_one_job_and_asks_the_registry_once(o
     assert out["result"] is True, out
     assert [mods for _, mods, _ in jobs.sent] == [[
         f"{LXC}.spawn", f"{GEN}.fix_dns", f"{LXC}.reconfigure", f"{LXC}.volumes", f"{LXC}.preprovision",
-        f"{GEN}.preprovision", f"{LXC}.initial_setup"]]
-    # initial_highstate and ping ran after the job (not minions here: skipped)
-    assert [s["name"] for s in out["steps"]][-2:] == ["mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"]
+        f"{GEN}.preprovision", f"{LXC}.initial_setup"], [f"{LXC}.bootstrap"]]
+    # the bootstrap is a job of its own (with the pre-seeded key); then the
+    # highstate and ping go to the VM's own minion
+    assert [s["name"] for s in out["steps"]][-3:] == [
+        "mc_cloud_vm.vm_bootstrap", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"]
     assert offline.registry.calls == {"vm_settings": 1}
     data = jobs.sent[0][2]
     assert data["rootfs"].endswith("/vm1.example.net/rootfs") and "password" not in data["vm"]
     assert data["vm"]["vt"] == "lxc" and data["controller_pubkey"] == "ssh-ed25519 AAAA test"
+    assert "minion" not in data  # the key goes to the bootstrap job only
 
 
 def test_a_non_sls_step_waits_for_the_batch_before_it(offline: Offline, jobs: Jobs) -> None:
@@ -105,7 +108,7 @@ def test_a_non_sls_step_waits_for_the_batch_before_it(offline: Offline, jobs: Jo
     offline.functions["mc_cloud_lxc.post_vm_fix_dns"] = lambda vm, cn: order.append(f"hook {len(jobs.sent)}") or True
     assert vm_provision(offline.env, "vm1.example.net", skip="initial_highstate").result
     assert order == ["hook 1"]  # spawn and fix_dns were sent first
-    assert [len(mods) for _, mods, _ in jobs.sent] == [2, 5]
+    assert [len(mods) for _, mods, _ in jobs.sent] == [2, 5, 1]  # the last: bootstrap
 
 
 def test_a_node_deploy_registers_the_node_once(offline: Offline, jobs: Jobs) -> None:
@@ -178,5 +181,55 @@ def test_orchestrate_concurrency_comes_from_the_master_option(tmp_path: Path) ->
 def test_orchestrate_provisions_for_real_bodies_in_threads(offline: Offline, jobs: Jobs) -> None:
     out = vm_orchestrate(offline.env, CN, concurrency=4).as_dict()
     assert out["result"] is True, out
-    assert sorted(job[2]["vm"]["name"] for job in jobs.sent) == sorted(VMS)
+    assert sorted(job[2]["vm"]["name"] for job in jobs.sent if "minion" not in job[2]) == sorted(VMS)
+    assert sorted(job[2]["vm"]["name"] for job in jobs.sent if "minion" in job[2]) == sorted(VMS)
     assert offline.registry.calls == {"vm_settings": len(VMS)}
+
+
+def test_a_vm_becomes_a_minion_of_the_master_of_its_mode(offline: Offline, jobs: Jobs) -> None:
+    """The key pair is made by Salt's key functions and accepted on the
+    mode's master before the bootstrap job, which carries the private key,
+    the master's public key and the minion configuration; destroy deletes
+    the key."""
+    import salt.config
+    import yaml
+
+    out = vm_provision(offline.env, "vm1.example.net").as_dict()
+    assert out["result"] is True, out
+    _, mods, data = jobs.sent[-1]
+    m = data["minion"]
+    mode = m["mode"]  # the cloud default: mastersalt
+    assert mode == "mastersalt" and m["conf_dir"] == "/etc/mastersalt"
+    mopts = salt.config.master_config(offline.opts["mccloud_masters"][mode])
+    accepted = Path(mopts["pki_dir"]) / "minions" / "vm1.example.net"
+    assert accepted.read_text() == m["pub"] and "PRIVATE KEY" in m["pem"]
+    assert m["master_pub"] == (Path(mopts["pki_dir"]) / "master.pub").read_text()
+    conf = yaml.safe_load(m["config"])
+    assert conf["id"] == "vm1.example.net" and conf["pki_dir"] == "/etc/mastersalt/pki/minion"
+    assert (conf["master"], conf["master_port"]) == (data["vm"]["master"], data["vm"]["master_port"])
+    assert "--mastersalt-minion" in m["script_args"] and m["script"].startswith("#!/bin/sh")
+    assert not (Path(salt.config.master_config(offline.opts["mccloud_masters"]["salt"])["pki_dir"]) / "minions"
+                / "vm1.example.net").exists()
+    ret = offline.functions["mc_cloud_vm.destroy"]("vm1.example.net")
+    assert ret["result"] is True and not accepted.exists(), ret
+    assert any(s["name"] == "minion key" and s["changes"] == {"deleted": ["mastersalt"]} for s in ret["steps"])
+
+
+def test_a_failing_highstate_names_its_state_and_a_non_minion_fails(offline: Offline, jobs: Jobs,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = Minions()
+    fake.fail["state.highstate"] = "mccloud-test-broken"
+    monkeypatch.setattr(minions, "call", fake)
+    out = vm_provision(offline.env, "vm1.example.net").as_dict()
+    assert out["result"] is False
+    assert out["comment"].startswith("step initial_highstate (mc_cloud_vm.vm_initial_highstate) failed")
+    assert "mccloud-test-broken: failed" in out["comment"]
+    out = vm_provision(offline.env, "vm2.example.net", steps="ping").as_dict()
+    assert out["result"] is False and "vm2.example.net is not a minion of the mastersalt master" in out["comment"]
+
+
+def test_a_driver_without_a_bootstrap_says_so(offline: Offline, jobs: Jobs) -> None:
+    del offline.functions["mc_cloud_lxc.vm_bootstrap_sls"]
+    out = vm_provision(offline.env, "vm1.example.net").as_dict()
+    assert out["result"] is False and "the lxc driver cannot make its guests minions" in out["comment"]
+    assert vm_provision(offline.env, "vm1.example.net", skip="bootstrap,initial_highstate,ping").result

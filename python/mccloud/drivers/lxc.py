@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, cast
 import mccloud
 from mccloud.orchestration.generic import vm_destroy as generic_destroy
 from mccloud.orchestration.generic import vm_sls
+from mccloud.orchestration import minions
 from mccloud.orchestration.runner import Env, Outcome
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 CN_SLS = "makina-states.cloud.lxc.compute_node"
 VM_SLS = "makina-states.cloud.lxc.vm"
+#: Makes a container a minion (``mc_cloud_lxc.vm_bootstrap_sls``).
+BOOTSTRAP_SLS = f"{VM_SLS}.bootstrap"
 #: The lxc VM steps (``mc_cloud_lxc.vm_<step>``), each applying ``<VM_SLS>.<step>``.
 SLS_STEPS = ("spawn", "reconfigure", "volumes", "preprovision", "initial_setup")
 
@@ -88,8 +91,15 @@ def configure_images(env: Env, target: str) -> Outcome:
     """Builds the images on the controller when absent (they are synchronised
     to the node afterwards)."""
     out = Outcome()
-    out.add(f"{CN_SLS}.images", env.sls(env.controller, f"{CN_SLS}.images", node_data(env, target)))
+    out.add(f"{CN_SLS}.images", env.sls(env.controller, f"{CN_SLS}.images", images_data(env, target)))
     return out
+
+
+def images_data(env: Env, target: str) -> NodeData:
+    """What the images SLS receives: the node's data, the controller's
+    wheelhouse and the bootstrap script (Salt goes into the images)."""
+    return node_data(env, target, wheelhouse=str(minions.wheelhouse_dir(env.opts)),
+                     bootstrap_script=minions.script_text(env.config.cloud_settings()))
 
 
 def _image_version(path: str) -> str | None:
@@ -101,9 +111,9 @@ def _image_version(path: str) -> str | None:
 
 
 def sync_images(env: Env, target: str) -> Outcome:
-    """Copies the images from the controller to the node: nothing to do when
-    the node is the controller; rsync over ssh otherwise, skipping images
-    whose version already matches."""
+    """Copies the images and the Salt wheelhouse from the controller to the
+    node: nothing to do when the node is the controller; rsync over ssh
+    otherwise, skipping images whose version already matches."""
     out = Outcome()
     if target == env.controller:
         out.add("sync_images", {"result": True, "comment": f"{target} is the controller: images are local"})
@@ -130,6 +140,13 @@ def sync_images(env: Env, target: str) -> Outcome:
                                  "comment": (p.stderr.strip() or f"{name} copied to {target}")})
         if not out.result:
             return out
+    wheels = str(minions.wheelhouse_dir(env.opts))
+    if minions.wheelhouse_state(minions.wheelhouse_dir(env.opts)) is None:
+        env.progress(f"{target}: copying the Salt wheelhouse")
+        p = subprocess.run(["rsync", "-a", "--delete", "--mkpath", "-e", ssh, f"{wheels}/", f"root@{target}:{wheels}/"],
+                           capture_output=True, text=True)
+        out.add("sync wheelhouse", {"result": p.returncode == 0,
+                                    "comment": p.stderr.strip() or f"wheelhouse {wheels} copied to {target}"})
     return out
 
 

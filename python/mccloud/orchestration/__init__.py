@@ -15,11 +15,13 @@ from mccloud.orchestration.generic import (
     destroy,
     run_steps,
     step_functions,
+    vm_bootstrap,
     vm_destroy,
     vm_minion_call,
     vm_orchestrate,
     vm_provision,
     vm_sls,
+    wheelhouse,
     with_conflicts,
 )
 from mccloud.orchestration.runner import Env, Outcome, controller_pillar, guard, hook_functions, names, run, sls_root
@@ -49,10 +51,12 @@ __all__ = [
     "state_changes",
     "state_failures",
     "step_functions",
+    "vm_bootstrap",
     "vm_destroy",
     "vm_minion_call",
     "vm_orchestrate",
     "vm_provision",
     "vm_sls",
+    "wheelhouse",
     "with_conflicts",
 ]

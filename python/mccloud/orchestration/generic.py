@@ -12,11 +12,12 @@ from typing import Any, Callable, Container, Mapping, Sequence
 
 import mccloud
 from mccloud import saltsupport
-from mccloud.orchestration import transport
+from mccloud.orchestration import minions, transport
 from mccloud.orchestration.runner import Env, Outcome, Progress, Step, as_step, guard, hook_functions, names
 
 #: VM provisioning steps, in order (SPEC §2).
-VM_STEPS = ("spawn", "fix_dns", "reconfigure", "volumes", "preprovision", "initial_setup", "initial_highstate")
+VM_STEPS = ("spawn", "fix_dns", "reconfigure", "volumes", "preprovision", "initial_setup", "bootstrap",
+            "initial_highstate")
 #: The generic VM steps that only apply an SLS with the VM's data (batched).
 VM_SLS_STEPS = {
     "mc_cloud_vm.vm_fix_dns": "makina-states.cloud.generic.vm.fix_dns",
@@ -97,14 +98,24 @@ def run_steps(
 
 
 def controller_deploy(env: Env) -> Outcome:
-    """Controller layout and ssh key pair, then each driver's controller hook."""
+    """Controller layout and ssh key pair, the Salt wheelhouse for targets
+    (built once), then each driver's controller hook."""
     out = Outcome()
     if not out.add("controller", env.sls(env.controller, "makina-states.cloud.generic.controller",
                                          controller_data(env))):
         return out
+    if not out.add("wheelhouse", minions.build_wheelhouse(env.opts, env.progress)):
+        return out
     for fun in hook_functions(env.functions, env.config.controller_settings()["vts"], "post_deploy_controller"):
         if not out.add(fun, env.call(fun)):
             return out
+    return out
+
+
+def wheelhouse(env: Env, force: Any = False) -> Outcome:
+    """Builds the Salt wheelhouse for targets, once (see :mod:`.minions`)."""
+    out = Outcome()
+    out.add("wheelhouse", minions.build_wheelhouse(env.opts, env.progress, force=str(force).lower() in ("1", "true")))
     return out
 
 
@@ -195,15 +206,17 @@ def vm_orchestrate(
     skip: Any = None,
     concurrency: Any = None,
     provision: Callable[[Env, str], Mapping[str, Any]] | None = None,
+    skip_steps: Any = None,
 ) -> Outcome:
     """Provisions every VM of a compute node, ``concurrency`` at a time; a
-    failed VM does not stop the others, and every VM is listed."""
+    failed VM does not stop the others, and every VM is listed.
+    ``skip_steps``: provisioning steps left out for every VM."""
     node = env.config.compute_node_settings()["targets"].get(target)
     if not node or not node.get("vms"):
         raise mccloud.NotFoundError(f"compute node {target} declares no VMs")
     vms = [vm for vm in node["vms"] if vm not in set(names(skip))]
     workers = concurrency_of(env, concurrency)
-    provision = provision or (lambda e, vm: guard("provision", vm_provision, e, vm).as_dict())
+    provision = provision or (lambda e, vm: guard("provision", vm_provision, e, vm, None, skip_steps).as_dict())
     env.registry.store_path  # one registry for every thread, opened before they start
     env.progress(f"{target}: provisioning {len(vms)} VM(s), {workers} at a time")
     lock = threading.Lock()
@@ -241,11 +254,71 @@ def vm_sls(env: Env, vm: str, target: str | None, sls: str) -> Outcome:
     return out
 
 
-def vm_minion_call(env: Env, vm: str, fun: str, timeout: int = 300) -> Outcome:
-    """Calls ``fun`` on the VM's own minion; a VM that is not (yet) a minion
-    of this master is reported and skipped, not failed."""
+def vm_bootstrap(env: Env, vm: str, target: str | None = None) -> Outcome:
+    """Makes the VM a minion of the master of its mode: its key pair is
+    generated and accepted on that master (Salt's ``key.gen_accept``), the
+    driver's bootstrap SLS (hook ``mc_cloud_<vt>.vm_bootstrap_sls``) places
+    configuration, keys and script in the guest and runs the script there
+    (Salt from the image, else from the node's wheelhouse), then the new
+    minion must answer ``test.ping``."""
+    cn, data = env.vm_data(vm, target)
+    settings = data["vm"]
+    vt = str(settings["vt"])
     out = Outcome()
-    out.add(fun, transport.minion_call(env.opts, vm, fun, timeout))
+    hooks = hook_functions(env.functions, [vt], "vm_bootstrap_sls")
+    if not hooks:
+        return out.fail(f"the {vt} driver cannot make its guests minions (no mc_cloud_{vt}.vm_bootstrap_sls): "
+                        "provision its VMs with skip=bootstrap,initial_highstate,ping")
+    job = bootstrap_data(env, vm, cn)
+    mode = job["minion"]["mode"]
+    out.add("key", {"result": True, "comment": f"key of {vm} generated and accepted on the {mode} master",
+                    "changes": {"accepted": mode}})
+    sls = str(env.functions[hooks[0]]())
+    if not out.add_all(env.batch(cn, [("bootstrap", sls)], job)):
+        return out
+    why = minions.wait_answering(env.opts, vm, mode, env.progress)
+    out.add("minion", {"result": why is None, "comment": why or f"{vm} answers test.ping on the {mode} master"})
+    return out
+
+
+def bootstrap_data(env: Env, vm: str, cn: str) -> dict[str, Any]:
+    """What a bootstrap job receives: the VM's data, ``minion`` (its key
+    pair, generated and accepted now on the master of its mode, the
+    master's public key, its configuration, the script and its arguments)
+    and the node's ``wheelhouse``."""
+    _, data = env.vm_data(vm, cn)
+    return {**data, "minion": minions.seed(env.opts, vm, data["vm"]),
+            "wheelhouse": str(minions.wheelhouse_dir(env.opts))}
+
+
+#: A highstate with nothing assigned to the minion (Salt answers it as an error).
+_NO_TOP = "No Top file or master_tops data matches found"
+
+
+def vm_minion_call(env: Env, vm: str, fun: str, timeout: int = 300) -> Outcome:
+    """Calls ``fun`` on the VM's own minion through the master of its mode;
+    fails when the VM is not a minion of it, does not answer, a state fails
+    (named by its id) or ``fun`` returns nothing true."""
+    out = Outcome()
+    _, data = env.vm_data(vm)
+    mode = str(data["vm"].get("mode") or "salt")
+    if not minions.accepted(env.opts, vm, mode):
+        return out.fail(f"{vm} is not a minion of the {mode} master ({minions.master_conf(env.opts, mode)}): "
+                        f"its bootstrap step did not run or failed (mc_cloud_vm.vm_bootstrap {vm})")
+    env.progress(f"{vm}: {fun}")
+    answered, value = minions.call(env.opts, vm, mode, fun, timeout)
+    if not answered:
+        return out.fail(f"minion {vm} did not answer {fun} within {timeout} s on the {mode} master")
+    if fun.startswith("state."):
+        if isinstance(value, list) and any(_NO_TOP in str(v) for v in value):
+            out.add(fun, {"result": True, "comment": f"no states assigned to {vm} by the top file"})
+            return out
+        failures = transport.state_failures(value)
+        out.add(fun, {"result": not failures,
+                      "comment": (f"{fun} on {vm} failed: " + "; ".join(failures)) if failures
+                      else f"{fun} succeeded on {vm}", "changes": transport.state_changes(value)})
+        return out
+    out.add(fun, {"result": bool(value), "comment": f"{fun} on {vm}: {value!r}"})
     return out
 
 
@@ -273,6 +346,9 @@ def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) ->
     except mccloud.NotFoundError:
         freed = {}
     env.forget(cn, vm)
+    keys = minions.forget(env.opts, vm)
+    out.add("minion key", {"result": True, "comment": f"key of {vm} deleted from the {', '.join(keys)} master"
+                           if keys else f"{vm} had no key on a master", "changes": {"deleted": keys} if keys else {}})
     out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",
                             "changes": {"freed": freed} if freed else {}})
     out.comment = f"VM {vm} destroyed on {cn}" + (f"; freed {', '.join(f'{k} {v}' for k, v in freed.items())}"

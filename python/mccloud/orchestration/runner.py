@@ -9,7 +9,9 @@ and ``__jid_event__`` in; nothing here reads Salt's dunders.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import traceback
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, cast
@@ -255,7 +257,9 @@ def guard(name: str, body: Callable[..., Outcome], env: Env, *args: Any, **kwarg
         return Outcome().fail(f"{name}: {exc}")
     except Exception as exc:  # a runner reports, it does not crash
         log.debug("%s failed", name, exc_info=True)
-        return Outcome().fail(f"{name}: unexpected {type(exc).__name__}: {exc}")
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
+        return Outcome().fail(f"{name}: unexpected {type(exc).__name__}: {exc} (at {where})")
 
 
 def run(name: str, body: Callable[..., Outcome], env: Env, *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Everything that talks to minions: accepted keys, ``state.sls`` jobs and
-their results, and calls on a VM's own minion.
+"""The ``state.sls`` jobs runners send to compute nodes and the
+controller, and their results (calls on a VM's own minion, through the
+master of its mode, are in :mod:`.minions`).
 
 Consecutive SLS steps for one target with the same data go to the minion as
 one ``state.sls`` job (the SLS as a list, ``failhard``, ``concurrent``).
@@ -158,22 +159,3 @@ def apply_batch(
         return [(first, {"result": False, "comment": f"minion {target} did not answer within {wait} s: "
                          "is it running, and is its key accepted on this master?"})]
     return attribute(steps, target, rets[target].get("ret"))
-
-
-def minion_call(opts: Mapping[str, Any], minion: str, fun: str, timeout: int = 300) -> Step:
-    """Calls ``fun`` on ``minion``; a minion that is not (yet) one of this
-    master's is reported and skipped, not failed."""
-    import salt.client
-
-    if minion not in accepted_minions(opts):
-        return {"result": True, "comment": f"{minion} is not a minion of this master: {fun} skipped"}
-    client = salt.client.get_local_client(opts["conf_file"])
-    try:
-        ret = client.cmd(minion, fun, timeout=timeout, full_return=True)
-    finally:
-        client.destroy()
-    if minion not in ret:
-        return {"result": False, "comment": f"minion {minion} did not answer {fun} within {timeout} s"}
-    value = ret[minion].get("ret")
-    failures = state_failures(value) if fun.startswith("state.") else ([] if value else [f"{fun} returned {value!r}"])
-    return {"result": not failures, "comment": "; ".join(failures) or f"{fun} succeeded on {minion}"}

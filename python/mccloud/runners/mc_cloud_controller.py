@@ -38,3 +38,20 @@ def orchestrate(only=None, skip=None, **kwargs):
         mastersalt-run mc_cloud_controller.orchestrate skip=vms
     """
     return _o.run("orchestrate", _o.cloud_orchestrate, _env(), only, skip, **kwargs)
+
+
+def wheelhouse(force=False, **kwargs):
+    """Builds the Salt wheelhouse VMs and bare-metal targets install Salt
+    from (Salt at the controller's version and its dependencies, as wheels,
+    with ``SHA256SUMS``), with pip: once; an intact one of the right version
+    is kept unless ``force``. Master options ``mccloud_wheelhouse`` (the
+    directory) and ``mccloud_wheelhouse_target`` (another Python/platform).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_controller.wheelhouse
+        mastersalt-run mc_cloud_controller.wheelhouse force=True
+    """
+    return _o.run("wheelhouse", _o.wheelhouse, _env(), force, **kwargs)

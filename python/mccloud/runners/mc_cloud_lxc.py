@@ -129,6 +129,20 @@ def vm_sls_steps(**kwargs):
     return _lxc.vm_sls_steps()
 
 
+def vm_bootstrap_sls(**kwargs):
+    """The SLS that makes an lxc VM a minion (run by
+    ``mc_cloud_vm.vm_bootstrap``): the bootstrap script runs inside the
+    container through ``lxc-attach``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_bootstrap_sls
+    """
+    return _lxc.BOOTSTRAP_SLS
+
+
 def vm_spawn(vm, target=None, **kwargs):
     """Creates (clone or from image) and starts the VM's container.
 

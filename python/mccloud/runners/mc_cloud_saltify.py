@@ -15,8 +15,13 @@ def _env():
 
 
 def saltify(name, **kwargs):
-    """Bootstraps salt on a bare-metal target over ssh with the bootstrap
-    script and the target's settings.
+    """Makes a bare-metal target a minion of the master of its mode over
+    ssh (``ssh_keyfile``, or ``password`` through sshpass): pre-seeds and
+    accepts its key, sends its minion configuration, keys and the
+    bootstrap script (``script``; mccloud's own by default), plus the Salt
+    wheelhouse when the target has no Salt, runs the script with
+    ``script_args``, and waits until the target answers ``test.ping``. The
+    target's ``master``/``master_port`` default to the cloud's.
 
     CLI Example:
 

@@ -30,12 +30,13 @@ def provision(vm, steps=None, skip=None, **kwargs):
     return _o.run("provision", _o.vm_provision, _env(), str(vm), steps, skip, **kwargs)
 
 
-def orchestrate(target, skip=None, concurrency=None, **kwargs):
+def orchestrate(target, skip=None, concurrency=None, skip_steps=None, **kwargs):
     """Provisions every VM of a compute node, in parallel: ``concurrency``
     VMs at a time (default: the master option ``mccloud_concurrency``, else
     4). A failed VM does not stop the others; the result lists every VM,
     and progress lines name the VM they are about. ``skip``: comma-separated
-    VM names.
+    VM names; ``skip_steps``: comma-separated provisioning steps left out
+    for every VM.
 
     CLI Example:
 
@@ -44,7 +45,8 @@ def orchestrate(target, skip=None, concurrency=None, **kwargs):
         mastersalt-run mc_cloud_vm.orchestrate devhost10.local
         mastersalt-run mc_cloud_vm.orchestrate devhost10.local concurrency=8
     """
-    return _o.run("orchestrate", _o.vm_orchestrate, _env(), str(target), skip, concurrency, **kwargs)
+    return _o.run("orchestrate", _o.vm_orchestrate, _env(), str(target), skip, concurrency, None, skip_steps,
+                  **kwargs)
 
 
 def destroy(vm, target=None, vt=None, **kwargs):
@@ -64,7 +66,8 @@ def destroy(vm, target=None, vt=None, **kwargs):
 
 
 def vm_ping(vm, **kwargs):
-    """Pings the VM's own minion (skipped while the VM is not a minion).
+    """Pings the VM's own minion through the master of its mode; fails when
+    the VM is not a minion of it or does not answer True.
 
     CLI Example:
 
@@ -102,9 +105,25 @@ def vm_preprovision(vm, target=None, **kwargs):
                   "makina-states.cloud.generic.vm.preprovision", **kwargs)
 
 
+def vm_bootstrap(vm, target=None, **kwargs):
+    """Makes the VM a minion of the master of its mode (``salt`` or
+    ``mastersalt``): generates its key pair and accepts it on that master,
+    places the configuration, keys and bootstrap script in the VM, runs the
+    script there (Salt from the image, else from the node's wheelhouse) and
+    waits until the minion answers ``test.ping``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.vm_bootstrap mysupertest3.foo.com
+    """
+    return _o.run("vm_bootstrap", _o.vm_bootstrap, _env(), str(vm), target, **kwargs)
+
+
 def vm_initial_highstate(vm, target=None, **kwargs):
-    """Runs the highstate on the VM's own minion (skipped while the VM is
-    not a minion of this master).
+    """Runs the highstate on the VM's own minion through the master of its
+    mode; fails with the failing states' ids, or when the VM is not a minion.
 
     CLI Example:
 

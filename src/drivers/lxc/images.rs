@@ -23,7 +23,7 @@ pub fn settings(pillar: &Map<String, Value>) -> Result<Value> {
                 DEFAULT_IMAGE: {
                     "template": "debian",
                     "release": "bookworm",
-                    "packages": ["openssh-server", "python3", "iproute2", "ifupdown"],
+                    "packages": ["openssh-server", "python3", "python3-venv", "iproute2", "ifupdown"],
                 }
             },
         }

@@ -13,7 +13,11 @@
 {%- set d = pillar['mccloud'] %}
 {%- set paths = ['etc', 'etc/shadow', 'etc/salt', 'etc/salt/grains', 'etc/network',
                  'etc/network/interfaces', 'root', 'root/.ssh', 'root/.ssh/authorized_keys',
-                 'this_host', 'this_port'] %}
+                 'this_host', 'this_port', 'etc/salt/minion.d', 'etc/salt/minion.d/mccloud.conf',
+                 'etc/salt/minion.d/mccloud-local.conf', 'etc/salt/pki', 'etc/salt/pki/minion',
+                 'etc/mastersalt', 'etc/mastersalt/grains', 'etc/mastersalt/minion.d',
+                 'etc/mastersalt/minion.d/mccloud.conf', 'etc/mastersalt/pki', 'etc/mastersalt/pki/minion',
+                 'usr', 'usr/local', 'usr/local/sbin', 'usr/local/sbin/mccloud-bootstrap-salt'] %}
 mccloud-vm-rootfs-guard-paths:
   cmd.run:
     - failhard: true

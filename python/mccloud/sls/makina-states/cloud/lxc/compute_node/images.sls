@@ -1,9 +1,15 @@
 {#- Template containers (images) on the compute node. An image is built here
     from its lxc template when absent (the debian template debootstraps from
     Debian's mirror); otherwise it is synchronised from the controller by the
-    sync_images runner. Data: pillar mccloud:images, mccloud:lxc_path. The
-    command receives it through its environment only; state ids number the
-    images in name order (an image name is data, never part of an id). #}
+    sync_images runner. Data: pillar mccloud:images, mccloud:lxc_path,
+    mccloud:wheelhouse, mccloud:bootstrap_script. The command receives it
+    through its environment only; state ids number the images in name order
+    (an image name is data, never part of an id).
+
+    Salt goes into each image that has python3 (image setting salt, default
+    true) from the controller's wheelhouse, with the bootstrap script's
+    --install-only run in a chroot: VMs cloned from it only configure and
+    start their minion. #}
 {%- set d = pillar['mccloud'] %}
 {%- set needs = {'debian': ['debootstrap'], 'busybox': ['busybox-static'], 'sshd': ['openssh-server']} %}
 {%- for name, img in d.images | dictsort %}
@@ -52,4 +58,61 @@ mccloud-lxc-image-version-{{ i }}:
     - replace: false
     - require:
       - cmd: mccloud-lxc-image-{{ i }}
+
+{%- if img.get('salt', true) and d.get('wheelhouse') %}
+
+mccloud-lxc-image-salt-{{ i }}:
+  cmd.run:
+    - failhard: true
+    - stateful: true
+    - name: |
+        R="$MCCLOUD_LXC_PATH/$MCCLOUD_NAME/rootfs"
+        if [ -x "$R$MCCLOUD_PREFIX/bin/salt-minion" ]; then
+            echo "changed=no comment='Salt is in image $MCCLOUD_NAME'"; exit 0
+        fi
+        if [ ! -x "$R/usr/bin/python3" ]; then
+            echo "changed=no comment='image $MCCLOUD_NAME has no python3: Salt is not preinstalled'"; exit 0
+        fi
+        if [ ! -f "$MCCLOUD_WHEELHOUSE/SALT_VERSION" ]; then
+            echo "changed=no comment='no wheelhouse at $MCCLOUD_WHEELHOUSE: Salt is not preinstalled'"; exit 0
+        fi
+        set -e
+        mkdir -p "$R/var/cache/mccloud/wheelhouse" "$R/usr/local/sbin"
+        cp -a "$MCCLOUD_WHEELHOUSE/." "$R/var/cache/mccloud/wheelhouse/"
+        printf '%s' "$MCCLOUD_SCRIPT" > "$R/usr/local/sbin/mccloud-bootstrap-salt"
+        chmod 755 "$R/usr/local/sbin/mccloud-bootstrap-salt"
+        cleanup() {
+            umount "$R/proc" 2>/dev/null || true
+            umount "$R/dev" 2>/dev/null || true
+            rm -rf "$R/var/cache/mccloud/wheelhouse"
+        }
+        trap cleanup EXIT
+        mount --bind /dev "$R/dev"
+        mount -t proc proc "$R/proc"
+        err=$(mktemp)
+        set +e
+        chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+            /bin/sh /usr/local/sbin/mccloud-bootstrap-salt --install-only 2>"$err" >&2
+        rc=$?
+        set -e
+        cat "$err" >&2
+        why=$(tail -n 1 "$err" | tr -d "'"); rm -f "$err"
+        case "$rc" in
+            0) echo "changed=yes comment='Salt installed in image $MCCLOUD_NAME'" ;;
+            3) # Salt cannot be installed in this image (no python3-venv ...): its VMs
+               # get it at bootstrap, or fail there with the same reason.
+               echo "changed=no comment='Salt not preinstalled in image $MCCLOUD_NAME: $why'" ;;
+            *) echo "changed=no comment='installing Salt in image $MCCLOUD_NAME failed (exit $rc): $why'"; exit "$rc" ;;
+        esac
+    - env:
+        MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
+        MCCLOUD_NAME: {{ name | string | tojson }}
+        MCCLOUD_PREFIX: /opt/mccloud/salt
+        MCCLOUD_WHEELHOUSE: {{ d.wheelhouse | string | tojson }}
+        MCCLOUD_SCRIPT: {{ d.bootstrap_script | string | tojson }}
+    - require:
+      - cmd: mccloud-lxc-image-{{ i }}
+    - require_in:
+      - file: mccloud-lxc-image-version-{{ i }}
+{%- endif %}
 {%- endfor %}

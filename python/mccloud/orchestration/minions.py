@@ -1,0 +1,316 @@
+"""VMs and bare-metal targets as minions of the controller: which master a
+mode answers to, pre-seeded keys (Salt's own ``key.gen_accept``, as
+salt-cloud seeds minions: the master never needs ``auto_accept``), the
+minion configuration the bootstrap finds in place, waiting for a new
+minion, calls on it, forgetting its key, and the Salt wheelhouse the
+controller prepares for targets.
+
+Master options (in the controller's master configuration):
+
+``mccloud_masters``
+    ``{mode: master configuration file}``. Default: this master's own file
+    for the mode it serves (``mastersalt`` under mastersalt-run, else
+    ``salt``), ``/etc/salt/master`` and ``/etc/mastersalt/master`` for the
+    other.
+``mccloud_wheelhouse``
+    Directory of the wheelhouse (default ``/var/cache/mccloud/wheelhouse``).
+``mccloud_wheelhouse_target``
+    ``{python_version: "3.11", platforms: [...]}`` when targets run another
+    Python or platform than the controller (default: the controller's own).
+``mccloud_minion_timeout``
+    Seconds a new minion has to answer ``test.ping`` (default 120).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import mccloud
+from mccloud import saltsupport
+
+MODES = ("salt", "mastersalt")
+#: Where the bootstrap installs Salt on a target (a virtualenv).
+SALT_PREFIX = "/opt/mccloud/salt"
+#: Where a target finds the wheelhouse.
+GUEST_WHEELHOUSE = "/var/cache/mccloud/wheelhouse"
+DEFAULT_WHEELHOUSE = "/var/cache/mccloud/wheelhouse"
+DEFAULT_TIMEOUT = 120
+
+
+bootstrap_script = saltsupport.bootstrap_script
+
+
+def conf_dir(mode: str) -> str:
+    """The minion's configuration directory on the target."""
+    return "/etc/mastersalt" if mode == "mastersalt" else "/etc/salt"
+
+
+def check_mode(mode: Any) -> str:
+    if mode not in MODES:
+        raise mccloud.InvalidInputError(f"mode {mode!r}: a target's mode is salt or mastersalt")
+    return str(mode)
+
+
+def master_conf(opts: Mapping[str, Any], mode: str) -> str:
+    """The configuration file of the master that minions of ``mode`` answer to."""
+    mode = check_mode(mode)
+    own = "mastersalt" if saltsupport.is_mastersalt(opts) else "salt"
+    configured = (opts.get("mccloud_masters") or {}).get(mode)
+    if configured:
+        return str(configured)
+    if mode == own:
+        return str(opts["conf_file"])
+    return "/etc/mastersalt/master" if mode == "mastersalt" else "/etc/salt/master"
+
+
+def master_opts(opts: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """The options of the master of ``mode`` (this master's own when it is)."""
+    path = master_conf(opts, mode)
+    if path == opts.get("conf_file"):
+        return dict(opts)
+    if not os.path.exists(path):
+        raise mccloud.NotFoundError(f"the {mode} master's configuration {path} does not exist on the controller: "
+                                    f"set the master option mccloud_masters: {{{mode}: <its master file>}}")
+    import salt.config
+
+    return dict(salt.config.master_config(path))
+
+
+def seed(opts: Mapping[str, Any], minion: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Generates ``minion``'s key pair and accepts its public key on the
+    master of its mode (replacing an older one); returns what the target
+    needs before its minion first starts: the configuration directory, the
+    minion configuration, the key pair and the master's public key."""
+    mode = check_mode(settings.get("mode") or "salt")
+    mopts = master_opts(opts, mode)
+    keys = wheel(mopts, "key.gen_accept")(minion, force=True)
+    if not isinstance(keys, dict) or "priv" not in keys:
+        raise mccloud.MccloudError(f"the {mode} master could not generate and accept a key for {minion}: {keys!r}")
+    master_pub = Path(mopts["pki_dir"]) / "master.pub"
+    try:
+        master_key = master_pub.read_text()
+    except OSError as exc:
+        raise mccloud.NotFoundError(f"the {mode} master's public key {master_pub} is unreadable ({exc}): "
+                                    "start that master once so it makes its key pair") from exc
+    return {
+        "mode": mode,
+        "mastersalt": mode == "mastersalt",
+        "conf_dir": conf_dir(mode),
+        "config": minion_config(minion, mode, settings),
+        "pem": keys["priv"],
+        "pub": keys["pub"],
+        "master_pub": master_key,
+        "script": script_text(settings),
+        "script_args": str(settings.get("script_args") or ""),
+        "prefix": SALT_PREFIX,
+        "wheelhouse": GUEST_WHEELHOUSE,
+    }
+
+
+def minion_config(minion: str, mode: str, settings: Mapping[str, Any]) -> str:
+    """``minion.d/mccloud.conf`` for the target (YAML; the values are the
+    registry's validated settings, serialised, never pasted)."""
+    import yaml
+
+    conf: dict[str, Any] = {
+        "id": minion,
+        "master": str(settings["master"]),
+        "master_port": int(settings["master_port"]),
+    }
+    if mode == "mastersalt":
+        conf.update({
+            "pki_dir": "/etc/mastersalt/pki/minion",
+            "cachedir": "/var/cache/mastersalt/minion",
+            "sock_dir": "/var/run/mastersalt/minion",
+            "pidfile": "/var/run/mastersalt-minion.pid",
+            "log_file": "/var/log/mastersalt/minion",
+        })
+    return "# Managed by mccloud\n" + yaml.safe_dump(conf, default_flow_style=False)
+
+
+def script_text(settings: Mapping[str, Any]) -> str:
+    """The bootstrap script named by the ``script`` setting (a file on the
+    controller), which the target receives as a file."""
+    path = str(settings.get("script") or bootstrap_script())
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise mccloud.NotFoundError(f"bootstrap script {path} is missing on the controller "
+                                    f"(setting script; mccloud's own is {bootstrap_script()}): {exc}") from exc
+
+
+#: Salt's loaders are not safe to use from parallel threads (orchestrate
+#: provisions VMs in threads): key operations go one at a time.
+_KEYS = threading.Lock()
+
+
+def wheel(mopts: Mapping[str, Any], fun: str) -> Callable[..., Any]:
+    """Salt's wheel function ``fun`` over a master's options, called in
+    process (the key functions work on the master's pki directory). Going
+    through the wheel loader matters inside a runner: Salt's key library
+    called directly there resolves ``__opts__`` to the runner's own master,
+    not to the master of another mode."""
+    import salt.loader
+
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _KEYS:
+            return salt.loader.wheels(dict(mopts))[fun](*args, **kwargs)
+
+    return locked
+
+
+def forget(opts: Mapping[str, Any], minion: str) -> list[str]:
+    """Deletes ``minion``'s key from every master of a mode that holds it,
+    like ``salt-cloud -d``; returns the modes it was removed from."""
+    gone = []
+    for mode in MODES:
+        try:
+            mopts = master_opts(opts, mode)
+        except mccloud.NotFoundError:
+            continue
+        held = wheel(mopts, "key.list_all")()
+        if any(minion in ids for ids in held.values() if isinstance(ids, list)):
+            wheel(mopts, "key.delete")(minion)
+            gone.append(mode)
+    return gone
+
+
+def accepted(opts: Mapping[str, Any], minion: str, mode: str) -> bool:
+    """Whether the master of ``mode`` accepted ``minion``'s key."""
+    return minion in wheel(master_opts(opts, mode), "key.list")("accepted").get("minions", [])
+
+
+def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: int = 300) -> tuple[bool, Any]:
+    """Calls ``fun`` on ``minion`` through the master of ``mode``; returns
+    (answered, return value)."""
+    import salt.client
+
+    client = salt.client.get_local_client(master_conf(opts, mode))
+    try:
+        ret = client.cmd(minion, fun, timeout=timeout, full_return=True)
+    finally:
+        client.destroy()
+    if minion not in ret:
+        return False, None
+    value = ret[minion]
+    # full_return gives {"ret": ..., "retcode": ...}; a return read back
+    # from the job cache comes bare
+    return True, (value["ret"] if isinstance(value, dict) and "ret" in value
+                  and ("retcode" in value or "jid" in value) else value)
+
+
+def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Callable[[str], None],
+                   timeout: int | None = None) -> str | None:
+    """Waits until ``minion`` answers ``test.ping``; returns None, or why not."""
+    wait = int(timeout or opts.get("mccloud_minion_timeout") or DEFAULT_TIMEOUT)
+    if not accepted(opts, minion, mode):
+        return f"{minion} has no accepted key on the {mode} master ({master_conf(opts, mode)})"
+    deadline = time.monotonic() + wait
+    progress(f"waiting for minion {minion} to answer the {mode} master (up to {wait} s)")
+    while True:
+        answered, value = call(opts, minion, mode, "test.ping", timeout=5)
+        if answered and value is True:
+            return None
+        if time.monotonic() > deadline:
+            return (f"minion {minion} did not answer test.ping on the {mode} master within {wait} s: "
+                    f"is its service running, and can it reach the master at the address and port of its "
+                    f"settings (master, master_port)?")
+        time.sleep(1)
+
+
+# -- the wheelhouse ------------------------------------------------------------
+
+
+def wheelhouse_dir(opts: Mapping[str, Any]) -> Path:
+    return Path(str(opts.get("mccloud_wheelhouse") or DEFAULT_WHEELHOUSE))
+
+
+def salt_version() -> str:
+    import salt.version
+
+    return str(salt.version.__version__)
+
+
+def wheelhouse_state(path: Path) -> str | None:
+    """None when the wheelhouse at ``path`` is complete and matches its
+    checksums and the controller's Salt version; else what is wrong."""
+    try:
+        version = (path / "SALT_VERSION").read_text().strip()
+        sums = (path / "SHA256SUMS").read_text().splitlines()
+    except OSError:
+        return f"no wheelhouse at {path}"
+    if version != salt_version():
+        return f"the wheelhouse at {path} holds Salt {version}, the controller runs {salt_version()}"
+    for line in sums:
+        digest, _, name = line.partition("  ")
+        try:
+            if hashlib.sha256((path / name).read_bytes()).hexdigest() != digest:
+                return f"{path / name} does not match SHA256SUMS"
+        except OSError:
+            return f"{path / name} is missing"
+    return None
+
+
+def build_wheelhouse(opts: Mapping[str, Any], progress: Callable[[str], None], force: bool = False) -> dict[str, Any]:
+    """Builds the wheelhouse (Salt at the controller's version and its
+    dependencies, as wheels) with pip, once: an intact one of the right
+    version is kept. Built aside and renamed into place, so a failed build
+    leaves the previous one whole."""
+    dest = wheelhouse_dir(opts)
+    problem = wheelhouse_state(dest)
+    if problem is None and not force:
+        return {"result": True, "comment": f"wheelhouse {dest} is up to date (Salt {salt_version()})", "changes": {}}
+    version = salt_version()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=dest.parent))
+    started = time.monotonic()
+    try:
+        progress(f"building the Salt {version} wheelhouse with pip ({problem or 'rebuild asked'})")
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+        built = work / "build"
+        run(pip + ["wheel", "--quiet", "--wheel-dir", str(built), f"salt=={version}"])
+        target = opts.get("mccloud_wheelhouse_target") or {}
+        out = work / "wheels"
+        if target:
+            # Wheels for another Python or platform: binary ones downloaded
+            # for it, pure-Python ones (built above) found locally.
+            args = ["download", "--quiet", "--only-binary=:all:", "--find-links", str(built), "--dest", str(out),
+                    "--implementation", "cp", "--python-version", str(target["python_version"])]
+            for platform in target.get("platforms") or []:
+                args += ["--platform", str(platform)]
+            run(pip + args + [f"salt=={version}"])
+        else:
+            built.rename(out)
+        names = sorted(p.name for p in out.iterdir() if p.suffix == ".whl")
+        (out / "SHA256SUMS").write_text("".join(
+            f"{hashlib.sha256((out / n).read_bytes()).hexdigest()}  {n}\n" for n in names))
+        (out / "SALT_VERSION").write_text(version + "\n")
+        old = dest.with_name(dest.name + ".old")
+        if dest.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            dest.rename(old)
+        out.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    size = sum(p.stat().st_size for p in dest.iterdir())
+    took = time.monotonic() - started
+    return {"result": True, "comment": f"wheelhouse {dest}: Salt {version}, {len(names)} wheels, "
+            f"{size / 1e6:.1f} MB, built in {took:.0f} s",
+            "changes": {"wheelhouse": str(dest), "wheels": len(names), "bytes": size, "seconds": round(took, 1)}}
+
+
+def run(cmd: list[str]) -> None:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-5:])
+        raise mccloud.MccloudError(f"{' '.join(cmd[2:5])} … failed (exit {p.returncode}): {tail}")
