@@ -97,6 +97,10 @@ class Minions:
         self.calls.append((minion, mode, fun))
         if not minions.accepted(opts, minion, mode):
             return False, None
+        if fun.startswith("state.") and self.fail.get(fun) == "no top":
+            return True, {"no_|-states_|-states_|-None": {
+                "__run_num__": 0, "result": False, "changes": {},
+                "comment": "No Top file or master_tops data matches found. Please see master log for details."}}
         if fun.startswith("state."):
             failed = self.fail.get(fun)
             return True, {"cmd_|-x_|-x_|-run": {"__id__": failed or "ok-state", "__run_num__": 0, "changes": {},

@@ -228,6 +228,16 @@ def test_a_failing_highstate_names_its_state_and_a_non_minion_fails(offline: Off
     assert out["result"] is False and "vm2.example.net is not a minion of the mastersalt master" in out["comment"]
 
 
+def test_a_highstate_with_nothing_assigned_passes(offline: Offline, jobs: Jobs, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = Minions()
+    fake.fail["state.highstate"] = "no top"
+    monkeypatch.setattr(minions, "call", fake)
+    out = vm_provision(offline.env, "vm1.example.net").as_dict()
+    assert out["result"] is True, out
+    assert any(s["comment"] == "no states assigned to vm1.example.net by the top file"
+               for st in out["steps"] for s in st.get("steps", [st])), out["steps"]
+
+
 def test_a_driver_without_a_bootstrap_says_so(offline: Offline, jobs: Jobs) -> None:
     del offline.functions["mc_cloud_lxc.vm_bootstrap_sls"]
     out = vm_provision(offline.env, "vm1.example.net").as_dict()

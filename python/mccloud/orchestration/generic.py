@@ -310,10 +310,10 @@ def vm_minion_call(env: Env, vm: str, fun: str, timeout: int = 300) -> Outcome:
     if not answered:
         return out.fail(f"minion {vm} did not answer {fun} within {timeout} s on the {mode} master")
     if fun.startswith("state."):
-        if isinstance(value, list) and any(_NO_TOP in str(v) for v in value):
+        failures = transport.state_failures(value)
+        if failures and all(_NO_TOP in f for f in failures):  # a list, or one pseudo-state
             out.add(fun, {"result": True, "comment": f"no states assigned to {vm} by the top file"})
             return out
-        failures = transport.state_failures(value)
         out.add(fun, {"result": not failures,
                       "comment": (f"{fun} on {vm} failed: " + "; ".join(failures)) if failures
                       else f"{fun} succeeded on {vm}", "changes": transport.state_changes(value)})
