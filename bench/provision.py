@@ -67,8 +67,8 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
-from tests.support.net import ssh_banner  # noqa: E402
-from tests.integration.conftest import Cloud, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
+from tests.support.net import bridge_up, ssh_banner  # noqa: E402
+from tests.integration.conftest import Cloud, accept_only, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
 
 NET = "10.199.9"
 SSH = (42000, 42049)
@@ -232,9 +232,7 @@ def host(bench_root: Path) -> Iterator[tuple[str, Storage]]:
     bridge = "mcbb" + uuid.uuid4().hex[:6]
     storage = Storage(bench_root)
     # the bridge exists before the master starts: the master listens on its gateway address
-    for cmd in (["ip", "link", "add", bridge, "type", "bridge"], ["ip", "addr", "add", f"{NET}.1/24", "dev", bridge],
-                ["ip", "link", "set", bridge, "up"]):
-        sh(*cmd, check=True)
+    bridge_up(bridge, f"{NET}.1/24")
     try:
         yield bridge, storage
     finally:
@@ -270,10 +268,6 @@ def cloud(salt_factories: Any, bench_root: Path, host: tuple[str, Storage]) -> I
     store = str(bench_root / "store")
     node = "mccloud-bench-node"
 
-    def accept_the_node_only(master: Any, payload: dict[str, Any]) -> None:
-        if payload.get("act") == "pend" and payload.get("id") == node:
-            master.salt_key_cli().run("--yes", "--accept", node)
-
     master_overrides = {
         "interface": f"{NET}.1",
         "auto_accept": False,
@@ -285,7 +279,7 @@ def cloud(salt_factories: Any, bench_root: Path, host: tuple[str, Storage]) -> I
         "mccloud_sls_timeout": 900,
     }
     master = salt_factories.salt_master_daemon("mccloud-bench-master", overrides=master_overrides,
-                                               on_auth_event_callback=accept_the_node_only)
+                                               on_auth_event_callback=accept_only(node))
     with master.started(start_timeout=120):
         minion = master.salt_minion_daemon(node, overrides={"mccloud_store_dir": store, "master": f"{NET}.1"})
         with minion.started(start_timeout=120):

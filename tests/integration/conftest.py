@@ -23,12 +23,13 @@ import tempfile
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 
 from mccloud.orchestration import sls_root
+from tests.support.net import bridge_up
 
 NET = "10.199.7"
 GATEWAY = f"{NET}.1"
@@ -83,9 +84,7 @@ def bridge() -> Iterator[str]:
     """The test bridge, up with the gateway address, before any master
     starts (the masters listen on that address)."""
     name = "mcbr" + uuid.uuid4().hex[:6]
-    for cmd in (["ip", "link", "add", name, "type", "bridge"], ["ip", "addr", "add", f"{GATEWAY}/24", "dev", name],
-                ["ip", "link", "set", name, "up"]):
-        subprocess.run(cmd, check=True)
+    bridge_up(name, f"{GATEWAY}/24")
     yield name
     subprocess.run(["ip", "link", "del", name], capture_output=True)
 
@@ -168,11 +167,15 @@ def host_state(bridge: str) -> Iterator[None]:
             os.remove(f)
 
 
-def accept_the_node_only(master: Any, payload: dict[str, Any]) -> None:
-    """salt-factories' auth handler accepts any pending key: this one
-    accepts the node's own minion only."""
-    if payload.get("act") == "pend" and payload.get("id") == NODE:
-        assert master.salt_key_cli().run("--yes", "--accept", NODE).returncode == 0
+def accept_only(minion: str) -> Callable[[Any, dict[str, Any]], None]:
+    """An auth handler for a salt-factories master that accepts ``minion``'s
+    pending key and no other (the default handler accepts any)."""
+
+    def handler(master: Any, payload: dict[str, Any]) -> None:
+        if payload.get("act") == "pend" and payload.get("id") == minion:
+            assert master.salt_key_cli().run("--yes", "--accept", minion).returncode == 0
+
+    return handler
 
 
 @pytest.fixture(scope="package")
@@ -208,7 +211,7 @@ def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge:
     }
     write_pillar(cloud_root, {})
     factory = salt_factories.salt_master_daemon("mccloud-master", overrides=overrides,
-                                                on_auth_event_callback=accept_the_node_only)
+                                                on_auth_event_callback=accept_only(NODE))
     with factory.started(start_timeout=120):
         yield factory
 

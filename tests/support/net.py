@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
+
+
+def bridge_up(name: str, address: str) -> None:
+    """Creates bridge ``name`` holding ``address`` (``ip/prefix``), up: made
+    before a master starts, which then listens on that address."""
+    for cmd in (["ip", "link", "add", name, "type", "bridge"], ["ip", "addr", "add", address, "dev", name],
+                ["ip", "link", "set", name, "up"]):
+        subprocess.run(cmd, check=True)
 
 
 def ssh_banner(host: str, port: int, deadline: float = 90, interval: float = 0.2) -> bytes:
