@@ -1,0 +1,614 @@
+"""The controller's certificate authority and the certificates it issues.
+
+Compute nodes serve every VM domain over https (haproxy picks the
+certificate by SNI); the controller keeps one CA and issues one
+certificate per domain. Files live under ``ssl_dir`` (the
+``ssl_pillar_dir`` setting), in makina-states' layout so that an existing
+controller keeps its CA and the trust clients placed in it::
+
+    <ssl_dir>/                               0700
+      .lock                                  serialises every change (flock)
+      <ca_name>/                             0700
+        <ca_name>_ca_cert.crt                the CA certificate
+        <ca_name>_ca_cert.key                its RSA key, 0600
+        certs/                               0700
+          <name>.crt                         one per domain, signed by the CA
+          <name>.key                         its key, 0600
+      custom/                                certificates an operator drops in
+        <domain>.crt or <domain>.bundle.crt  (a bundle wins), with <domain>.key
+
+``<name>`` is the domain, a wildcard's ``*`` written ``_star`` (``_`` never
+appears in a host name, so ``*.foo.com`` and ``star.foo.com`` cannot share
+a file). A custom certificate, for the domain itself or else for the
+wildcard of its parent (``*.foo.com`` for ``a.foo.com``), wins over the CA.
+
+The CA is created once and then only loaded: changing its settings later
+does not replace it. An issued certificate is reused until it is missing,
+unreadable, no longer signed by the CA, not for its domain, valid longer
+than clients accept (:data:`MAX_LEAF_DAYS`) or within
+:data:`RENEW_BEFORE_DAYS` of expiry; then it is issued again.
+
+Several processes may ask at once: every change happens under one
+exclusive ``flock`` on ``<ssl_dir>/.lock``, and every file is written to a
+temporary file in its directory, fsynced, then renamed over the old one, so
+no reader sees half a file and a crash leaves the previous state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from mccloud import ArgumentError, InvalidInputError, MccloudError, NotFoundError
+
+log = logging.getLogger(__name__)
+
+#: Longest leaf validity (days) every client accepts: Apple platforms refuse
+#: TLS server certificates valid longer than 825 days, whoever their CA.
+MAX_LEAF_DAYS = 825
+#: An issued certificate this close to expiry (days) is issued again.
+RENEW_BEFORE_DAYS = 30
+#: Smallest and largest RSA key sizes accepted (OpenSSL's default security
+#: level refuses keys under 2048 bits in a handshake).
+MIN_BITS, MAX_BITS = 2048, 16384
+#: Backdating of notBefore, for clocks of clients slightly behind ours.
+CLOCK_SKEW = datetime.timedelta(hours=1)
+#: CA subject keys, in the order they appear in the subject.
+SUBJECT_KEYS = {
+    "C": NameOID.COUNTRY_NAME,
+    "ST": NameOID.STATE_OR_PROVINCE_NAME,
+    "L": NameOID.LOCALITY_NAME,
+    "O": NameOID.ORGANIZATION_NAME,
+    "OU": NameOID.ORGANIZATIONAL_UNIT_NAME,
+    "CN": NameOID.COMMON_NAME,
+    "emailAddress": NameOID.EMAIL_ADDRESS,
+}
+
+_LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
+_DOMAIN = re.compile(rf"(\*\.)?{_LABEL}(\.{_LABEL})*")
+_CA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}")
+_TMP_SUFFIX = ".part"
+_LOCK = ".lock"
+
+
+class PkiError(MccloudError):
+    """A file of the CA or of a certificate cannot be used."""
+
+
+class BadDomainError(ArgumentError, ValueError):
+    """A domain that is no DNS name."""
+
+
+@dataclass(frozen=True)
+class CASettings:
+    """The ``ssl.ca`` settings, checked."""
+
+    name: str
+    bits: int
+    days: int
+    subject: x509.Name
+
+    @classmethod
+    def parse(cls, ca: Mapping[str, Any]) -> CASettings:
+        name = ca.get("ca_name")
+        if not isinstance(name, str) or not _CA_NAME.fullmatch(name):
+            raise InvalidInputError(
+                f"ssl.ca.ca_name {name!r} is not a usable CA name: use letters, digits and . _ @ + -"
+                " (the controller's minion id by default)")
+        return cls(name, _int_setting("ssl.ca.bits", ca.get("bits"), MIN_BITS, MAX_BITS),
+                   _int_setting("ssl.ca.days", ca.get("days"), 1, 3_650_000),
+                   _subject(ca, "ssl.ca", InvalidInputError))
+
+
+@dataclass(frozen=True)
+class CA:
+    """A loaded certificate authority."""
+
+    settings: CASettings
+    cert: x509.Certificate
+    key: rsa.RSAPrivateKey
+    cert_path: Path
+    key_path: Path
+
+    @property
+    def cert_pem(self) -> str:
+        return self.cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@dataclass(frozen=True)
+class CertFiles:
+    """A certificate on disk: the name it is served under and its files."""
+
+    name: str
+    cert_path: Path
+    key_path: Path
+
+    def read(self) -> tuple[str, str]:
+        """The PEM texts of the certificate (or bundle) and of the key."""
+        return self.cert_path.read_text(), self.key_path.read_text()
+
+    def pem(self) -> str:
+        """Certificate (or bundle) then key, as haproxy's ``crt`` files hold them."""
+        return _join_pem(*self.read())
+
+
+# --- names -----------------------------------------------------------------
+
+def validate_domain(domain: Any) -> str:
+    """``domain`` lower-cased, if it is a DNS host name, optionally a
+    wildcard ``*.<at least two labels>``; :class:`BadDomainError` otherwise."""
+    if not isinstance(domain, str):
+        raise BadDomainError(f"domain {domain!r} is not a string: give a DNS name such as vm1.example.com")
+    name = domain.lower()
+    if not _DOMAIN.fullmatch(name) or len(name) > 253 or (name.startswith("*.") and name.count(".") < 2):
+        raise BadDomainError(
+            f"domain {domain!r} is not a DNS name: use labels of letters, digits and inner hyphens"
+            " separated by dots, at most 253 characters, optionally starting with '*.' followed by"
+            " at least two labels (internationalised names in their xn-- form)")
+    return name
+
+
+def file_stem(domain: str) -> str:
+    """The file name (without extension) of ``domain``'s certificate."""
+    return domain.replace("*", "_star")
+
+
+def wildcard_of(domain: str) -> str | None:
+    """The wildcard covering ``domain`` (``*.foo.com`` for ``a.foo.com``), if any."""
+    if domain.startswith("*.") or domain.count(".") < 2:
+        return None
+    return "*." + domain.split(".", 1)[1]
+
+
+def domain_match(domain: str, cert_domain: str) -> bool:
+    """Whether a certificate for ``cert_domain`` serves ``domain``: equal
+    (ignoring case), or ``cert_domain`` is ``*.<parent>`` with at least two
+    labels in the parent and ``domain`` has exactly one label more."""
+    domain, cert_domain = domain.lower(), cert_domain.lower()
+    if domain == cert_domain:
+        return True
+    parts, dparts = cert_domain.split("."), domain.split(".")
+    return parts[0] == "*" and len(parts) == len(dparts) > 2 and parts[1:] == dparts[1:]
+
+
+def ca_dir(ssl_dir: str | os.PathLike[str], ca_name: str) -> Path:
+    return Path(ssl_dir) / ca_name
+
+
+def certs_dir(ssl_dir: str | os.PathLike[str], ca_name: str) -> Path:
+    """Where the CA's certificates are kept."""
+    return ca_dir(ssl_dir, ca_name) / "certs"
+
+
+def issued_files(ssl_dir: str | os.PathLike[str], ca_name: str, domain: str) -> CertFiles:
+    base = certs_dir(ssl_dir, ca_name) / file_stem(domain)
+    return CertFiles(domain, base.with_name(base.name + ".crt"), base.with_name(base.name + ".key"))
+
+
+# --- public operations ------------------------------------------------------
+
+def ensure_ca(ssl_dir: str | os.PathLike[str], ca: Mapping[str, Any]) -> CA:
+    """The CA of ``ca`` (the ``ssl.ca`` settings) under ``ssl_dir``,
+    created on first use."""
+    settings = CASettings.parse(ca)
+    with _locked(ssl_dir):
+        return _ensure_ca(Path(ssl_dir), settings)
+
+
+def cert_for(ssl_dir: str | os.PathLike[str], domain: str, ca: Mapping[str, Any], days: int,
+             subject: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """``(cert_pem, key_pem)`` of the CA's certificate for ``domain``, issued
+    now if there is none that can still be served. ``subject`` overrides the
+    subject keys of a newly issued certificate (default: the CA's, CN = domain)."""
+    name = validate_domain(domain)
+    settings = CASettings.parse(ca)
+    days = _int_setting("ssl.cert_days", days, 1, 3_650_000)
+    overrides = subject_overrides(subject)
+    with _locked(ssl_dir):
+        authority = _ensure_ca(Path(ssl_dir), settings)
+        return _ensure_issued(Path(ssl_dir), authority, name, days, overrides).read()
+
+
+def find_cert(ssl_dir: str | os.PathLike[str], domain: str, ca: Mapping[str, Any], days: int,
+              gen: bool = True, subject: Mapping[str, Any] | None = None) -> CertFiles:
+    """The certificate to serve for ``domain``: a custom one, else the
+    CA's. With ``gen`` the CA's is issued (again) when needed; without,
+    an existing file is returned as it is and none is :class:`NotFoundError`."""
+    name = validate_domain(domain)
+    settings = CASettings.parse(ca)
+    days = _int_setting("ssl.cert_days", days, 1, 3_650_000)
+    overrides = subject_overrides(subject)
+    with _locked(ssl_dir):
+        return _find(Path(ssl_dir), _ensure_ca(Path(ssl_dir), settings), name, days, gen, overrides)
+
+
+def ssl_certs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapping[str, Any],
+              days: int) -> list[tuple[str, str]]:
+    """``[(name, cert_pem + key_pem)]`` for ``domains`` in order, issuing
+    what is missing. ``name`` is the domain, or the custom certificate's
+    (a wildcard) when one serves it; a name or content already listed is
+    not listed again."""
+    out: list[tuple[str, str]] = []
+    with _serving(ssl_dir, domains, ca, days) as found:
+        for files in found:
+            pem = files.pem()
+            if all(files.name != n and pem != p for n, p in out):
+                out.append((files.name, pem))
+    return out
+
+
+def cert_pairs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapping[str, Any], days: int,
+               as_text: bool = False) -> list[tuple[str, str]]:
+    """``[(certificate, key)]`` serving ``domains`` in order, issuing what
+    is missing: file paths, or their PEM texts with ``as_text``; each pair once."""
+    out: list[tuple[str, str]] = []
+    with _serving(ssl_dir, domains, ca, days) as found:
+        for files in found:
+            pair = files.read() if as_text else (str(files.cert_path), str(files.key_path))
+            if pair not in out:
+                out.append(pair)
+    return out
+
+
+def subject_overrides(subject: Any) -> dict[str, str]:
+    """``subject`` (subject keys of a certificate to issue), checked."""
+    if subject is None:
+        return {}
+    if not isinstance(subject, Mapping):
+        raise ArgumentError(f"certificate subject {subject!r} is not a mapping: give one such as {{O: Example}}")
+    unknown = sorted(str(k) for k in subject if k not in SUBJECT_KEYS)
+    if unknown:
+        raise ArgumentError(f"certificate subject keys {', '.join(unknown)} are unknown:"
+                            f" use {', '.join(SUBJECT_KEYS)}")
+    _subject(subject, "certificate subject", ArgumentError)
+    return {k: v for k, v in subject.items()}
+
+
+def cert_names(cert: x509.Certificate) -> tuple[list[str], list[str]]:
+    """The subject common names and the subjectAltName DNS names of ``cert``."""
+    cns = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return cns, []
+    return cns, [str(n) for n in san.get_values_for_type(x509.DNSName)]
+
+
+def matches(cert: x509.Certificate, domain: str) -> bool:
+    """Whether ``cert`` names ``domain`` (CN or subjectAltName, wildcards allowed)."""
+    cns, alts = cert_names(cert)
+    return any(domain_match(domain, n) for n in cns + alts)
+
+
+def read_cert(path: str | os.PathLike[str]) -> x509.Certificate:
+    """The first certificate of the PEM file ``path``; :class:`PkiError` if none."""
+    try:
+        return x509.load_pem_x509_certificate(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise PkiError(f"certificate {path} cannot be read ({exc}): replace or remove it") from None
+
+
+def load_certs(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    """The ``*.crt`` files of directory ``path`` indexed by common name and
+    by subjectAltName DNS name: ``({cn: {cert, key}}, {alt: {cert, key}})``,
+    the key being the ``.key`` file beside the certificate. The first file
+    (in name order) naming a domain wins; unreadable files are skipped."""
+    exacts: dict[str, dict[str, str]] = {}
+    alts: dict[str, dict[str, str]] = {}
+    folder = Path(path)
+    if not folder.is_dir():
+        return exacts, alts
+    for crt in sorted(folder.glob("*.crt")):
+        try:
+            cns, sans = cert_names(read_cert(crt))
+        except PkiError as exc:
+            log.warning("%s", exc)
+            continue
+        data = {"cert": str(crt), "key": str(crt.with_suffix(".key"))}
+        for name in cns:
+            exacts.setdefault(name, data)
+        for name in sans:
+            alts.setdefault(name, data)
+    return exacts, alts
+
+
+@contextlib.contextmanager
+def _serving(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapping[str, Any],
+             days: int) -> Iterator[list[CertFiles]]:
+    """The certificates serving ``domains``, issued when needed, the lock
+    held while the caller reads them (a pair is never read half-replaced)."""
+    names = [validate_domain(d) for d in domains]
+    settings = CASettings.parse(ca)
+    days = _int_setting("ssl.cert_days", days, 1, 3_650_000)
+    with _locked(ssl_dir):
+        authority = _ensure_ca(Path(ssl_dir), settings)
+        yield [_find(Path(ssl_dir), authority, name, days, True, {}) for name in names]
+
+
+# --- the CA -----------------------------------------------------------------
+
+def _ensure_ca(ssl_dir: Path, settings: CASettings) -> CA:
+    folder = ca_dir(ssl_dir, settings.name)
+    _mkdir(folder)
+    cert_path = folder / f"{settings.name}_ca_cert.crt"
+    key_path = folder / f"{settings.name}_ca_cert.key"
+    if not cert_path.exists():
+        # The key goes first: a crash before the certificate is written
+        # leaves no CA, and the next call makes a new one.
+        key = _new_key(settings.bits)
+        _write(key_path, _key_pem(key), 0o600)
+        _write(cert_path, _ca_cert(settings, key).public_bytes(serialization.Encoding.PEM), 0o644)
+        log.info("created the certificate authority %s", cert_path)
+    cert = read_cert(cert_path)
+    key = _read_key(key_path, f"the key of CA certificate {cert_path}; restore it, or remove both"
+                    " files to create a new CA (every certificate it signed is then issued again)")
+    if not _same_key(cert, key):
+        raise PkiError(f"CA key {key_path} does not belong to CA certificate {cert_path}: restore the"
+                       " matching key, or remove both files to create a new CA")
+    return CA(settings, cert, key, cert_path, key_path)
+
+
+def _ca_cert(settings: CASettings, key: rsa.RSAPrivateKey) -> x509.Certificate:
+    now = _now()
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    return (
+        x509.CertificateBuilder()
+        .subject_name(settings.subject)
+        .issuer_name(settings.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now - CLOCK_SKEW + datetime.timedelta(days=settings.days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(_key_usage(key_cert_sign=True), critical=True)
+        .add_extension(ski, critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+
+
+# --- issued certificates ----------------------------------------------------
+
+def _find(ssl_dir: Path, ca: CA, domain: str, days: int, gen: bool,
+          subject: Mapping[str, Any]) -> CertFiles:
+    custom = _custom(ssl_dir, domain)
+    if custom:
+        return custom
+    if gen:
+        return _ensure_issued(ssl_dir, ca, domain, days, subject)
+    files = issued_files(ssl_dir, ca.settings.name, domain)
+    if files.cert_path.exists() and files.key_path.exists():
+        return files
+    raise NotFoundError(f"no certificate for {domain} in {files.cert_path.parent} nor in"
+                        f" {ssl_dir / 'custom'}: ask for one to be generated (gen=True)")
+
+
+def _ensure_issued(ssl_dir: Path, ca: CA, domain: str, days: int,
+                   subject: Mapping[str, Any]) -> CertFiles:
+    files = issued_files(ssl_dir, ca.settings.name, domain)
+    problem = _unusable(files, ca, domain)
+    if problem:
+        log.info("issuing a certificate for %s (%s)", domain, problem)
+        _mkdir(files.cert_path.parent)
+        key = _new_key(ca.settings.bits)
+        # Key first: a crash in between leaves a key that does not match the
+        # old certificate, which the next call detects and replaces.
+        _write(files.key_path, _key_pem(key), 0o600)
+        cert = _leaf_cert(ca, key, domain, days, subject)
+        _write(files.cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    return files
+
+
+def _unusable(files: CertFiles, ca: CA, domain: str) -> str | None:
+    """Why the certificate in ``files`` cannot be served for ``domain``, or None."""
+    if not files.cert_path.exists() or not files.key_path.exists():
+        return "none yet"
+    try:
+        cert = x509.load_pem_x509_certificate(files.cert_path.read_bytes())
+        key = serialization.load_pem_private_key(files.key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        return f"unreadable: {exc}"
+    try:
+        cert.verify_directly_issued_by(ca.cert)
+    except (ValueError, TypeError, InvalidSignature):
+        return "not signed by the current CA"
+    if not isinstance(key, rsa.RSAPrivateKey) or not _same_key(cert, key):
+        return "its key does not match"
+    if cert_names(cert)[1] != [domain]:
+        return "not issued for this domain"
+    if cert.not_valid_after_utc - cert.not_valid_before_utc > datetime.timedelta(days=MAX_LEAF_DAYS + 1):
+        return f"valid longer than the {MAX_LEAF_DAYS} days clients accept"
+    if cert.not_valid_after_utc - _now() < datetime.timedelta(days=RENEW_BEFORE_DAYS):
+        return "expiring"
+    return None
+
+
+def _leaf_cert(ca: CA, key: rsa.RSAPrivateKey, domain: str, days: int,
+               subject: Mapping[str, Any]) -> x509.Certificate:
+    now = _now()
+    return (
+        x509.CertificateBuilder()
+        .subject_name(_leaf_subject(ca.settings.subject, domain, subject))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now - CLOCK_SKEW + datetime.timedelta(days=min(days, MAX_LEAF_DAYS)))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(key_cert_sign=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain)]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+
+
+def _leaf_subject(ca_subject: x509.Name, domain: str, overrides: Mapping[str, Any]) -> x509.Name:
+    """The CA's subject with CN = domain (a common name holds 64 characters
+    at most: a longer domain is only in subjectAltName), then ``overrides``
+    (None or empty drops a key)."""
+    values: dict[str, Any] = {key: ca_subject.get_attributes_for_oid(oid)[0].value
+                              for key, oid in SUBJECT_KEYS.items() if ca_subject.get_attributes_for_oid(oid)}
+    values["CN"] = domain if len(domain) <= 64 else None
+    values.update(overrides)
+    return _subject(values, "certificate subject", ArgumentError)
+
+
+def _custom(ssl_dir: Path, domain: str) -> CertFiles | None:
+    """An operator's certificate for ``domain``, else for its wildcard."""
+    for name in filter(None, (domain, wildcard_of(domain))):
+        for stem in dict.fromkeys((name, file_stem(name))):
+            base = ssl_dir / "custom" / stem
+            key = base.with_name(stem + ".key")
+            for crt in (base.with_name(stem + ".bundle.crt"), base.with_name(stem + ".crt")):
+                if crt.exists():
+                    return _checked_custom(CertFiles(name, crt, key), domain)
+    return None
+
+
+def _checked_custom(files: CertFiles, domain: str) -> CertFiles:
+    cert = read_cert(files.cert_path)
+    key = _read_key(files.key_path, f"the key of custom certificate {files.cert_path}; add it")
+    if not _same_key(cert, key):
+        raise PkiError(f"custom key {files.key_path} does not belong to {files.cert_path}: fix the pair")
+    if not matches(cert, domain):
+        raise PkiError(f"custom certificate {files.cert_path} does not name {domain}: fix or remove it")
+    return files
+
+
+# --- helpers ----------------------------------------------------------------
+
+def _int_setting(key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+        raise InvalidInputError(f"{key} {value!r} is not a whole number: use one between {low} and {high}")
+    number = int(value)
+    if not low <= number <= high:
+        raise InvalidInputError(f"{key} {number} is out of range: use one between {low} and {high}")
+    return number
+
+
+def _subject(values: Mapping[str, Any], where: str, error: type[Exception]) -> x509.Name:
+    """The subject of the :data:`SUBJECT_KEYS` in ``values`` (None or empty
+    skipped); a bad value raises ``error`` naming ``where``."""
+    attrs = []
+    for key, oid in SUBJECT_KEYS.items():
+        value = values.get(key)
+        if value in (None, ""):
+            continue
+        text = str(value)
+        if key == "C" and not re.fullmatch(r"[A-Za-z]{2}", text):
+            raise error(f"{where}.C {value!r} is not a two-letter country code: use one such as FR")
+        if len(text) > 64 or any(ord(ch) < 32 for ch in text):
+            raise error(f"{where}.{key} {value!r} cannot go in a certificate subject:"
+                        " use at most 64 printable characters")
+        attrs.append(x509.NameAttribute(oid, text))
+    return x509.Name(attrs)
+
+
+def _key_usage(key_cert_sign: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True, content_commitment=False, key_encipherment=not key_cert_sign,
+        data_encipherment=False, key_agreement=False, key_cert_sign=key_cert_sign,
+        crl_sign=key_cert_sign, encipher_only=False, decipher_only=False)
+
+
+def _new_key(bits: int) -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=bits)
+
+
+def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _read_key(path: Path, what: str) -> rsa.RSAPrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise PkiError(f"{path} cannot be read ({exc}): it is {what}") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise PkiError(f"{path} is not an RSA key: it is {what}")
+    return key
+
+
+def _same_key(cert: x509.Certificate, key: rsa.RSAPrivateKey) -> bool:
+    public = cert.public_key()
+    return isinstance(public, rsa.RSAPublicKey) and public.public_numbers() == key.public_key().public_numbers()
+
+
+def _join_pem(*parts: str) -> str:
+    return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+
+
+def _mkdir(path: Path) -> None:
+    """``path`` and missing parents; the ones made here are 0700."""
+    if path.is_dir():
+        return
+    _mkdir(path.parent)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+        os.chmod(path, 0o700)
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Replaces ``path`` by ``data`` at once: temporary file (created 0600)
+    in the same directory, fsynced, renamed, directory fsynced."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fchmod(out.fileno(), mode)
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(ssl_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the exclusive lock of ``ssl_dir``; temporary files a killed
+    writer left behind are removed first (nobody else can be writing)."""
+    root = Path(ssl_dir)
+    if not root.is_absolute():
+        raise InvalidInputError(f"ssl_pillar_dir {str(root)!r} is not an absolute path: use one such as"
+                                " /srv/pillar/cloud-controller/ssl")
+    _mkdir(root)
+    fd = os.open(root / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for stale in root.rglob(f".*{_TMP_SUFFIX}"):
+            stale.unlink(missing_ok=True)
+        yield
+    finally:
+        os.close(fd)

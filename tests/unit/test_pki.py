@@ -1,0 +1,534 @@
+"""The controller's CA and the certificates it issues (``mccloud.pki``),
+with real keys, real files, real TLS handshakes and real processes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import ssl
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+import mccloud
+from mccloud import pki
+
+CA = {
+    "ca_name": "devhost10.local",
+    "bits": 2048,
+    "days": 365000,
+    "CN": "makina-states-cloud-controller",
+    "C": "FR",
+    "ST": "PdL",
+    "L": "Nantes",
+    "O": "Makina Corpus",
+    "OU": None,
+    "emailAddress": "contact@makina-corpus.com",
+}
+DAYS = 365000
+CN = "devhost10.local"
+DOMAINS = [CN, "vm1.foo.com", "*.bar.org"]
+
+
+def ca_cert(ssl_dir: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate((ssl_dir / CN / f"{CN}_ca_cert.crt").read_bytes())
+
+
+def leaf(pem: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem.encode())
+
+
+def verify(ssl_dir: Path, cert_pem: str, hostname: str) -> None:
+    store = Store([ca_cert(ssl_dir)])
+    verifier = PolicyBuilder().store(store).build_server_verifier(x509.DNSName(hostname))
+    verifier.verify(leaf(cert_pem), [])
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# --- the CA -------------------------------------------------------------------
+
+def test_ca_is_created_once_then_loaded(tmp_path: Path) -> None:
+    first = pki.ensure_ca(tmp_path, CA)
+    crt, key = first.cert_path.read_bytes(), first.key_path.read_bytes()
+    second = pki.ensure_ca(tmp_path, {**CA, "CN": "changed later", "bits": 4096})
+    assert second.cert_path == tmp_path / CN / f"{CN}_ca_cert.crt"
+    assert (second.cert_path.read_bytes(), second.key_path.read_bytes()) == (crt, key)
+    assert second.cert == first.cert
+
+
+def test_ca_certificate_carries_the_settings(tmp_path: Path) -> None:
+    cert = pki.ensure_ca(tmp_path, CA).cert
+    subject = {a.oid: a.value for a in cert.subject}
+    assert subject == {
+        NameOID.COMMON_NAME: CA["CN"], NameOID.COUNTRY_NAME: "FR", NameOID.STATE_OR_PROVINCE_NAME: "PdL",
+        NameOID.LOCALITY_NAME: "Nantes", NameOID.ORGANIZATION_NAME: "Makina Corpus",
+        NameOID.EMAIL_ADDRESS: CA["emailAddress"],
+    }
+    assert cert.issuer == cert.subject
+    bc = cert.extensions.get_extension_for_class(x509.BasicConstraints)
+    assert bc.critical and bc.value.ca
+    ku = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    assert ku.key_cert_sign and ku.crl_sign
+    cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+    assert (cert.not_valid_after_utc - cert.not_valid_before_utc).days == CA["days"]
+    assert cert.public_key().key_size == 2048  # type: ignore[union-attr]
+
+
+def test_files_are_private(tmp_path: Path) -> None:
+    ssl_dir = tmp_path / "pillar" / "ssl"
+    pki.ssl_certs(ssl_dir, DOMAINS, CA, DAYS)
+    for folder in (ssl_dir, ssl_dir / CN, ssl_dir / CN / "certs"):
+        assert mode(folder) == 0o700, folder
+    keys = list(ssl_dir.rglob("*.key"))
+    assert len(keys) == 1 + len(DOMAINS)
+    assert all(mode(k) == 0o600 for k in keys)
+    assert mode(ssl_dir / ".lock") == 0o600
+    assert sorted(p.name for p in (ssl_dir / CN / "certs").iterdir()) == [
+        "_star.bar.org.crt", "_star.bar.org.key", f"{CN}.crt", f"{CN}.key", "vm1.foo.com.crt", "vm1.foo.com.key"]
+
+
+def test_ca_without_its_key_is_refused_not_replaced(tmp_path: Path) -> None:
+    authority = pki.ensure_ca(tmp_path, CA)
+    before = authority.cert_path.read_bytes()
+    authority.key_path.unlink()
+    with pytest.raises(pki.PkiError, match=r"_ca_cert\.key.*restore it, or remove both"):
+        pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    authority.key_path.write_bytes(pki.ensure_ca(tmp_path / "other", CA).key_path.read_bytes())
+    with pytest.raises(pki.PkiError, match="does not belong to CA certificate"):
+        pki.ensure_ca(tmp_path, CA)
+    assert authority.cert_path.read_bytes() == before
+
+
+def test_a_ca_half_created_by_a_crash_is_made_again(tmp_path: Path) -> None:
+    authority = pki.ensure_ca(tmp_path, CA)
+    authority.cert_path.unlink()  # the key is written first: a crash leaves it alone
+    again = pki.ensure_ca(tmp_path, CA)
+    assert again.cert_path.exists() and again.key_path.read_bytes() != b""
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("bits", 1024, "ssl.ca.bits 1024 is out of range"),
+    ("bits", "many", "ssl.ca.bits 'many' is not a whole number"),
+    ("days", 0, "ssl.ca.days 0 is out of range"),
+    ("C", "FRA", "ssl.ca.C 'FRA' is not a two-letter country code"),
+    ("O", "x" * 65, "ssl.ca.O"),
+    ("ca_name", "../etc", "ssl.ca.ca_name '../etc' is not a usable CA name"),
+    ("ca_name", None, "ssl.ca.ca_name None"),
+])
+def test_bad_ca_settings_are_named(tmp_path: Path, key: str, value: Any, fragment: str) -> None:
+    with pytest.raises(mccloud.InvalidInputError) as info:
+        pki.ensure_ca(tmp_path, {**CA, key: value})
+    assert fragment in str(info.value)
+    assert not (tmp_path / CN).exists()
+
+
+def test_relative_ssl_dir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(mccloud.InvalidInputError, match="'ssl' is not an absolute path"):
+        pki.ensure_ca("ssl", CA)
+
+
+# --- issued certificates ------------------------------------------------------------
+
+@pytest.mark.parametrize("domain, hostname", [
+    ("vm1.foo.com", "vm1.foo.com"),
+    ("*.bar.org", "www.bar.org"),
+    (CN, CN),
+])
+def test_leaf_verifies_against_the_ca(tmp_path: Path, domain: str, hostname: str) -> None:
+    cert_pem, key_pem = pki.cert_for(tmp_path, domain, CA, DAYS)
+    verify(tmp_path, cert_pem, hostname)
+    with pytest.raises(VerificationError):
+        verify(tmp_path, cert_pem, "other.example.com")
+    cert = leaf(cert_pem)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == domain
+    assert cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName) == [domain]
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.SERVER_AUTH]
+    key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    assert key.public_key().public_numbers() == cert.public_key().public_numbers()  # type: ignore[union-attr]
+
+
+def test_wildcard_covers_one_label_only(tmp_path: Path) -> None:
+    cert_pem, _ = pki.cert_for(tmp_path, "*.bar.org", CA, DAYS)
+    for hostname in ("bar.org", "a.b.bar.org"):
+        with pytest.raises(VerificationError):
+            verify(tmp_path, cert_pem, hostname)
+
+
+def test_leaf_validity_is_capped_for_clients(tmp_path: Path) -> None:
+    cert = leaf(pki.cert_for(tmp_path, "vm1.foo.com", CA, 365000)[0])
+    assert (cert.not_valid_after_utc - cert.not_valid_before_utc).days == pki.MAX_LEAF_DAYS
+    short = leaf(pki.cert_for(tmp_path, "vm2.foo.com", CA, 90)[0])
+    assert (short.not_valid_after_utc - short.not_valid_before_utc).days == 90
+
+
+def test_a_domain_too_long_for_a_common_name_is_in_subject_alt_name_only(tmp_path: Path) -> None:
+    domain = ".".join(["a" * 60, "b" * 60, "example.com"])
+    cert = leaf(pki.cert_for(tmp_path, domain, CA, DAYS)[0])
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME) == []
+    verify(tmp_path, pki.cert_for(tmp_path, domain, CA, DAYS)[0], domain)
+
+
+def test_subject_overrides_apply_to_a_new_certificate(tmp_path: Path) -> None:
+    cert = leaf(pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS, subject={"O": "Example", "emailAddress": None})[0])
+    subject = {a.oid: a.value for a in cert.subject}
+    assert subject[NameOID.ORGANIZATION_NAME] == "Example"
+    assert NameOID.EMAIL_ADDRESS not in subject
+    with pytest.raises(mccloud.ArgumentError, match="subject keys bits are unknown"):
+        pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS, subject={"bits": 4096})
+
+
+def test_certificate_is_reused(tmp_path: Path) -> None:
+    first = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    assert pki.cert_for(tmp_path, "VM1.foo.com", CA, DAYS) == first
+    listed = pki.ssl_certs(tmp_path, DOMAINS + ["vm1.foo.com"], CA, DAYS)
+    assert [name for name, _ in listed] == DOMAINS
+    assert dict(listed)["vm1.foo.com"] == first[0] + first[1]
+    assert pki.ssl_certs(tmp_path, DOMAINS, CA, DAYS) == listed
+
+
+def later(monkeypatch: pytest.MonkeyPatch, days: int) -> None:
+    now = pki._now() + datetime.timedelta(days=days)
+    monkeypatch.setattr(pki, "_now", lambda: now)
+
+
+def test_certificate_close_to_expiry_is_issued_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = pki.cert_for(tmp_path, "vm1.foo.com", CA, 365)
+    later(monkeypatch, 365 - pki.RENEW_BEFORE_DAYS - 2)
+    assert pki.cert_for(tmp_path, "vm1.foo.com", CA, 365) == first
+    later(monkeypatch, 365 - pki.RENEW_BEFORE_DAYS + 2)
+    renewed = pki.cert_for(tmp_path, "vm1.foo.com", CA, 365)
+    assert renewed != first
+    assert leaf(renewed[0]).not_valid_after_utc > leaf(first[0]).not_valid_after_utc
+
+
+def test_certificate_of_another_ca_is_issued_again(tmp_path: Path) -> None:
+    first = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    shutil.rmtree(tmp_path / CN)
+    os.makedirs(tmp_path / CN / "certs")
+    for ext, pem in zip(("crt", "key"), first):
+        (tmp_path / CN / "certs" / f"vm1.foo.com.{ext}").write_text(pem)
+    second = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    assert second != first
+    verify(tmp_path, second[0], "vm1.foo.com")
+
+
+def test_certificate_valid_longer_than_clients_accept_is_issued_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pki, "MAX_LEAF_DAYS", 365000)
+    long = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    monkeypatch.undo()
+    renewed = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    assert renewed != long
+    assert (leaf(renewed[0]).not_valid_after_utc - leaf(renewed[0]).not_valid_before_utc).days == pki.MAX_LEAF_DAYS
+
+
+def corrupt_cert(files: pki.CertFiles, other: pki.CertFiles) -> None:
+    data = bytearray(files.cert_path.read_bytes())
+    data[200] ^= 0x01
+    files.cert_path.write_bytes(bytes(data))
+
+
+def truncate_key(files: pki.CertFiles, other: pki.CertFiles) -> None:
+    files.key_path.write_bytes(files.key_path.read_bytes()[:100])
+
+
+def swap_key(files: pki.CertFiles, other: pki.CertFiles) -> None:
+    files.key_path.write_bytes(other.key_path.read_bytes())
+
+
+def other_domain(files: pki.CertFiles, other: pki.CertFiles) -> None:
+    shutil.copy(other.cert_path, files.cert_path)
+    shutil.copy(other.key_path, files.key_path)
+
+
+def remove_cert(files: pki.CertFiles, other: pki.CertFiles) -> None:
+    files.cert_path.unlink()
+
+
+@pytest.mark.parametrize("tamper", [corrupt_cert, truncate_key, swap_key, other_domain, remove_cert])
+def test_damaged_certificate_is_issued_again(tmp_path: Path, tamper: Any) -> None:
+    first = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    pki.cert_for(tmp_path, "vm2.foo.com", CA, DAYS)
+    tamper(pki.issued_files(tmp_path, CN, "vm1.foo.com"), pki.issued_files(tmp_path, CN, "vm2.foo.com"))
+    cert_pem, key_pem = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    assert (cert_pem, key_pem) != first
+    verify(tmp_path, cert_pem, "vm1.foo.com")
+    key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    assert key.public_key().public_numbers() == leaf(cert_pem).public_key().public_numbers()  # type: ignore
+
+
+BAD_DOMAINS = ["", "a..b.com", "-a.com", "a-.com", "a_b.com", "*.com", "a.*.com", "*", "*.*.foo.com",
+               "été.fr", "a.com.", "x" * 64 + ".com", "a/b.com", "../etc", "a b.com", ("a." * 127) + "com",
+               "a.com\n", 12, None]
+
+
+@pytest.mark.parametrize("domain", BAD_DOMAINS)
+def test_bad_domain_is_refused_by_name(tmp_path: Path, domain: Any) -> None:
+    with pytest.raises(ValueError) as info:
+        pki.ssl_certs(tmp_path, ["vm1.foo.com", domain], CA, DAYS)
+    assert isinstance(info.value, mccloud.ArgumentError)
+    assert repr(domain) in str(info.value)
+    assert not tmp_path.joinpath(CN).exists(), "nothing is issued when one domain is bad"
+
+
+@pytest.mark.parametrize("domain", ["a.b", "localhost", "xn--e1afmkfd.xn--p1ai", "123.example.com",
+                                    "a-b.c-d.example", "*.a.b", "A.Example.COM"])
+def test_good_domains(domain: str) -> None:
+    assert pki.validate_domain(domain) == domain.lower()
+
+
+# --- custom certificates --------------------------------------------------------------------
+
+def install_custom(tmp_path: Path, name: str, bundle: bool = False) -> tuple[str, str]:
+    """A certificate from another CA, dropped in ``custom/`` as an operator would."""
+    cert_pem, key_pem = pki.cert_for(tmp_path / "elsewhere", name, {**CA, "ca_name": "other"}, DAYS)
+    custom = tmp_path / "ssl" / "custom"
+    custom.mkdir(parents=True, exist_ok=True)
+    (custom / f"{name}{'.bundle' if bundle else ''}.crt").write_text(cert_pem)
+    (custom / f"{name}.key").write_text(key_pem)
+    return cert_pem, key_pem
+
+
+def test_custom_certificates_win(tmp_path: Path) -> None:
+    wildcard = install_custom(tmp_path, "*.foo.com")
+    exact = install_custom(tmp_path, "vm2.foo.com", bundle=True)
+    ssl_dir = tmp_path / "ssl"
+    listed = pki.ssl_certs(ssl_dir, [CN, "vm1.foo.com", "vm3.foo.com", "vm2.foo.com", "a.b.foo.com"], CA, DAYS)
+    assert [name for name, _ in listed] == [CN, "*.foo.com", "vm2.foo.com", "a.b.foo.com"]
+    assert listed[1][1] == "".join(wildcard) and listed[2][1] == "".join(exact)
+    files = pki.find_cert(ssl_dir, "vm2.foo.com", CA, DAYS, gen=False)
+    assert files.cert_path == ssl_dir / "custom" / "vm2.foo.com.bundle.crt"
+    assert pki.cert_pairs(ssl_dir, ["vm1.foo.com", "vm3.foo.com"], CA, DAYS, as_text=True) == [wildcard]
+
+
+def test_broken_custom_certificate_is_an_error(tmp_path: Path) -> None:
+    install_custom(tmp_path, "vm1.foo.com")
+    (tmp_path / "ssl" / "custom" / "vm1.foo.com.key").write_bytes(
+        pki.issued_files(tmp_path / "elsewhere", "other", "vm1.foo.com").key_path.read_bytes()[:50])
+    with pytest.raises(pki.PkiError, match=r"custom/vm1\.foo\.com\.key cannot be read"):
+        pki.ssl_certs(tmp_path / "ssl", ["vm1.foo.com"], CA, DAYS)
+
+
+def test_missing_certificate_without_gen(tmp_path: Path) -> None:
+    with pytest.raises(mccloud.NotFoundError, match="no certificate for vm1.foo.com.*gen=True"):
+        pki.find_cert(tmp_path, "vm1.foo.com", CA, DAYS, gen=False)
+    made = pki.find_cert(tmp_path, "vm1.foo.com", CA, DAYS)
+    assert pki.find_cert(tmp_path, "vm1.foo.com", CA, DAYS, gen=False) == made
+
+
+# --- matching helpers ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("domain, cert_domain, expected", [
+    ("a.com", "a.com", True), ("A.com", "a.COM", True), ("a.com", "*.a.com", False),
+    ("a.a.com", "*.a.com", True), ("a.a.a.com", "*.a.com", False), ("aaa.a.com", "*.a.com", True),
+    ("a", "*", False), ("a.a", "*.a", False), ("b.com", "a.com", False),
+])
+def test_domain_match(domain: str, cert_domain: str, expected: bool) -> None:
+    assert pki.domain_match(domain, cert_domain) is expected
+
+
+def test_load_certs_and_matching(tmp_path: Path) -> None:
+    pki.ssl_certs(tmp_path, DOMAINS, CA, DAYS)
+    folder = pki.certs_dir(tmp_path, CN)
+    (folder / "junk.crt").write_text("not a certificate")
+    exacts, alts = pki.load_certs(folder)
+    assert set(exacts) == set(alts) == set(DOMAINS)
+    assert exacts["*.bar.org"] == {"cert": str(folder / "_star.bar.org.crt"), "key": str(folder / "_star.bar.org.key")}
+    cert = pki.read_cert(exacts["*.bar.org"]["cert"])
+    assert pki.matches(cert, "www.bar.org") and not pki.matches(cert, "bar.org")
+    assert pki.load_certs(tmp_path / "missing") == ({}, {})
+    with pytest.raises(pki.PkiError, match="junk.crt cannot be read"):
+        pki.read_cert(folder / "junk.crt")
+
+
+# --- real TLS -----------------------------------------------------------------------------
+
+@pytest.fixture
+def sni_server(tmp_path: Path) -> Iterator[tuple[int, str]]:
+    """A TLS server on loopback serving ``ssl_certs`` output as haproxy
+    does: one ``crt`` file (certificate then key) per name, picked by SNI,
+    the compute node's own certificate by default."""
+    listed = pki.ssl_certs(tmp_path / "ssl", DOMAINS, CA, DAYS)
+    contexts = {}
+    for name, pem in listed:
+        path = tmp_path / f"{pki.file_stem(name)}.pem"
+        path.write_text(pem)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(path)
+        contexts[name] = ctx
+
+    def pick(sock: ssl.SSLSocket, server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        for name, ctx in contexts.items():
+            if server_name and pki.domain_match(server_name, name):
+                sock.context = ctx
+                return
+
+    default = contexts[CN]
+    default.sni_callback = pick  # type: ignore[assignment]
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                with default.wrap_socket(conn, server_side=True) as tls:
+                    tls.sendall(b"ok")
+            except (ssl.SSLError, OSError):
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], pki.ensure_ca(tmp_path / "ssl", CA).cert_pem
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept()
+    listener.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def handshake(port: int, ca_pem: str, hostname: str) -> dict[str, Any]:
+    client = ssl.create_default_context(cadata=ca_pem)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with client.wrap_socket(raw, server_hostname=hostname) as tls:
+            assert tls.recv(2) == b"ok"
+            return tls.getpeercert()  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("hostname, served", [
+    (CN, CN), ("vm1.foo.com", "vm1.foo.com"), ("www.bar.org", "*.bar.org"), ("shop.bar.org", "*.bar.org"),
+])
+def test_tls_handshake_trusting_only_the_ca(sni_server: tuple[int, str], hostname: str, served: str) -> None:
+    port, ca_pem = sni_server
+    peer = handshake(port, ca_pem, hostname)
+    assert peer["subjectAltName"] == (("DNS", served),)
+
+
+def test_tls_handshake_refuses_a_name_not_served(sni_server: tuple[int, str]) -> None:
+    port, ca_pem = sni_server
+    with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
+        handshake(port, ca_pem, "ghost.example.com")
+
+
+def test_tls_handshake_refuses_another_ca(sni_server: tuple[int, str], tmp_path: Path) -> None:
+    port, _ = sni_server
+    other = pki.ensure_ca(tmp_path / "other", CA).cert_pem
+    with pytest.raises(ssl.SSLCertVerificationError, match="unable to get local issuer"):
+        handshake(port, other, "vm1.foo.com")
+
+
+# --- processes ------------------------------------------------------------------------------
+
+RACE_WORKER = r"""
+import json, os, sys, time
+from mccloud import pki
+ssl_dir, go, ca = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+while not os.path.exists(go):
+    time.sleep(0.001)
+print(json.dumps(pki.ssl_certs(ssl_dir, json.loads(sys.argv[4]), ca, 825)))
+"""
+
+
+def test_parallel_processes_share_one_ca_and_one_certificate_per_domain(tmp_path: Path) -> None:
+    ssl_dir, go = tmp_path / "ssl", tmp_path / "go"
+    domains = [f"vm{i}.race.test" for i in range(6)] + ["*.race.test", CN]
+    procs = []
+    for w in range(8):
+        order = domains[:]
+        random.Random(w).shuffle(order)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", RACE_WORKER, str(ssl_dir), str(go), json.dumps(CA), json.dumps(order)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    time.sleep(1.0)  # every interpreter started and waiting
+    go.touch()
+    answers = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        answers.append(dict(map(tuple, json.loads(out))))
+    assert all(a == answers[0] for a in answers)
+    assert sorted(answers[0]) == sorted(domains)
+    assert sorted(p.name for p in ssl_dir.joinpath(CN).glob("*_ca_cert.*")) == [
+        f"{CN}_ca_cert.crt", f"{CN}_ca_cert.key"]
+    assert len(list(ssl_dir.rglob("*.crt"))) == 1 + len(domains)
+    for name, pem in answers[0].items():
+        verify(ssl_dir, pem, name.replace("*", "x"))
+
+
+# The worker reuses a few keys (key generation would take most of its time)
+# and fsyncs slowly, so that kills often land while a file is being written.
+KILL_WORKER = r"""
+import itertools, json, os, sys, time
+from mccloud import pki
+ssl_dir, ca = sys.argv[1], json.loads(sys.argv[2])
+keys = [pki._new_key(2048) for _ in range(3)]
+turn = itertools.count()
+pki._new_key = lambda bits: keys[next(turn) % len(keys)]
+fsync = os.fsync
+os.fsync = lambda fd: (time.sleep(0.02), fsync(fd))[1]
+for i in itertools.count():
+    pki.cert_for(ssl_dir, f"d{i % 7}.kill.test", ca, 825)
+    # damage one so that a later round issues it again
+    pki.issued_files(ssl_dir, ca["ca_name"], f"d{(i + 3) % 7}.kill.test").cert_path.unlink(missing_ok=True)
+    if i % 7 == 6:  # retire the CA (certificate first, as an operator must): a new one is made
+        authority = pki.ensure_ca(ssl_dir, ca)
+        authority.cert_path.unlink()
+        authority.key_path.unlink()
+"""
+
+
+def check_every_file_parses(ssl_dir: Path) -> None:
+    for path in ssl_dir.rglob("*"):
+        if path.is_dir() or path.name == ".lock" or path.name.endswith(".part"):
+            continue
+        data = path.read_bytes()
+        if path.suffix == ".crt":
+            x509.load_pem_x509_certificate(data)
+        else:
+            assert path.suffix == ".key", path
+            serialization.load_pem_private_key(data, password=None)
+
+
+@pytest.mark.slow
+def test_sigkill_while_issuing_leaves_only_whole_files(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    mid_write = 0
+    for round_ in range(12):
+        ssl_dir = tmp_path / f"ssl{round_ // 3}"
+        p = subprocess.Popen([sys.executable, "-c", KILL_WORKER, str(ssl_dir), json.dumps(CA)],
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(1.0, 2.0))
+        assert p.poll() is None, p.communicate()[1]
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+        assert p.returncode == -signal.SIGKILL
+        check_every_file_parses(ssl_dir)
+        mid_write += bool(list(ssl_dir.rglob("*.part")))
+        listed = dict(pki.ssl_certs(ssl_dir, [f"d{i}.kill.test" for i in range(7)], CA, 825))
+        for name, pem in listed.items():
+            verify(ssl_dir, pem, name)
+        assert list(ssl_dir.rglob("*.part")) == [], "a killed writer's temporary files are cleaned"
+    assert mid_write, "no kill landed while a file was written: the test proved nothing"
