@@ -57,6 +57,8 @@ from mccloud import ArgumentError, InvalidInputError, MccloudError, NotFoundErro
 
 log = logging.getLogger(__name__)
 
+#: The settings (pillar keys) errors name.
+SETTINGS = "makina-states.cloud"
 #: Longest leaf validity (days) every client accepts: Apple platforms refuse
 #: TLS server certificates valid longer than 825 days, whoever their CA.
 MAX_LEAF_DAYS = 825
@@ -82,6 +84,8 @@ _LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
 _DOMAIN = re.compile(rf"(\*\.)?{_LABEL}(\.{_LABEL})*")
 _CA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}")
 _TMP_SUFFIX = ".part"
+#: The directory of operators' certificates, beside the CA's.
+CUSTOM = "custom"
 _LOCK = ".lock"
 
 
@@ -105,13 +109,13 @@ class CASettings:
     @classmethod
     def parse(cls, ca: Mapping[str, Any]) -> CASettings:
         name = ca.get("ca_name")
-        if not isinstance(name, str) or not _CA_NAME.fullmatch(name):
+        if not isinstance(name, str) or not _CA_NAME.fullmatch(name) or name == CUSTOM:
             raise InvalidInputError(
-                f"ssl.ca.ca_name {name!r} is not a usable CA name: use letters, digits and . _ @ + -"
-                " (the controller's minion id by default)")
-        return cls(name, _int_setting("ssl.ca.bits", ca.get("bits"), MIN_BITS, MAX_BITS),
-                   _int_setting("ssl.ca.days", ca.get("days"), 1, 3_650_000),
-                   _subject(ca, "ssl.ca", InvalidInputError))
+                f"{SETTINGS}.ssl.ca.ca_name {name!r} is not a usable CA name: use letters, digits and . _ @ + -,"
+                f" other than {CUSTOM!r} (the controller's minion id by default)")
+        return cls(name, _int_setting(f"{SETTINGS}.ssl.ca.bits", ca.get("bits"), MIN_BITS, MAX_BITS),
+                   _int_setting(f"{SETTINGS}.ssl.ca.days", ca.get("days"), 1, 3_650_000),
+                   _subject(ca, f"{SETTINGS}.ssl.ca", InvalidInputError))
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,7 @@ def domain_match(domain: str, cert_domain: str) -> bool:
 
 
 def ca_dir(ssl_dir: str | os.PathLike[str], ca_name: str) -> Path:
+    """Where the CA's own files are kept."""
     return Path(ssl_dir) / ca_name
 
 
@@ -195,6 +200,7 @@ def certs_dir(ssl_dir: str | os.PathLike[str], ca_name: str) -> Path:
 
 
 def issued_files(ssl_dir: str | os.PathLike[str], ca_name: str, domain: str) -> CertFiles:
+    """The files of the certificate the CA issues for ``domain``."""
     base = certs_dir(ssl_dir, ca_name) / file_stem(domain)
     return CertFiles(domain, base.with_name(base.name + ".crt"), base.with_name(base.name + ".key"))
 
@@ -214,13 +220,9 @@ def cert_for(ssl_dir: str | os.PathLike[str], domain: str, ca: Mapping[str, Any]
     """``(cert_pem, key_pem)`` of the CA's certificate for ``domain``, issued
     now if there is none that can still be served. ``subject`` overrides the
     subject keys of a newly issued certificate (default: the CA's, CN = domain)."""
-    name = validate_domain(domain)
-    settings = CASettings.parse(ca)
-    days = _int_setting("ssl.cert_days", days, 1, 3_650_000)
-    overrides = subject_overrides(subject)
-    with _locked(ssl_dir):
-        authority = _ensure_ca(Path(ssl_dir), settings)
-        return _ensure_issued(Path(ssl_dir), authority, name, days, overrides).read()
+    name, overrides = validate_domain(domain), subject_overrides(subject)
+    with _issuing(ssl_dir, ca, days) as (root, authority, leaf_days):
+        return _ensure_issued(root, authority, name, leaf_days, overrides).read()
 
 
 def find_cert(ssl_dir: str | os.PathLike[str], domain: str, ca: Mapping[str, Any], days: int,
@@ -228,12 +230,9 @@ def find_cert(ssl_dir: str | os.PathLike[str], domain: str, ca: Mapping[str, Any
     """The certificate to serve for ``domain``: a custom one, else the
     CA's. With ``gen`` the CA's is issued (again) when needed; without,
     an existing file is returned as it is and none is :class:`NotFoundError`."""
-    name = validate_domain(domain)
-    settings = CASettings.parse(ca)
-    days = _int_setting("ssl.cert_days", days, 1, 3_650_000)
-    overrides = subject_overrides(subject)
-    with _locked(ssl_dir):
-        return _find(Path(ssl_dir), _ensure_ca(Path(ssl_dir), settings), name, days, gen, overrides)
+    name, overrides = validate_domain(domain), subject_overrides(subject)
+    with _issuing(ssl_dir, ca, days) as (root, authority, leaf_days):
+        return _find(root, authority, name, leaf_days, gen, overrides)
 
 
 def ssl_certs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapping[str, Any],
@@ -332,11 +331,18 @@ def _serving(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mappin
     """The certificates serving ``domains``, issued when needed, the lock
     held while the caller reads them (a pair is never read half-replaced)."""
     names = [validate_domain(d) for d in domains]
+    with _issuing(ssl_dir, ca, days) as (root, authority, leaf_days):
+        yield [_find(root, authority, name, leaf_days, True, {}) for name in names]
+
+
+@contextlib.contextmanager
+def _issuing(ssl_dir: str | os.PathLike[str], ca: Mapping[str, Any],
+             days: Any) -> Iterator[tuple[Path, CA, int]]:
+    """``(ssl_dir, the CA, checked cert_days)`` with the lock held."""
     settings = CASettings.parse(ca)
-    days = _int_setting("ssl.cert_days", days, 1, 3_650_000)
+    leaf_days = _int_setting(f"{SETTINGS}.ssl.cert_days", days, 1, 3_650_000)
     with _locked(ssl_dir):
-        authority = _ensure_ca(Path(ssl_dir), settings)
-        yield [_find(Path(ssl_dir), authority, name, days, True, {}) for name in names]
+        yield Path(ssl_dir), _ensure_ca(Path(ssl_dir), settings), leaf_days
 
 
 # --- the CA -----------------------------------------------------------------
@@ -394,7 +400,7 @@ def _find(ssl_dir: Path, ca: CA, domain: str, days: int, gen: bool,
     if files.cert_path.exists() and files.key_path.exists():
         return files
     raise NotFoundError(f"no certificate for {domain} in {files.cert_path.parent} nor in"
-                        f" {ssl_dir / 'custom'}: ask for one to be generated (gen=True)")
+                        f" {ssl_dir / CUSTOM}: ask for one to be generated (gen=True)")
 
 
 def _ensure_issued(ssl_dir: Path, ca: CA, domain: str, days: int,
@@ -473,7 +479,7 @@ def _custom(ssl_dir: Path, domain: str) -> CertFiles | None:
     """An operator's certificate for ``domain``, else for its wildcard."""
     for name in filter(None, (domain, wildcard_of(domain))):
         for stem in dict.fromkeys((name, file_stem(name))):
-            base = ssl_dir / "custom" / stem
+            base = ssl_dir / CUSTOM / stem
             key = base.with_name(stem + ".key")
             for crt in (base.with_name(stem + ".bundle.crt"), base.with_name(stem + ".crt")):
                 if crt.exists():
@@ -601,7 +607,7 @@ def _locked(ssl_dir: str | os.PathLike[str]) -> Iterator[None]:
     writer left behind are removed first (nobody else can be writing)."""
     root = Path(ssl_dir)
     if not root.is_absolute():
-        raise InvalidInputError(f"ssl_pillar_dir {str(root)!r} is not an absolute path: use one such as"
+        raise InvalidInputError(f"{SETTINGS}.ssl_pillar_dir {str(root)!r} is not an absolute path: use one such as"
                                 " /srv/pillar/cloud-controller/ssl")
     _mkdir(root)
     fd = os.open(root / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -132,6 +132,7 @@ def test_a_ca_half_created_by_a_crash_is_made_again(tmp_path: Path) -> None:
     ("O", "x" * 65, "ssl.ca.O"),
     ("ca_name", "../etc", "ssl.ca.ca_name '../etc' is not a usable CA name"),
     ("ca_name", None, "ssl.ca.ca_name None"),
+    ("ca_name", "custom", "other than 'custom'"),
 ])
 def test_bad_ca_settings_are_named(tmp_path: Path, key: str, value: Any, fragment: str) -> None:
     with pytest.raises(mccloud.InvalidInputError) as info:
