@@ -263,7 +263,7 @@ def cert_pairs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapp
     return out
 
 
-def subject_overrides(subject: Any) -> dict[str, str]:
+def subject_overrides(subject: Any) -> dict[str, Any]:
     """``subject`` (subject keys of a certificate to issue), checked."""
     if subject is None:
         return {}
@@ -274,7 +274,7 @@ def subject_overrides(subject: Any) -> dict[str, str]:
         raise ArgumentError(f"certificate subject keys {', '.join(unknown)} are unknown:"
                             f" use {', '.join(SUBJECT_KEYS)}")
     _subject(subject, "certificate subject", ArgumentError)
-    return {k: v for k, v in subject.items()}
+    return dict(subject)
 
 
 def cert_names(cert: x509.Certificate) -> tuple[list[str], list[str]]:
