@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{json, Map, Value};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::with_pillar;
-use crate::pillar::values::check_mode;
+use crate::pillar::values::{as_int, check_mode, kind_of};
 
 pub mod conf;
 pub mod declared;
@@ -114,7 +114,13 @@ impl Config {
         format!("{}/cloud-controller", self.pillar_root())
     }
 
-    /// `mc_cloud.settings()` (SPEC §3.1), computed once.
+    /// `mc_cloud.settings()` (SPEC §3.1), computed once. Beside SPEC's keys,
+    /// makina-states' `pvdir`/`pfdir` (salt-cloud providers and profiles
+    /// under `prefix`), `all_sls_dir` (`cloud-controller`, relative to the
+    /// file roots), `compute_node_sls_dir`, `ssl_dir`, `ssl_pillar_dir`
+    /// (where the controller keeps its CA and the certificates it issues)
+    /// and `ssl` (`cert_days`, `ca`: the CA's name, key size, lifetime and
+    /// subject).
     pub fn cloud_settings(&self) -> Result<Value> {
         self.cloud_ref().cloned()
     }
@@ -141,7 +147,28 @@ impl Config {
             "root": root,
             "prefix": if ms { "/etc/mastersalt" } else { "/etc/salt" },
             "all_pillar_dir": all_pillar_dir,
-            "compute_node_pillar_dir": format!("{all_pillar_dir}/compute_node"),
+            "compute_node_pillar_dir": "{all_pillar_dir}/compute_node",
+            "all_sls_dir": "cloud-controller",
+            "compute_node_sls_dir": "{all_sls_dir}/compute_node",
+            "ssl_dir": "{all_sls_dir}/ssl",
+            "ssl_pillar_dir": "{all_pillar_dir}/ssl",
+            "pvdir": "{prefix}/cloud.providers.d",
+            "pfdir": "{prefix}/cloud.profiles.d",
+            "ssl": {
+                "cert_days": 365_000,
+                "ca": {
+                    "ca_name": self.ctx.minion_id,
+                    "bits": 2048,
+                    "days": 365_000,
+                    "CN": "makina-states-cloud-controller",
+                    "C": "FR",
+                    "ST": "PdL",
+                    "L": "Nantes",
+                    "O": "Makina Corpus",
+                    "OU": null,
+                    "emailAddress": "contact@makina-corpus.com",
+                },
+            },
             "mode": "mastersalt",
             "script": self.ctx.bootstrap_script.clone()
                 .unwrap_or_else(|| format!("{root}/makina-states/_scripts/boot-salt.sh")),
@@ -159,9 +186,11 @@ impl Config {
             "lxc": false,
             "saltify": false,
         });
-        let s = with_pillar(&self.pillar, CLOUD, defaults);
+        let mut s = with_pillar(&self.pillar, CLOUD, defaults);
         check_mode(&s["mode"], &format!("{CLOUD}.mode"))?;
+        resolve_dirs(&mut s)?;
         check_cloud(&s)?;
+        check_ssl(&s["ssl"])?;
         Ok(s)
     }
 
@@ -188,6 +217,65 @@ impl Config {
     }
 }
 
+/// The directories derived from others, and the keys they may name as
+/// `{key}` (makina-states' `format_resolve`, restricted to these paths): an
+/// operator who moves `prefix`, `all_pillar_dir` or `all_sls_dir` moves
+/// what lies under them, unless they set those too.
+const DERIVED_DIRS: [&str; 6] = [
+    "compute_node_pillar_dir",
+    "compute_node_sls_dir",
+    "ssl_dir",
+    "ssl_pillar_dir",
+    "pvdir",
+    "pfdir",
+];
+const BASE_DIRS: [&str; 3] = ["prefix", "all_pillar_dir", "all_sls_dir"];
+
+/// Replaces `{prefix}`, `{all_pillar_dir}` and `{all_sls_dir}` in the
+/// derived directories by those settings.
+fn resolve_dirs(s: &mut Value) -> Result<()> {
+    let mut bases = Vec::with_capacity(BASE_DIRS.len());
+    for k in BASE_DIRS {
+        let what = format!("{CLOUD}.{k}");
+        bases.push((k, checks::string(&what, &s[k], false)?.to_owned()));
+    }
+    for k in DERIVED_DIRS {
+        let what = format!("{CLOUD}.{k}");
+        let mut v = checks::string(&what, &s[k], false)?.to_owned();
+        for (name, base) in &bases {
+            v = v.replace(&format!("{{{name}}}"), base);
+        }
+        if v.contains(['{', '}']) {
+            return Err(Error::invalid(format!(
+                "{what} {v:?} names an unknown setting in braces: only {{prefix}}, \
+                 {{all_pillar_dir}} and {{all_sls_dir}} are replaced"
+            )));
+        }
+        s[k] = json!(v);
+    }
+    Ok(())
+}
+
+/// A path relative to Salt's file roots (an SLS directory such as
+/// `cloud-controller/ssl`): not absolute, no empty, `.` or `..` component.
+fn relative_path(what: &str, value: &str) -> Result<()> {
+    let ok = !value.is_empty()
+        && value
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != "..")
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/.-_".contains(c));
+    checks::ensure(
+        ok,
+        what,
+        value,
+        "is not a clean relative path",
+        "use a path under the Salt file roots such as cloud-controller/ssl \
+         (letters, digits, / . - _, no leading /, no '..')",
+    )
+}
+
 /// Checks the global cloud settings that reach states and bootstrap
 /// command lines.
 fn check_cloud(s: &Value) -> Result<()> {
@@ -198,6 +286,18 @@ fn check_cloud(s: &Value) -> Result<()> {
         if let Some(v) = text(k) {
             checks::abs_path(&what(k), v)?;
         }
+    }
+    for k in [
+        "all_pillar_dir",
+        "compute_node_pillar_dir",
+        "ssl_pillar_dir",
+        "pvdir",
+        "pfdir",
+    ] {
+        checks::abs_path(&what(k), checks::string(&what(k), &s[k], false)?)?;
+    }
+    for k in ["all_sls_dir", "compute_node_sls_dir", "ssl_dir"] {
+        relative_path(&what(k), checks::string(&what(k), &s[k], false)?)?;
     }
     if let Some(v) = text("master") {
         checks::host(&what("master"), v)?;
@@ -216,6 +316,52 @@ fn check_cloud(s: &Value) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Checks the controller CA settings (`makina-states.cloud.ssl`): the
+/// lifetimes and key size are positive integers, the subject fields
+/// strings (`OU` may be null), the country two letters.
+fn check_ssl(ssl: &Value) -> Result<()> {
+    let key = format!("{CLOUD}.ssl");
+    let mapping = |what: &str, v: &Value| -> Result<()> {
+        if v.is_object() {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "pillar {what} must be a mapping, not {}",
+                kind_of(v)
+            )))
+        }
+    };
+    mapping(&key, ssl)?;
+    let ca = &ssl["ca"];
+    mapping(&format!("{key}.ca"), ca)?;
+    let positive = |what: String, v: &Value| -> Result<()> {
+        let n = as_int(v, &what)?;
+        if n > 0 {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "pillar value {what} is {n}: use a whole number above 0"
+            )))
+        }
+    };
+    positive(format!("{key}.cert_days"), &ssl["cert_days"])?;
+    positive(format!("{key}.ca.days"), &ca["days"])?;
+    positive(format!("{key}.ca.bits"), &ca["bits"])?;
+    for k in ["ca_name", "CN", "C", "ST", "L", "O", "OU", "emailAddress"] {
+        if !(k == "OU" && ca[k].is_null()) {
+            checks::string(&format!("pillar value {key}.ca.{k}"), &ca[k], false)?;
+        }
+    }
+    let country = ca["C"].as_str().unwrap_or_default();
+    checks::ensure(
+        country.len() == 2 && country.chars().all(|c| c.is_ascii_uppercase()),
+        &format!("pillar value {key}.ca.C"),
+        country,
+        "is not a country code",
+        "use two capital letters, such as FR",
+    )
 }
 
 #[cfg(test)]

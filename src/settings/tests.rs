@@ -256,12 +256,95 @@ fn cloud_defaults_on_mastersalt() {
         "bootsalt_branch": "master", "master": "ctl", "master_port": 4606,
         "ssh_gateway_user": "root", "ssh_gateway_key": "/root/.ssh/id_dsa", "ssh_gateway_port": 22,
         "ssh_gateway_password": null,
+        "pvdir": "/etc/mastersalt/cloud.providers.d", "pfdir": "/etc/mastersalt/cloud.profiles.d",
+        "all_sls_dir": "cloud-controller", "compute_node_sls_dir": "cloud-controller/compute_node",
+        "ssl_dir": "cloud-controller/ssl", "ssl_pillar_dir": "/srv/p/cloud-controller/ssl",
+        "ssl": {"cert_days": 365000, "ca": {
+            "ca_name": "ctl", "bits": 2048, "days": 365000, "CN": "makina-states-cloud-controller",
+            "C": "FR", "ST": "PdL", "L": "Nantes", "O": "Makina Corpus", "OU": null,
+            "emailAddress": "contact@makina-corpus.com",
+        }},
     });
     let s = cfg.cloud_settings().unwrap();
     for (key, value) in object(expected) {
         assert_eq!(s[&key], value, "{key}");
     }
     assert_eq!(cfg.default_store_dir(), "/srv/p/cloud-controller");
+}
+
+#[test]
+fn cloud_directories_follow_their_base_unless_set() {
+    let s = config(json!({
+        CLOUD: {"prefix": "/etc/ms2", "all_sls_dir": "cc", "ssl": {"ca": {"bits": 4096}}},
+        format!("{CLOUD}.all_pillar_dir"): "/srv/pp/cc",
+        format!("{CLOUD}.ssl_dir"): "certs/ssl",
+        format!("{CLOUD}.ssl.ca.OU"): "ops",
+    }))
+    .cloud_settings()
+    .unwrap();
+    assert_eq!(s["pvdir"], "/etc/ms2/cloud.providers.d");
+    assert_eq!(s["pfdir"], "/etc/ms2/cloud.profiles.d");
+    assert_eq!(s["compute_node_sls_dir"], "cc/compute_node");
+    assert_eq!(s["ssl_dir"], "certs/ssl");
+    assert_eq!(s["ssl_pillar_dir"], "/srv/pp/cc/ssl");
+    assert_eq!(s["compute_node_pillar_dir"], "/srv/pp/cc/compute_node");
+    assert_eq!(
+        (
+            &s["ssl"]["ca"]["bits"],
+            &s["ssl"]["ca"]["OU"],
+            &s["ssl"]["ca"]["C"]
+        ),
+        (&json!(4096), &json!("ops"), &json!("FR"))
+    );
+}
+
+#[test]
+fn bad_cloud_ssl_and_directories_name_the_pillar_key() {
+    let err = |pillar: Value| invalid(config(pillar).cloud_settings(), &[]);
+    for (pillar, parts) in [
+        (
+            json!({format!("{CLOUD}.ssl.ca.bits"): 0}),
+            vec!["makina-states.cloud.ssl.ca.bits", "above 0"],
+        ),
+        (
+            json!({CLOUD: {"ssl": {"cert_days": "many"}}}),
+            vec!["makina-states.cloud.ssl.cert_days", "integer"],
+        ),
+        (
+            json!({format!("{CLOUD}.ssl.ca.days"): -1}),
+            vec!["makina-states.cloud.ssl.ca.days"],
+        ),
+        (
+            json!({format!("{CLOUD}.ssl.ca.CN"): 12}),
+            vec!["makina-states.cloud.ssl.ca.CN", "string"],
+        ),
+        (
+            json!({format!("{CLOUD}.ssl.ca.C"): "France"}),
+            vec!["makina-states.cloud.ssl.ca.C", "country code"],
+        ),
+        (
+            json!({format!("{CLOUD}.ssl.ca"): "x"}),
+            vec!["makina-states.cloud.ssl.ca", "mapping"],
+        ),
+        (
+            json!({format!("{CLOUD}.all_sls_dir"): "/abs"}),
+            vec!["makina-states.cloud.all_sls_dir", "relative"],
+        ),
+        (
+            json!({format!("{CLOUD}.ssl_dir"): "../x"}),
+            vec!["makina-states.cloud.ssl_dir"],
+        ),
+        (
+            json!({format!("{CLOUD}.pvdir"): "{root}/p"}),
+            vec!["makina-states.cloud.pvdir", "unknown setting"],
+        ),
+        (
+            json!({format!("{CLOUD}.ssl_pillar_dir"): "rel/ssl"}),
+            vec!["makina-states.cloud.ssl_pillar_dir", "absolute"],
+        ),
+    ] {
+        assert_names(err(pillar), &parts);
+    }
 }
 
 #[test]
