@@ -101,11 +101,15 @@ class NodeVm(TypedDict):
     domains: list[str]
     ssh_reverse_proxy_port: int
     snmp_reverse_proxy_port: int
+    virt_type: str
+    vmname: str
 
 @type_check_only
 class _NodeDataRequired(TypedDict):
     target: str
-    virt_types: list[str]
+    virt_types: dict[str, bool]
+    firewall: bool
+    http_proxy_mode: str
     domains: list[str]
     has: dict[str, bool]
     ssh_port_range: dict[str, int]
@@ -118,6 +122,8 @@ class _NodeDataRequired(TypedDict):
 
 @type_check_only
 class NodeData(_NodeDataRequired, total=False):
+    # Added by mccloud.saltsupport.node_settings (the controller's CA).
+    ssl_certs: list[tuple[str, str]]
     lxc_path: str
     errors: dict[str, str]
     images: dict[str, Any]

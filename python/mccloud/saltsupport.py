@@ -10,10 +10,13 @@ from __future__ import annotations
 import functools
 import os
 from importlib import resources
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 import mccloud
 from mccloud import ArgumentError, MccloudError
+
+if TYPE_CHECKING:
+    from mccloud._native import NodeData
 
 #: Environment variable overriding the store directory.
 STORE_ENV = "MCCLOUD_STORE_DIR"
@@ -125,6 +128,80 @@ def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Regi
     """The registry of the controller behind ``opts``."""
     cfg = config(opts, pillar)
     return mccloud.Registry(cfg, store_dir(opts, cfg))
+
+
+def declared_type(cfg: mccloud.Config, cn: str, vm: str) -> str:
+    """The declared virtualisation type of ``vm`` on ``cn``."""
+    vms = cfg.compute_node_settings()["targets"].get(cn, {}).get("vms", {})
+    if vm not in vms:
+        raise mccloud.NotFoundError(f"VM {vm} is not declared on compute node {cn}: declare it in "
+                                    f"pillar (makina-states.cloud.<vt>.vms.{cn})")
+    return str(vms[vm])
+
+
+def with_vm_values(pillar: Mapping[str, Any], vt: str, cn: str, vm: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``pillar`` where ``values`` are added to the declaration of
+    ``vm`` (as its flat key ``makina-states.cloud.<vt>.vms.<cn>.<vm>``)."""
+    key = f"{PILLAR_PREFIX}cloud.{vt}.vms.{cn}.{vm}"
+    own = pillar.get(key)
+    return {**pillar, key: {**(own if isinstance(own, Mapping) else {}), **values}}
+
+
+def node_settings(opts: Mapping[str, Any], cfg: mccloud.Config, reg: mccloud.Registry, cn: str,
+                  exclude: list[str] | None = None) -> NodeData:
+    """A compute node's settings (``get_settings_for_target``, registering
+    it; without the VMs of ``exclude``) with ``ssl_certs``: the certificate
+    and key of the node's own name and of every domain its VMs serve,
+    issued by the controller's CA (``mc_cloud.settings()['ssl']``, kept in
+    ``ssl_pillar_dir``)."""
+    from mccloud import pki
+
+    data = reg.target_settings(cn, exclude)
+    cloud = cfg.cloud_settings()
+    ssl = cloud["ssl"]
+    domains = [cn, *(d for d in data["domains"] if d != "*")]
+    certs = pki.ssl_certs(cloud["ssl_pillar_dir"], domains, ssl["ca"], ssl["cert_days"])
+    if certs and certs[0][0] != cn:
+        # The node's name is served by a wildcard: haproxy's default
+        # certificate is still the file named after the node.
+        certs.insert(0, (cn, certs[0][1]))
+    data["ssl_certs"] = certs
+    return data
+
+
+def random_password(length: Any) -> str:
+    """A random password of ``length`` characters (Salt's generator)."""
+    from salt.utils.pycrypto import secure_password
+
+    try:
+        n = int(length)
+    except (TypeError, ValueError):
+        n = 0
+    if not 8 <= n <= 256:
+        raise ArgumentError(f"pwlen must be a number of characters from 8 to 256, not {length!r}")
+    return str(secure_password(n))
+
+
+def boolean(name: str, value: Any) -> bool:
+    """A command-line boolean (``True``, ``false``, ``1``, ``no``...)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ArgumentError(f"{name} must be true or false, not {value!r}")
+
+
+def check_ip(name: str, value: str) -> None:
+    """Refuses anything but a dotted-quad IPv4 address."""
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        raise ArgumentError(f"{name} {value!r} is not an IPv4 address (a.b.c.d)") from None
 
 
 def salt_errors(func: F) -> F:

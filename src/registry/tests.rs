@@ -1238,7 +1238,7 @@ fn a_vm_declared_under_another_type_has_that_type_and_the_node_pools() {
     assert_eq!(n1["gateway"], pools.gateway.to_string());
 
     let node = reg.target_settings(CN, &[]).unwrap();
-    assert_eq!(node["virt_types"], json!(["lxc", "nsbox"]));
+    assert_eq!(node["virt_types"], json!({"lxc": true, "nsbox": true}));
     assert_eq!(node["vms"]["n1.test"]["vt"], "nsbox");
     assert_eq!(node["vms"]["n1.test"]["ip"], n1["ip"]);
     assert_eq!(node["vms"]["a.test"]["vt"], "lxc");
@@ -1278,7 +1278,7 @@ fn a_node_hosting_no_lxc_vm_has_no_lxc_facts() {
     assert_eq!(n2["vt"], "nsbox");
     assert_eq!(n2["domains"], json!(["n2.test", "n2.example.com"]));
     let node = reg.target_settings(CN2, &[]).unwrap();
-    assert_eq!(node["virt_types"], json!(["nsbox"]));
+    assert_eq!(node["virt_types"], json!({"nsbox": true}));
     assert!(node.get("lxc_path").is_none(), "{node}");
     assert_eq!(node["network"]["bridge"], "nsbr0", "the type's own bridge");
     assert_eq!(node["vms"]["n2.test"]["vt"], "nsbox");

@@ -10,13 +10,16 @@ use crate::pillar::checks;
 use crate::pillar::merge::deep_merge;
 use crate::pillar::values::kind_of;
 
-/// Default certificate of the https frontend.
-pub const DEFAULT_CERT: &str = "/etc/ssl/mccloud/haproxy.pem";
+/// Default directory of the certificates the https frontend serves (one
+/// `<domain>.crt` per domain, issued by the controller's CA), as
+/// makina-states placed them.
+pub const DEFAULT_CERTS_DIR: &str = "/etc/ssl/cloud/certs";
 
 impl Config {
     /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping.
     /// Defaults: `bind_address` `*`, `http_port` 80, `https_port` 443,
-    /// `ssl_cert`, `haproxy_config` `/etc/haproxy/haproxy.cfg`,
+    /// `ssl_certs_dir` `/etc/ssl/cloud/certs`, `ssl_cert` (none: the default
+    /// certificate is the node's own, from the CA), `haproxy_config` `/etc/haproxy/haproxy.cfg`,
     /// `haproxy_service` true, `hosts_file` `/etc/hosts`, `sysctl_file`,
     /// `firewall_chain` `MCCLOUD-INPUT`.
     pub fn node_conf(&self, cn: &str) -> Result<Value> {
@@ -24,7 +27,7 @@ impl Config {
             "bind_address": "*",
             "http_port": 80,
             "https_port": 443,
-            "ssl_cert": DEFAULT_CERT,
+            "ssl_certs_dir": DEFAULT_CERTS_DIR,
             "haproxy_config": "/etc/haproxy/haproxy.cfg",
             "haproxy_service": true,
             "hosts_file": "/etc/hosts",
@@ -91,7 +94,8 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
             "http_port" | "https_port" => {
                 checks::port(&what(k), v)?;
             }
-            "ssl_cert" | "haproxy_config" | "hosts_file" | "sysctl_file" | "haproxy_pidfile" => {
+            "ssl_cert" | "ssl_certs_dir" | "haproxy_config" | "hosts_file" | "sysctl_file"
+            | "haproxy_pidfile" => {
                 if !(k == "haproxy_pidfile" && v.is_null()) {
                     checks::abs_path(&what(k), checks::string(&what(k), v, false)?)?;
                 }

@@ -1,11 +1,15 @@
 //! A compute node's data as Salt receives it
 //! (`mc_cloud_compute_node.get_settings_for_target`): its registered VMs,
 //! domains, port ranges, network, what the types it hosts add (lxc:
-//! `lxc_path`, the bridge), reserved ports, conf and reverse proxies.
+//! `lxc_path`, the bridge), reserved ports, conf and reverse proxies; with
+//! the keys makina-states' states read beside mccloud's (`virt_types` as a
+//! mapping, per-VM `virt_type` and `vmname`, `firewall`, `http_proxy_mode`).
+//! The certificates (`ssl_certs`) are added by the Python side, which holds
+//! the controller's CA.
 
 use serde_json::{json, Map, Value};
 
-use super::proxy::{reverse_proxies, ProxiedVm};
+use super::proxy::{reverse_proxies, ProxiedVm, HTTP_PROXY_MODE};
 use crate::alloc::register::Registered;
 use crate::drivers::{Driver, DEFAULT_TYPE};
 use crate::error::Result;
@@ -27,6 +31,7 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
             json!({
                 "ip": alloc.ip.to_string(), "mac": alloc.macs[0], "vt": plan.vt, "domains": domains,
                 "ssh_reverse_proxy_port": alloc.ssh, "snmp_reverse_proxy_port": alloc.snmp,
+                "virt_type": plan.vt, "vmname": vm,
             }),
         );
         domains_of.push(domains);
@@ -39,12 +44,14 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
         .zip(&domains_of)
         .map(|((vm, a), d)| ProxiedVm {
             vm,
+            vt: &node.vm(vm).expect("registered VMs are declared").vt,
             ip: a.ip,
             domains: d,
             ssh_port: a.ssh.unwrap_or(0),
+            snmp_port: a.snmp.unwrap_or(0),
         })
         .collect();
-    let proxies = reverse_proxies(&proxied, &node.conf);
+    let proxies = reverse_proxies(&node.cn, &proxied, &node.conf);
     let mut network = Map::new();
     network.insert("network".into(), json!(node.network.network.to_string()));
     network.insert("netmask".into(), json!(node.network.prefix.to_string()));
@@ -60,11 +67,20 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
         let defaults = &config.type_settings(vt)?["defaults"];
         Driver::of(vt).node_facts(defaults, &mut network, &mut facts);
     }
+    // makina-states' shape: `virt_types` maps each type the node hosts to
+    // true; `firewall` beside `has`.
+    let virt_types: Map<String, Value> = node
+        .types
+        .iter()
+        .map(|t| (t.clone(), json!(true)))
+        .collect();
     let mut out = json!({
         "target": node.cn,
-        "virt_types": node.types,
+        "virt_types": virt_types,
         "domains": all_domains,
         "has": {"firewall": config.firewall()},
+        "firewall": config.firewall(),
+        "http_proxy_mode": HTTP_PROXY_MODE,
         "ssh_port_range": {"start": node.ssh.start, "end": node.ssh.end},
         "snmp_port_range": {"start": node.snmp.start, "end": node.snmp.end},
         "network": network,

@@ -1,5 +1,9 @@
 //! Reverse-proxy data of a compute node (SPEC §6): haproxy http/https
-//! frontends routing by domain, and one tcp listener per VM ssh port.
+//! frontends routing by domain, one tcp listener per VM ssh port, and the
+//! snmp port forwarding. Each frontend, backend and listener carries both
+//! mccloud's keys (`acls`, `backends`, `server`, ...) and the ones
+//! makina-states' haproxy and shorewall templates read (`name`, `raw_opts`,
+//! `http_backends`, `https_backends`, `servers`, `sw_proxies`).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -7,24 +11,43 @@ use std::net::Ipv4Addr;
 use serde_json::{json, Map, Value};
 
 use crate::pillar::merge::obj;
-use crate::settings::conf::DEFAULT_CERT;
+use crate::settings::conf::DEFAULT_CERTS_DIR;
+
+/// The only `http_proxy_mode` mccloud renders: the backends see the client
+/// address in `X-Forwarded-For`.
+pub const HTTP_PROXY_MODE: &str = "xforwardedfor";
+
+/// The header the https frontend sets (`1` over TLS), which makina-states'
+/// nginx in the VMs maps to the https scheme.
+const X_SSL: &str = "http-request set-header X-SSL %[ssl_fc]";
 
 /// One VM as the reverse proxy sees it.
 #[derive(Debug, Clone)]
 pub struct ProxiedVm<'a> {
     /// VM id.
     pub vm: &'a str,
+    /// Its virtualisation type.
+    pub vt: &'a str,
     /// VM address.
     pub ip: Ipv4Addr,
     /// Domains routed to the VM.
     pub domains: &'a [String],
     /// Allocated ssh reverse-proxy port.
     pub ssh_port: u16,
+    /// Allocated snmp reverse-proxy port.
+    pub snmp_port: u16,
 }
 
 /// An haproxy-safe identifier for a domain: `*` becomes `star`.
 pub fn ident(domain: &str) -> String {
     domain.replace('*', "star")
+}
+
+/// The file holding a domain's certificate and key in the node's
+/// certificates directory: `<domain>.crt`, a wildcard's `*` written `_star`
+/// (no host name holds `_`, so `*.foo.com` and `star.foo.com` differ).
+pub fn cert_file(domain: &str) -> String {
+    format!("{}.crt", domain.replace('*', "_star"))
 }
 
 /// The ACL condition for a domain: exact host, or suffix for `*.x`.
@@ -44,36 +67,80 @@ fn raw_opts(conf: &Value, proxy: &str, which: &str) -> Value {
     }
 }
 
-/// Bind options of a node's reverse proxy, from its
+/// The certificates the https frontend serves: the directory holding one
+/// `<domain>.crt` (certificate and key) per domain, and the default one
+/// (for clients without SNI or a domain without its own): `ssl_cert` when
+/// the node's conf names one, else the node's wildcard `*.<its domain>`
+/// when a VM serves it, else the node's own name.
+fn certificates(cn: &str, vms: &[ProxiedVm], conf: &Value) -> (String, String) {
+    let dir = conf
+        .get("ssl_certs_dir")
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_CERTS_DIR)
+        .trim_end_matches('/')
+        .to_owned();
+    let default = match conf.get("ssl_cert").and_then(Value::as_str) {
+        Some(cert) => cert.to_owned(),
+        None => {
+            let wildcard = cn
+                .split_once('.')
+                .filter(|(_, parent)| parent.contains('.'))
+                .map(|(_, parent)| format!("*.{parent}"));
+            let served = |d: &str| vms.iter().any(|v| v.domains.iter().any(|x| x == d));
+            let first = match wildcard {
+                Some(w) if served(&w) => w,
+                _ => cn.to_owned(),
+            };
+            format!("{dir}/{}", cert_file(&first))
+        }
+    };
+    (dir, default)
+}
+
+/// Bind addresses of a node's reverse proxy, from its
 /// `makina-states.cloud.compute_node.conf.<cn>` mapping.
-fn binds(conf: &Value) -> (String, String) {
+fn binds(conf: &Value, default_cert: &str, certs_dir: &str) -> (String, String) {
     let addr = conf
         .get("bind_address")
         .and_then(Value::as_str)
         .unwrap_or("*");
     let port = |k: &str, d: u64| conf.get(k).and_then(Value::as_u64).unwrap_or(d);
-    let cert = conf
-        .get("ssl_cert")
-        .and_then(Value::as_str)
-        .unwrap_or(DEFAULT_CERT);
     (
         format!("{addr}:{}", port("http_port", 80)),
-        format!("{addr}:{} ssl crt {cert}", port("https_port", 443)),
+        format!(
+            "{addr}:{} ssl crt {default_cert} crt {certs_dir}",
+            port("https_port", 443)
+        ),
     )
 }
 
-fn frontend(vms: &[ProxiedVm], conf: &Value, proxy: &str, bind: &str, prefix: &str) -> Value {
+/// A frontend and its backends: mccloud's `acls`/`backends`, and the
+/// original's `raw_opts` (the same rules as haproxy lines) and backends
+/// mapping (`{name, mode, raw_opts, servers: [{name, bind, opts}]}`).
+struct Frontend {
+    frontend: Value,
+    backends: Value,
+}
+
+fn frontend(
+    vms: &[ProxiedVm],
+    conf: &Value,
+    proxy: &str,
+    name: String,
+    bind: &str,
+    prefix: &str,
+) -> Frontend {
     // Exact domains first so they win over wildcards; several VMs sharing a
     // domain share its backend.
-    let mut backends: BTreeMap<String, (String, Vec<Value>)> = BTreeMap::new();
+    let mut backends: BTreeMap<String, (String, Vec<(String, String)>)> = BTreeMap::new();
     for v in vms {
         for d in v.domains {
             let entry = backends
                 .entry(d.clone())
                 .or_insert_with(|| (format!("{prefix}_{}", ident(d)), vec![]));
-            entry.1.push(
-                json!({"name": format!("srv_{}", ident(v.vm)), "address": format!("{}:80", v.ip)}),
-            );
+            entry
+                .1
+                .push((format!("srv_{}", ident(v.vm)), format!("{}:80", v.ip)));
         }
     }
     let mut domains: Vec<&String> = backends.keys().collect();
@@ -90,31 +157,105 @@ fn frontend(vms: &[ProxiedVm], conf: &Value, proxy: &str, bind: &str, prefix: &s
             json!({"name": format!("host_{}", ident(d)), "condition": condition(d), "backend": backends[*d].0, "domain": d})
         })
         .collect();
-    let backends: Map<String, Value> = backends
-        .into_values()
-        .map(|(name, servers)| {
-            let b = obj([
-                ("balance", json!("roundrobin")),
-                ("servers", Value::Array(servers)),
-            ]);
-            (name, b)
-        })
-        .collect();
-    obj([
-        ("bind", json!(bind)),
-        ("mode", json!("http")),
-        ("options", json!(["forwardfor"])),
-        ("raw_opts_pre", raw_opts(conf, proxy, "raw_opts_pre")),
-        ("raw_opts_post", raw_opts(conf, proxy, "raw_opts_post")),
-        ("acls", Value::Array(acls)),
-        ("backends", Value::Object(backends)),
-    ])
+    let pre = raw_opts(conf, proxy, "raw_opts_pre");
+    let post = raw_opts(conf, proxy, "raw_opts_post");
+    let mut rules: Vec<Value> = pre.as_array().cloned().unwrap_or_default();
+    if prefix == "securebck" {
+        rules.push(json!(X_SSL));
+    }
+    rules.extend(acls.iter().map(|a| {
+        json!(format!(
+            "acl {} {}",
+            str_of(&a["name"]),
+            str_of(&a["condition"])
+        ))
+    }));
+    rules.extend(acls.iter().map(|a| {
+        json!(format!(
+            "use_backend {} if {}",
+            str_of(&a["backend"]),
+            str_of(&a["name"])
+        ))
+    }));
+    rules.extend(post.as_array().cloned().unwrap_or_default());
+    let mut ours = Map::new();
+    let mut theirs = Map::new();
+    for (backend, servers) in backends.into_values() {
+        let b = obj([
+            ("balance", json!("roundrobin")),
+            (
+                "servers",
+                servers
+                    .iter()
+                    .map(|(n, a)| json!({"name": n, "address": a}))
+                    .collect(),
+            ),
+        ]);
+        let original = obj([
+            ("name", json!(backend)),
+            ("mode", json!("http")),
+            (
+                "raw_opts",
+                json!([
+                    "balance roundrobin",
+                    "option http-server-close",
+                    "option forwardfor"
+                ]),
+            ),
+            (
+                "servers",
+                servers
+                    .iter()
+                    .map(|(n, a)| json!({"name": n, "bind": a, "opts": "check"}))
+                    .collect(),
+            ),
+        ]);
+        ours.insert(backend.clone(), b);
+        theirs.insert(backend, original);
+    }
+    Frontend {
+        frontend: obj([
+            ("name", json!(name)),
+            ("bind", json!(bind)),
+            ("mode", json!("http")),
+            ("http_proxy_mode", json!(HTTP_PROXY_MODE)),
+            ("options", json!(["forwardfor"])),
+            ("raw_opts_pre", pre),
+            ("raw_opts_post", post),
+            ("raw_opts", Value::Array(rules)),
+            ("acls", Value::Array(acls)),
+            ("backends", Value::Object(ours)),
+        ]),
+        backends: Value::Object(theirs),
+    }
 }
 
-/// The reverse-proxy structure of a node. `conf` is the node's
+fn str_of(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+/// The forwarding of a VM's ports in makina-states' shorewall form: its snmp
+/// port (udp) to its port 161, its ssh port (tcp and udp) to its port 22,
+/// each group after a comment. mccloud's firewall state applies the snmp
+/// rules (iptables DNAT); ssh goes through haproxy's tcp listener.
+fn sw_proxies(vms: &[ProxiedVm]) -> Vec<Value> {
+    let mut out = vec![];
+    for v in vms {
+        let dnat = |port: u16, proto: &str, dport: u16| json!({"action": "DNAT", "source": "all", "dest": format!("{}:{}:{port}", v.vt, v.ip), "proto": proto, "dport": dport});
+        out.push(json!({"comment": format!("snmp for {}", v.vm)}));
+        out.push(dnat(161, "udp", v.snmp_port));
+        out.push(json!({"comment": format!("ssh {}", v.vm)}));
+        out.push(dnat(22, "tcp", v.ssh_port));
+        out.push(dnat(22, "udp", v.ssh_port));
+    }
+    out
+}
+
+/// The reverse-proxy structure of node `cn`. `conf` is the node's
 /// `makina-states.cloud.compute_node.conf.<cn>` mapping: raw options, and
-/// `bind_address` (`*`), `http_port` (80), `https_port` (443), `ssl_cert`.
-pub fn reverse_proxies(vms: &[ProxiedVm], conf: &Value) -> Value {
+/// `bind_address` (`*`), `http_port` (80), `https_port` (443),
+/// `ssl_certs_dir`, `ssl_cert`.
+pub fn reverse_proxies(cn: &str, vms: &[ProxiedVm], conf: &Value) -> Value {
     let addr = conf
         .get("bind_address")
         .and_then(Value::as_str)
@@ -122,33 +263,40 @@ pub fn reverse_proxies(vms: &[ProxiedVm], conf: &Value) -> Value {
     let ssh: Vec<Value> = vms
         .iter()
         .map(|v| {
+            let server = format!("{}:22", v.ip);
             json!({
-                "name": format!("ssh_{}", ident(v.vm)),
+                "name": format!("lst_{}", ident(v.vm)),
                 "vm": v.vm,
                 "bind": format!("{addr}:{}", v.ssh_port),
                 "port": v.ssh_port,
-                "server": format!("{}:22", v.ip),
+                "server": server,
+                "mode": "tcp",
+                "raw_opts": [],
+                "servers": [{"name": "sshserver", "bind": server, "opts": "check"}],
             })
         })
         .collect();
-    let (http, https) = binds(conf);
+    let (certs_dir, default_cert) = certificates(cn, vms, conf);
+    let (http, https) = binds(conf, &default_cert, &certs_dir);
+    let plain = frontend(vms, conf, "http_proxy", cn.to_owned(), &http, "bck");
+    let secure = frontend(
+        vms,
+        conf,
+        "https_proxy",
+        format!("secure-{cn}"),
+        &https,
+        "securebck",
+    );
     let mut out = obj([
-        (
-            "http_proxy",
-            frontend(vms, conf, "http_proxy", &http, "bck"),
-        ),
-        (
-            "https_proxy",
-            frontend(vms, conf, "https_proxy", &https, "securebck"),
-        ),
+        ("target", json!(cn)),
+        ("http_proxy", plain.frontend),
+        ("https_proxy", secure.frontend),
+        ("http_backends", plain.backends),
+        ("https_backends", secure.backends),
         ("ssh_proxies", Value::Array(ssh)),
-        (
-            "ssl_cert",
-            json!(conf
-                .get("ssl_cert")
-                .and_then(Value::as_str)
-                .unwrap_or(DEFAULT_CERT)),
-        ),
+        ("sw_proxies", Value::Array(sw_proxies(vms))),
+        ("ssl_certs_dir", json!(certs_dir)),
+        ("default_cert", json!(default_cert)),
     ]);
     out["haproxy_cfg"] = json!(render(&out));
     out
@@ -165,6 +313,7 @@ fn render_frontend(out: &mut String, name: &str, f: &Value, https: bool) {
     ));
     if https {
         out.push_str("    http-request set-header X-Forwarded-Proto https\n");
+        out.push_str(&format!("    {X_SSL}\n"));
     }
     for l in lines(&f["raw_opts_pre"]) {
         out.push_str(&format!("    {l}\n"));
@@ -232,26 +381,36 @@ mod tests {
         let vms = [
             ProxiedVm {
                 vm: "a.com",
+                vt: "lxc",
                 ip: "10.5.0.2".parse().unwrap(),
                 domains: &a,
                 ssh_port: 40000,
+                snmp_port: 30000,
             },
             ProxiedVm {
                 vm: "b.com",
+                vt: "lxc",
                 ip: "10.5.0.3".parse().unwrap(),
                 domains: &b,
                 ssh_port: 40001,
+                snmp_port: 30001,
             },
         ];
         let conf = json!({"http_proxy": {"raw_opts_pre": ["timeout client 1m"]}});
-        let p = reverse_proxies(&vms, &conf);
+        let p = reverse_proxies("node.shared.com", &vms, &conf);
         let cfg = p["haproxy_cfg"].as_str().unwrap();
         assert!(cfg.contains("acl host_star.shared.com hdr_end(host) -i shared.com"));
         assert!(cfg.contains("use_backend bck_star.shared.com if host_star.shared.com"));
         assert!(cfg.contains(
-            "listen ssh_b.com\n    bind *:40001\n    mode tcp\n    server b.com 10.5.0.3:22"
+            "listen lst_b.com\n    bind *:40001\n    mode tcp\n    server b.com 10.5.0.3:22"
         ));
-        assert!(cfg.contains("bind *:443 ssl crt /etc/ssl/mccloud/haproxy.pem"));
+        // The node's wildcard is served by a VM: its certificate is the default.
+        assert!(cfg.contains(
+            "bind *:443 ssl crt /etc/ssl/cloud/certs/_star.shared.com.crt crt /etc/ssl/cloud/certs\n"
+        ));
+        assert!(
+            cfg.contains("X-Forwarded-Proto https\n    http-request set-header X-SSL %[ssl_fc]\n")
+        );
         assert!(cfg.contains("    timeout client 1m\n    acl host_a.com"));
         let http = &p["http_proxy"];
         let shared = &http["backends"]["bck_star.shared.com"]["servers"];
@@ -269,5 +428,64 @@ mod tests {
         );
         assert_eq!(p["ssh_proxies"][1]["server"], "10.5.0.3:22");
         assert_eq!(p["ssh_proxies"][1]["port"], 40001);
+    }
+
+    #[test]
+    fn original_shapes_beside_mccloud_keys() {
+        let a = vec!["a.com".to_string()];
+        let vms = [ProxiedVm {
+            vm: "a.com",
+            vt: "lxc",
+            ip: "10.5.0.2".parse().unwrap(),
+            domains: &a,
+            ssh_port: 40000,
+            snmp_port: 30000,
+        }];
+        let conf = json!({"https_proxy": {"raw_opts_post": ["x-post"]}});
+        let p = reverse_proxies("cn.example", &vms, &conf);
+        // Not a wildcard of its own (one dot): the node's own certificate.
+        assert_eq!(p["default_cert"], "/etc/ssl/cloud/certs/cn.example.crt");
+        let https = &p["https_proxy"];
+        assert_eq!(https["name"], "secure-cn.example");
+        assert_eq!(p["http_proxy"]["name"], "cn.example");
+        assert_eq!(https["http_proxy_mode"], "xforwardedfor");
+        assert_eq!(
+            https["raw_opts"],
+            json!([
+                "http-request set-header X-SSL %[ssl_fc]",
+                "acl host_a.com hdr(host) -i a.com",
+                "use_backend securebck_a.com if host_a.com",
+                "x-post"
+            ])
+        );
+        assert_eq!(
+            p["https_backends"]["securebck_a.com"],
+            json!({"name": "securebck_a.com", "mode": "http",
+                   "raw_opts": ["balance roundrobin", "option http-server-close", "option forwardfor"],
+                   "servers": [{"name": "srv_a.com", "bind": "10.5.0.2:80", "opts": "check"}]})
+        );
+        assert_eq!(
+            p["sw_proxies"],
+            json!([
+                {"comment": "snmp for a.com"},
+                {"action": "DNAT", "source": "all", "dest": "lxc:10.5.0.2:161", "proto": "udp", "dport": 30000},
+                {"comment": "ssh a.com"},
+                {"action": "DNAT", "source": "all", "dest": "lxc:10.5.0.2:22", "proto": "tcp", "dport": 40000},
+                {"action": "DNAT", "source": "all", "dest": "lxc:10.5.0.2:22", "proto": "udp", "dport": 40000},
+            ])
+        );
+        assert_eq!(
+            p["ssh_proxies"][0]["servers"],
+            json!([{"name": "sshserver", "bind": "10.5.0.2:22", "opts": "check"}])
+        );
+        let own = reverse_proxies(
+            "cn.example",
+            &vms,
+            &json!({"ssl_cert": "/etc/my.pem", "ssl_certs_dir": "/c/"}),
+        );
+        assert!(own["haproxy_cfg"]
+            .as_str()
+            .unwrap()
+            .contains("ssl crt /etc/my.pem crt /c\n"));
     }
 }

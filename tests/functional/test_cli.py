@@ -90,7 +90,7 @@ def test_get_settings_for_target_registers_every_vm(salt_env: SaltEnv, sample: d
     # What the node registered is what a later per-VM call returns.
     vm = salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, VM)
     assert vm["ip"] == target["vms"][VM]["ip"] and vm["mac"] == target["vms"][VM]["mac"]
-    assert salt_env.ok("mc_cloud_compute_node.get_allocated_ips", CN) == {
+    assert salt_env.ok("mc_cloud_compute_node.get_allocated_ips", CN)["ips"] == {
         name: v["ip"] for name, v in target["vms"].items()
     }
 
@@ -130,17 +130,18 @@ def test_saltify_targets(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
 
 def test_maintenance_calls(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
     salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
-    assert salt_env.ok("mc_cloud_compute_node.set_allocated_ip", CN, VM, "10.5.3.3") == "10.5.3.3"
+    assert salt_env.ok("mc_cloud_compute_node.set_allocated_ip", CN, VM, "10.5.3.3")["ips"][VM] == "10.5.3.3"
     assert salt_env.ok("mc_cloud_compute_node.find_ip_for_vm", CN, VM) == "10.5.3.3"
-    assert salt_env.ok("mc_cloud_compute_node.remove_allocated_ip", CN, VM) == "10.5.3.3"
+    assert VM not in salt_env.ok("mc_cloud_compute_node.remove_allocated_ip", CN, "10.5.3.3")
     assert salt_env.ok("mc_cloud_compute_node.find_ip_for_vm", CN, VM) == "10.5.0.2"
-    ports = salt_env.ok("mc_cloud_compute_node.get_ssh_port", CN, "gfoobar4.test.com")
+    ports = salt_env.ok("mc_cloud_compute_node.get_ssh_port", "gfoobar4.test.com")
     del sample[f"makina-states.services.cloud.lxc.targets.{CN}"]["gfoobar4.test.com"]
     salt_env.set_pillar(sample)
-    assert salt_env.ok("mc_cloud_compute_node.cleanup_allocated_ips", CN) == {"gfoobar4.test.com": "10.5.10.15"}
-    assert salt_env.ok("mc_cloud_compute_node.cleanup_ssh_ports", CN) == {"gfoobar4.test.com": ports}
-    assert list(salt_env.ok("mc_cloud_compute_node.cleanup_snmp_ports", CN)) == ["gfoobar4.test.com"]
-    assert salt_env.ok("mc_cloud_compute_node.cleanup_ssh_ports", CN) == {}
+    ips = salt_env.ok("mc_cloud_compute_node.cleanup_allocated_ips", CN)
+    assert ips["freed"] == {"gfoobar4.test.com": "10.5.10.15"} and "gfoobar4.test.com" not in ips["ips"]
+    kept = salt_env.ok("mc_cloud_compute_node.cleanup_ssh_ports", CN)
+    assert "gfoobar4.test.com" not in kept and ports not in kept.values() and VM in kept
+    assert "gfoobar4.test.com" not in salt_env.ok("mc_cloud_compute_node.cleanup_snmp_ports", CN)
 
 
 def _seed_vms(p: dict[str, Any]) -> dict[str, Any]:

@@ -22,11 +22,12 @@ SPEC_FUNCTIONS = {
         "settings", "get_settings_for_target", "find_ip_for_vm", "find_mac_for_vm",
         "find_password_for_vm", "get_ssh_port", "get_snmp_port", "get_allocated_ips",
         "set_allocated_ip", "remove_allocated_ip", "cleanup_allocated_ips", "cleanup_ssh_ports",
-        "cleanup_snmp_ports", "destroy_vm_allocations",
+        "cleanup_snmp_ports", "destroy_vm_allocations", "get_reverse_proxies_for_target", "target_for_vm",
+        "vt_for_vm", "get_vts",
     ],
     "mc_cloud_vm": ["vm_settings"],
     "mc_cloud_lxc": ["settings", "get_settings_for_vm"],
-    "mc_cloud_saltify": ["settings", "settings_for_target"],
+    "mc_cloud_saltify": ["settings", "settings_for_target", "gen_id"],
     "mc_cloud_images": ["settings"],
 }
 BAD_MODE = {"makina-states.cloud.mode": "bogus"}
@@ -43,10 +44,14 @@ FAILURES: dict[str, tuple[tuple[Any, ...], dict[str, Any], type[Exception]]] = {
     "mc_cloud_compute_node.settings": ((), BAD_RANGE, CommandExecutionError),
     "mc_cloud_compute_node.get_settings_for_target": (("ghost",), {}, CommandExecutionError),
     "mc_cloud_compute_node.find_ip_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
-    "mc_cloud_compute_node.find_mac_for_vm": ((CN, "a/b"), {}, SaltInvocationError),
+    "mc_cloud_compute_node.find_mac_for_vm": ((CN, "lxc", "ghost"), {}, CommandExecutionError),
     "mc_cloud_compute_node.find_password_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
-    "mc_cloud_compute_node.get_ssh_port": ((CN, "vm1.foo"), BAD_RANGE, CommandExecutionError),
-    "mc_cloud_compute_node.get_snmp_port": ((CN, "ghost"), {}, CommandExecutionError),
+    "mc_cloud_compute_node.get_ssh_port": (("vm1.foo", CN), BAD_RANGE, CommandExecutionError),
+    "mc_cloud_compute_node.get_snmp_port": (("ghost",), {}, CommandExecutionError),
+    "mc_cloud_compute_node.get_reverse_proxies_for_target": (("ghost",), {}, CommandExecutionError),
+    "mc_cloud_compute_node.target_for_vm": (("ghost",), {}, CommandExecutionError),
+    "mc_cloud_compute_node.vt_for_vm": (("ghost",), {}, CommandExecutionError),
+    "mc_cloud_compute_node.get_vts": (("maybe",), {}, SaltInvocationError),
     "mc_cloud_compute_node.get_allocated_ips": (("a b",), {}, SaltInvocationError),
     "mc_cloud_compute_node.set_allocated_ip": ((CN, "vm1.foo", "10.5.0.1"), {}, SaltInvocationError),
     "mc_cloud_compute_node.remove_allocated_ip": ((CN, ".."), {}, SaltInvocationError),
@@ -61,7 +66,7 @@ FAILURES: dict[str, tuple[tuple[Any, ...], dict[str, Any], type[Exception]]] = {
     "mc_cloud_images.settings": ((), BAD_IMAGE, CommandExecutionError),
 }
 # Functions with no failure mode: pure string or pillar reads.
-CANNOT_FAIL = {"mc_cloud_controller.gen_id", "mc_cloud_vm.vm_settings"}
+CANNOT_FAIL = {"mc_cloud_controller.gen_id", "mc_cloud_saltify.gen_id", "mc_cloud_vm.vm_settings"}
 
 
 def load(tmp_path: Path, extra: dict[str, Any] | None = None) -> Any:
@@ -96,7 +101,7 @@ def test_functions_work_through_the_loader(tmp_path: Path) -> None:
     assert mods["mc_cloud_controller.gen_id"]("a.b") == "a-b"
     ip = mods["mc_cloud_compute_node.find_ip_for_vm"](CN, "vm1.foo")
     assert ip == "10.5.0.2"
-    assert mods["mc_cloud_compute_node.get_allocated_ips"](CN) == {"vm1.foo": ip}
+    assert mods["mc_cloud_compute_node.get_allocated_ips"](CN) == {"api": 2, "ips": {"vm1.foo": ip}}
     assert mods["mc_cloud_vm.vm_settings"]()["markers"] == {
         "makina-states.cloud.is.vm": False,
         "makina-states.cloud.is.lxcvm": False,

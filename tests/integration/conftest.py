@@ -130,7 +130,7 @@ def cloud_pillar(root: Path, node: str, bridge: str, vms: dict[str, Any]) -> dic
             "bind_address": "127.0.0.1",
             "http_port": 18080,
             "https_port": 18443,
-            "ssl_cert": str(root / "etc" / "ssl" / "haproxy.pem"),
+            "ssl_certs_dir": str(root / "etc" / "ssl" / "certs"),
             "haproxy_config": str(root / "etc" / "haproxy" / "haproxy.cfg"),
             "haproxy_service": False,
             "hosts_file": str(root / "etc" / "hosts"),
@@ -157,7 +157,10 @@ def host_state(bridge: str) -> Iterator[None]:
     for k, v in saved.items():
         subprocess.run(["sysctl", "-q", "-w", f"{k}={v}"], check=False)
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-    subprocess.run(f"iptables -D INPUT -j {CHAIN}; iptables -F {CHAIN}; iptables -X {CHAIN}",
+    subprocess.run(f"iptables -D INPUT -j {CHAIN}; iptables -F {CHAIN}; iptables -X {CHAIN}; "
+                   f"iptables -t nat -D PREROUTING -j {CHAIN}; "
+                   f"iptables -t nat -D OUTPUT -m addrtype --dst-type LOCAL -j {CHAIN}; "
+                   f"iptables -t nat -F {CHAIN}; iptables -t nat -X {CHAIN}",
                    shell=True, capture_output=True)
     cidr = f"{NET}.0/24"
     subprocess.run(f"iptables -t nat -D POSTROUTING -s {cidr} ! -d {cidr} -j MASQUERADE",

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.integration.conftest import NET, Cloud
+from tests.integration.conftest import CHAIN, NET, Cloud
 from tests.support.net import ssh_banner
 
 pytestmark = pytest.mark.slow
@@ -48,7 +50,7 @@ def e2e(cloud: Cloud, e2e_timings: list[str], mastersalt_master: Any) -> Iterato
     pidfile = cloud.root / "etc" / "haproxy-e2e.pid"
     conf = {
         "bind_address": "127.0.0.1", "http_port": 18081, "https_port": 18444,
-        "ssl_cert": str(cloud.root / "etc" / "ssl" / "haproxy.pem"),
+        "ssl_certs_dir": str(cloud.root / "etc" / "ssl" / "e2e-certs"),
         "haproxy_config": str(cloud.root / "etc" / "haproxy" / "e2e.cfg"),
         "haproxy_service": False, "haproxy_pidfile": str(pidfile),
         "hosts_file": str(cloud.root / "etc" / "hosts"),
@@ -175,6 +177,80 @@ def check_minion(cloud: Cloud, lxc: Path, vm: str) -> None:
                   "salt-minion").stdout.strip() != "active"
 
 
+#: A backend inside a VM: answers on port 80, keeping the last request's headers.
+HTTP_BACKEND = r"""
+import http.server
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open("/root/mccloud-request", "w").write(str(self.headers))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"mccloud-backend")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("0.0.0.0", 80), Handler).serve_forever()
+"""
+#: A listener on a VM's port 161 (udp), keeping the first datagram.
+SNMP_LISTENER = (
+    "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 161)); "
+    "open('/root/mccloud-snmp', 'wb').write(s.recvfrom(512)[0])"
+)
+
+
+def https_get(ca: Path, port: int, domain: str) -> tuple[dict[str, Any], bytes]:
+    """A TLS request to haproxy with SNI ``domain``, trusting only the
+    controller's CA (and checking the name): the certificate served and the
+    response."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname=domain) as tls:
+        cert = tls.getpeercert()
+        tls.sendall(f"GET / HTTP/1.1\r\nHost: {domain}\r\nConnection: close\r\n\r\n".encode())
+        body = b""
+        while chunk := tls.recv(65536):
+            body += chunk
+    return cert, body
+
+
+def check_https_and_snmp(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]]) -> None:
+    """The https frontend serves each VM domain the certificate the
+    controller's CA issued for it (SNI) and tells the backend ``X-SSL: 1``;
+    a datagram to a VM's snmp port on the node reaches the VM's port 161."""
+    cas = list((cloud.root / "pillar").glob("cloud-controller/ssl/**/*_ca_cert.crt"))
+    assert len(cas) == 1, cas
+    backends = [subprocess.Popen(["lxc-attach", "-P", str(lxc), "-n", vm, "--", "python3", "-c", HTTP_BACKEND])
+                for vm in VMS[:2]]
+    try:
+        for vm in VMS[:2]:
+            domain = seen[vm]["domains"][0]
+            for _ in range(40):
+                cert, body = https_get(cas[0], 18444, domain)
+                if body.startswith(b"HTTP/1.1 200"):
+                    break
+                time.sleep(0.25)
+            assert body.startswith(b"HTTP/1.1 200") and body.endswith(b"mccloud-backend"), body
+            assert ("commonName", domain) in [n for rdn in cert["subject"] for n in rdn], cert
+            headers = guest_file(lxc, vm, "/root/mccloud-request")
+            assert "X-SSL: 1\n" in headers and "X-Forwarded-Proto: https\n" in headers, headers
+    finally:
+        for p in backends:
+            p.kill()
+    target, sender = VMS[1], VMS[2]
+    listener = subprocess.Popen(["lxc-attach", "-P", str(lxc), "-n", target, "--", "python3", "-c", SNMP_LISTENER])
+    probe = ("import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+             f".sendto(b'mccloud-snmp-probe', ('{NET}.1', {seen[target]['snmp_reverse_proxy_port']}))")
+    try:
+        for _ in range(40):
+            sh("lxc-attach", "-P", str(lxc), "-n", sender, "--", "python3", "-c", probe)
+            if listener.poll() is not None:
+                break
+            time.sleep(0.25)
+        assert listener.wait(timeout=5) == 0
+        assert guest_file(lxc, target, "/root/mccloud-snmp") == "mccloud-snmp-probe"
+    finally:
+        listener.kill()
+
+
 def guest_file(lxc: Path, vm: str, path: str) -> str:
     """A file as the running guest sees it (an overlay clone's files are
     merged in its own mount namespace only)."""
@@ -222,6 +298,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     for vm in VMS[1:]:
         seen[vm] = check_vm(cloud, lxc, vm)
         check_minion(cloud, lxc, vm)
+    check_https_and_snmp(cloud, lxc, seen)
     for vm in VMS[:2]:  # idempotent: spawning again changes nothing and says so
         rc, again, out = cloud.run("mc_cloud_lxc.vm_spawn", vm)
         assert rc == 0 and again["changes"] == {}, out
@@ -250,7 +327,8 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         assert rc == 0 and data["result"] is True, out
         assert "freed" in data["comment"] and seen[vm]["ip"] in data["comment"]
         assert vm not in sh("lxc-ls", "-P", str(lxc)).stdout
-        assert f"listen ssh_{vm}" not in cfg.read_text()
+        assert f"listen lst_{vm}" not in cfg.read_text()
+        assert f"{seen[vm]['ip']}:161" not in sh("iptables", "-t", "nat", "-S", CHAIN).stdout
         assert vm not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data
         # like salt-cloud -d: the key is gone from the master of its mode
         keys = master_of(cloud, vm).salt_key_cli().run("--list", "all", "--out=json").data

@@ -29,7 +29,7 @@ def PIDFILE(cloud: Cloud) -> Path:  # noqa: N802
 def nsbox_pillar(cloud: Cloud) -> dict[str, Any]:
     conf = {
         "bind_address": "127.0.0.1", "http_port": 18082, "https_port": 18445,
-        "ssl_cert": str(cloud.root / "etc" / "ssl" / "haproxy.pem"),
+        "ssl_certs_dir": str(cloud.root / "etc" / "ssl" / "nsbox-certs"),
         "haproxy_config": str(cloud.root / "etc" / "haproxy" / "nsbox.cfg"),
         "haproxy_service": False, "haproxy_pidfile": str(PIDFILE(cloud)),
         "hosts_file": str(cloud.root / "etc" / "hosts"),

@@ -59,7 +59,7 @@ def test_compute_node_deploy(cloud: Cloud) -> None:
     text = cfg.read_text()
     assert f"bind 127.0.0.1:{vm1['ssh_reverse_proxy_port']}" in text
     assert f"server vm2.test.lan {NET}.50:22" in text
-    assert "hdr_end(host) -i shared.lan" in text and "bind 127.0.0.1:18443 ssl crt" in text
+    assert "hdr_end(host) -i shared.lan" in text
     hosts = (cloud.root / "etc" / "hosts").read_text()
     assert f"{NET}.2 one.lan" in hosts and f"{NET}.50 vm2.test.lan" in hosts
     assert hosts.startswith("127.0.0.1 localhost")
@@ -69,6 +69,17 @@ def test_compute_node_deploy(cloud: Cloud) -> None:
     assert f"{vm1['ssh_reverse_proxy_port']},{vm2['ssh_reverse_proxy_port']}" in rules
     assert "--dports 18080,18443" in rules and "-p udp" in rules
     assert f"-j {CHAIN}" in sh("iptables -S INPUT")
+    # The snmp ports are forwarded to the VMs' port 161.
+    nat = sh(f"iptables -t nat -S {CHAIN}")
+    for vm in (vm1, vm2):
+        assert f"-p udp -m udp --dport {vm['snmp_reverse_proxy_port']} -j DNAT --to-destination {vm['ip']}:161" in nat
+    assert f"-j {CHAIN}" in sh("iptables -t nat -S PREROUTING")
+    # One certificate per domain (and the node's own), from the controller's CA.
+    certs = cloud.root / "etc" / "ssl" / "certs"
+    assert sorted(p.name for p in certs.iterdir()) == sorted(
+        f"{d.replace('*', '_star')}.crt" for d in [cloud.node, *target["domains"]])
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in certs.iterdir())
+    assert f"bind 127.0.0.1:18443 ssl crt {certs}/{cloud.node}.crt crt {certs}\n" in text
 
 
 def fake_container(cloud: Cloud, vm: str, shadow: bool = True) -> Path:

@@ -54,10 +54,11 @@ def test_outcome_mapping() -> None:
 
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is installed by ./run setup")
 def test_haproxy_config_for_shared_and_wildcard_domains(tmp_path: Path) -> None:
-    cert = tmp_path / "cert.pem"
+    (tmp_path / "certs").mkdir()
+    cert = tmp_path / "certs" / "cert.pem"
     subprocess.run(
         f"openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=t -keyout {cert}.k -out {cert}.c"
-        f" 2>/dev/null && cat {cert}.c {cert}.k > {cert}", shell=True, check=True,
+        f" 2>/dev/null && cat {cert}.c {cert}.k > {cert} && rm {cert}.c {cert}.k", shell=True, check=True,
     )
     cn = "cn1.example.net"
     pillar = {
@@ -67,7 +68,7 @@ def test_haproxy_config_for_shared_and_wildcard_domains(tmp_path: Path) -> None:
             "c.example.net": {"domains": ["*"]},
         },
         f"makina-states.cloud.compute_node.conf.{cn}": {
-            "ssl_cert": str(cert), "bind_address": "127.0.0.1",
+            "ssl_cert": str(cert), "ssl_certs_dir": str(tmp_path / "certs"), "bind_address": "127.0.0.1",
             "http_proxy": {"raw_opts_pre": ["timeout client 2m"], "raw_opts_post": ["http-request set-header X-Via mccloud"]},
         },
     }

@@ -31,11 +31,74 @@ def settings():
     return _ms.config(__opts__, __pillar__).compute_node_settings()
 
 
+#: makina-states' virtualisation types (``get_vts``); those with a driver
+#: here are ``supported``.
+KNOWN_VTS = ("docker", "xen", "lxc", "kvm")
+
+
+def _cfg():
+    return _ms.config(__opts__, __pillar__)
+
+
+def _vt_of(target, vm, virt_type=None):
+    """The declared type of ``vm`` on ``target``; a ``virt_type`` given by
+    the caller must be that one."""
+    vt = _ms.declared_type(_cfg(), str(target), str(vm))
+    if virt_type not in (None, "", vt):
+        raise _ms.ArgumentError(f"VM {vm} on compute node {target} is a {vt} VM, not {virt_type}: "
+                                f"drop the virt_type argument or give {vt}")
+    return vt
+
+
+def _with_default(target, vm, vt, key, default):
+    """The registry, where ``default`` becomes the VM's ``key`` when the VM
+    holds no allocation yet and the pillar declares none (the original's
+    ``default=`` arguments)."""
+    reg = _registry()
+    if default in (None, "") or vm in reg.allocated(target, "ip"):
+        return reg
+    if _cfg().vm_declared_settings(target, vm).get(key) not in (None, ""):
+        return reg
+    return _ms.registry(__opts__, _ms.with_vm_values(__pillar__, vt, target, vm, {key: str(default)}))
+
+
+def _ips_record(target, **extra):
+    """The original's allocated-IP record: ``{'api': 2, 'ips': {vm: ip}}``."""
+    return {"api": 2, "ips": _registry().allocated(str(target), "ip"), **extra}
+
+
+def _vms_kept(target_data):
+    if target_data is not None and not isinstance(target_data, dict):
+        raise _ms.ArgumentError(f"target_data must be a mapping (the node's settings), not {target_data!r}")
+
+
 @_ms.salt_errors
-def get_settings_for_target(target):
-    """Everything a compute node needs: domains, VMs (ip, domains, vt,
-    ports), reverse proxies, firewall flag. Allocates every VM of the node
-    in one transaction.
+def get_settings_for_target(target, target_data=None):
+    """Everything a compute node needs, allocating every VM of the node in
+    one transaction:
+
+    target
+        the node's id
+    domains
+        every domain its VMs serve
+    virt_types
+        ``{vt: True}`` for each virtualisation type the node hosts
+    vms
+        per VM: ``ip``, ``mac``, ``domains``, ``virt_type`` (and ``vt``),
+        ``vmname``, ``ssh_reverse_proxy_port``, ``snmp_reverse_proxy_port``
+    ssl_certs
+        ``[(domain, certificate and key PEM)]`` for the node and every
+        domain, issued by the controller's CA (issued on first call, kept
+        in ``mc_cloud.settings()['ssl_pillar_dir']``)
+    reverse_proxies
+        the haproxy frontends (``http_proxy``, ``https_proxy``), backends
+        (``http_backends``, ``https_backends``), ``ssh_proxies``,
+        ``sw_proxies`` (port forwarding) and the rendered ``haproxy_cfg``
+    firewall, has, http_proxy_mode, network, conf, port ranges
+        the node's switches and settings
+
+    ``target_data``: a mapping of settings the result starts from (its keys
+    are kept where mccloud computes none; its ``ssl_certs`` come first).
 
     CLI Example:
 
@@ -43,78 +106,189 @@ def get_settings_for_target(target):
 
         mastersalt-call mc_cloud_compute_node.get_settings_for_target devhost10.local
     """
-    return _registry().target_settings(str(target))
+    _vms_kept(target_data)
+    data = _ms.node_settings(__opts__, _cfg(), _registry(), str(target))
+    if target_data:
+        certs = [tuple(c) for c in target_data.get("ssl_certs") or []]
+        known = {pem for _, pem in certs}
+        data = {**target_data, **data, "ssl_certs": certs + [c for c in data["ssl_certs"] if c[1] not in known]}
+    return data
 
 
 @_ms.salt_errors
-def find_ip_for_vm(target, vm):
-    """The VM's IP (pillar ``ip`` wins). Allocates on first call.
+def get_reverse_proxies_for_target(target):
+    """The node's ``target`` and ``reverse_proxies`` (see
+    ``get_settings_for_target``).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.get_reverse_proxies_for_target devhost10.local
+    """
+    data = _registry().target_settings(str(target))
+    return {"target": data["target"], "reverse_proxies": data["reverse_proxies"]}
+
+
+@_ms.salt_errors
+def find_ip_for_vm(target, vm, default=None, virt_type=None, network=None, netmask=None):
+    """The VM's IP, allocated on first call: the pillar ``ip`` wins, then
+    ``default`` (recorded when the VM holds no IP yet), then the first free
+    address of the VM's network. ``virt_type``, ``network`` and ``netmask``,
+    when given, must be the VM's own (its declared network decides).
 
     CLI Example:
 
     .. code-block:: bash
 
         mastersalt-call mc_cloud_compute_node.find_ip_for_vm devhost10.local vm1.foo.com
+        mastersalt-call mc_cloud_compute_node.find_ip_for_vm devhost10.local vm1.foo.com default=10.5.0.9
     """
-    return _registry().find_ip(str(target), str(vm))
+    target, vm = str(target), str(vm)
+    _vt_of(target, vm, virt_type)
+    if network not in (None, "") or netmask not in (None, ""):
+        own = _cfg().vm_declared_settings(target, vm)
+        for key, given in (("network", network), ("netmask", netmask)):
+            if given not in (None, "") and str(given) != str(own[key]):
+                raise _ms.ArgumentError(
+                    f"VM {vm} on compute node {target} is on {key} {own[key]}, not {given}: its network is "
+                    f"declared in pillar (makina-states.cloud.lxc.defaults or the VM's own settings)")
+    reg = _registry()
+    if default not in (None, "") and vm not in reg.allocated(target, "ip") \
+            and _cfg().vm_declared_settings(target, vm).get("ip") in (None, ""):
+        reg.set_allocated_ip(target, vm, str(default))
+    return reg.find_ip(target, vm)
 
 
 @_ms.salt_errors
-def find_mac_for_vm(target, vm):
-    """The VM's MAC (pillar ``mac`` wins). Allocates on first call.
+def find_mac_for_vm(target, virt_type, vm=None, default=None):
+    """The VM's MAC, allocated on first call: the pillar ``mac`` wins, then
+    ``default`` (recorded when the VM holds nothing yet), then a fresh one.
+    ``virt_type`` must be the VM's declared type; the short form
+    ``find_mac_for_vm <target> <vm>`` leaves it out.
 
     CLI Example:
 
     .. code-block:: bash
 
+        mastersalt-call mc_cloud_compute_node.find_mac_for_vm devhost10.local lxc vm1.foo.com
         mastersalt-call mc_cloud_compute_node.find_mac_for_vm devhost10.local vm1.foo.com
     """
-    return _registry().find_mac(str(target), str(vm))
+    if vm is None:
+        virt_type, vm = None, virt_type
+    target, vm = str(target), str(vm)
+    vt = _vt_of(target, vm, virt_type)
+    return _with_default(target, vm, vt, "mac", default).find_mac(target, vm)
 
 
 @_ms.salt_errors
-def find_password_for_vm(target, vm):
-    """The VM's root password (pillar ``password`` wins). Generates and
-    stores one on first call.
+def find_password_for_vm(target, virt_type, vm=None, default=None, pwlen=32):
+    """The VM's root password, stored on first call: the pillar
+    ``password`` wins, then ``default``, then a random one of ``pwlen``
+    characters. ``virt_type`` must be the VM's declared type; the short form
+    ``find_password_for_vm <target> <vm>`` leaves it out.
 
     CLI Example:
 
     .. code-block:: bash
 
+        mastersalt-call mc_cloud_compute_node.find_password_for_vm devhost10.local lxc vm1.foo.com
         mastersalt-call mc_cloud_compute_node.find_password_for_vm devhost10.local vm1.foo.com
     """
-    return _registry().find_password(str(target), str(vm))
+    if vm is None:
+        virt_type, vm = None, virt_type
+    target, vm = str(target), str(vm)
+    vt = _vt_of(target, vm, virt_type)
+    if default in (None, ""):
+        default = _ms.random_password(pwlen)
+    return _with_default(target, vm, vt, "password", default).find_password(target, vm)
 
 
 @_ms.salt_errors
-def get_ssh_port(target, vm):
-    """The VM's ssh reverse-proxy port on the node. Allocates on first call.
+def get_ssh_port(vm, target=None):
+    """The VM's ssh reverse-proxy port on its compute node (``target``, else
+    the node the VM is declared on). Allocates on first call.
 
     CLI Example:
 
     .. code-block:: bash
 
-        mastersalt-call mc_cloud_compute_node.get_ssh_port devhost10.local vm1.foo.com
+        mastersalt-call mc_cloud_compute_node.get_ssh_port vm1.foo.com
+        mastersalt-call mc_cloud_compute_node.get_ssh_port vm1.foo.com devhost10.local
     """
-    return _registry().port(str(target), str(vm), "ssh")
+    vm = str(vm)
+    return _registry().port(str(target) if target else _cfg().node_of(vm), vm, "ssh")
 
 
 @_ms.salt_errors
-def get_snmp_port(target, vm):
-    """The VM's snmp reverse-proxy port on the node. Allocates on first call.
+def get_snmp_port(vm, target=None):
+    """The VM's snmp reverse-proxy port on its compute node (``target``,
+    else the node the VM is declared on). Allocates on first call.
 
     CLI Example:
 
     .. code-block:: bash
 
-        mastersalt-call mc_cloud_compute_node.get_snmp_port devhost10.local vm1.foo.com
+        mastersalt-call mc_cloud_compute_node.get_snmp_port vm1.foo.com
+        mastersalt-call mc_cloud_compute_node.get_snmp_port vm1.foo.com target=devhost10.local
     """
-    return _registry().port(str(target), str(vm), "snmp")
+    vm = str(vm)
+    return _registry().port(str(target) if target else _cfg().node_of(vm), vm, "snmp")
+
+
+@_ms.salt_errors
+def target_for_vm(vm, target=None):
+    """The compute node ``vm`` is declared on.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.target_for_vm vm1.foo.com
+    """
+    return _cfg().node_of(str(vm))
+
+
+@_ms.salt_errors
+def vt_for_vm(vm, target=None):
+    """The virtualisation type ``vm`` is declared with.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.vt_for_vm vm1.foo.com
+    """
+    vm = str(vm)
+    cfg = _cfg()
+    return _ms.declared_type(cfg, str(target) if target else cfg.node_of(vm), vm)
+
+
+@_ms.salt_errors
+def get_vts(supported=None):
+    """makina-states' virtualisation types and the declared ones,
+    ``{vt: {'supported': True}}`` for those with a driver here (an
+    ``mc_cloud_<vt>`` module) and ``{vt: {}}`` for the others;
+    ``supported=True`` keeps the first, ``supported=False`` the second.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.get_vts
+        mastersalt-call mc_cloud_compute_node.get_vts supported=True
+    """
+    names = dict.fromkeys([*KNOWN_VTS, *_cfg().controller_settings()["vts"]])
+    vts = {vt: ({"supported": True} if f"mc_cloud_{vt}.get_settings_for_vm" in __salt__ else {}) for vt in names}
+    if supported is None or supported == "":
+        return vts
+    want = _ms.boolean("supported", supported)
+    return {vt: v for vt, v in vts.items() if bool(v) == want}
 
 
 @_ms.salt_errors
 def get_allocated_ips(target):
-    """``{vm: ip}`` of every IP allocated on the node.
+    """The node's allocated-IP record: ``{'api': 2, 'ips': {vm: ip}}``.
 
     CLI Example:
 
@@ -122,13 +296,15 @@ def get_allocated_ips(target):
 
         mastersalt-call mc_cloud_compute_node.get_allocated_ips devhost10.local
     """
-    return _registry().allocated(str(target), "ip")
+    return _ips_record(target)
 
 
 @_ms.salt_errors
-def set_allocated_ip(target, vm, ip):
-    """Records ``ip`` for the VM (its previous IP is freed). Refuses an IP
-    outside the network or held by another VM.
+def set_allocated_ip(target, vm, ip, vt=None):
+    """Records ``ip`` for the VM (its previous IP is freed) and returns the
+    node's allocated-IP record (``{'api': 2, 'ips': {vm: ip}}``). Refuses an
+    IP outside the network, held by another VM, or for a VM whose pillar
+    declares its IP; ``vt``, when given, must be the VM's type.
 
     CLI Example:
 
@@ -136,25 +312,40 @@ def set_allocated_ip(target, vm, ip):
 
         mastersalt-call mc_cloud_compute_node.set_allocated_ip devhost10.local vm1.foo.com 10.5.0.9
     """
-    return _registry().set_allocated_ip(str(target), str(vm), str(ip))
+    target, vm = str(target), str(vm)
+    _vt_of(target, vm, vt)
+    _registry().set_allocated_ip(target, vm, str(ip))
+    return _ips_record(target)
 
 
 @_ms.salt_errors
-def remove_allocated_ip(target, vm):
-    """Frees the VM's IP; returns it (``None`` when it held none).
+def remove_allocated_ip(target, ip, vm=None):
+    """Frees ``ip`` on the node (when ``vm`` is given, only if that VM holds
+    it); returns the IPs still allocated, ``{vm: ip}``. A VM whose pillar
+    declares that IP gets it back at its next allocation.
 
     CLI Example:
 
     .. code-block:: bash
 
-        mastersalt-call mc_cloud_compute_node.remove_allocated_ip devhost10.local vm1.foo.com
+        mastersalt-call mc_cloud_compute_node.remove_allocated_ip devhost10.local 10.5.0.9
+        mastersalt-call mc_cloud_compute_node.remove_allocated_ip devhost10.local 10.5.0.9 vm=vm1.foo.com
     """
-    return _registry().remove_allocated_ip(str(target), str(vm))
+    target, ip = str(target), str(ip)
+    reg = _registry()
+    ips = reg.allocated(target, "ip")
+    _ms.check_ip("ip", ip)
+    holders = [name for name, held in ips.items() if held == ip and (vm is None or name == str(vm))]
+    for name in holders:
+        reg.remove_allocated_ip(target, name)
+    return reg.allocated(target, "ip")
 
 
 @_ms.salt_errors
 def cleanup_allocated_ips(target):
-    """Frees the IPs of VMs no longer declared on the node; returns them.
+    """Frees the IPs of VMs no longer declared on the node; returns the
+    node's allocated-IP record (``{'api': 2, 'ips': {vm: ip}}``) with the
+    freed ones under ``freed``.
 
     CLI Example:
 
@@ -162,12 +353,16 @@ def cleanup_allocated_ips(target):
 
         mastersalt-call mc_cloud_compute_node.cleanup_allocated_ips devhost10.local
     """
-    return _registry().cleanup(str(target), "ip")
+    freed = _registry().cleanup(str(target), "ip")
+    return _ips_record(target, freed=freed)
 
 
 @_ms.salt_errors
-def cleanup_ssh_ports(target):
-    """Frees the ssh ports of VMs no longer declared on the node.
+def cleanup_ssh_ports(target, target_data=None):
+    """Frees the ssh ports of VMs no longer declared on the node; returns
+    the ports still allocated, ``{vm: port}``. ``target_data`` (the node's
+    settings, as the original took them) is accepted; the pillar's
+    declaration decides which VMs stay.
 
     CLI Example:
 
@@ -175,12 +370,16 @@ def cleanup_ssh_ports(target):
 
         mastersalt-call mc_cloud_compute_node.cleanup_ssh_ports devhost10.local
     """
-    return _registry().cleanup(str(target), "ssh")
+    _vms_kept(target_data)
+    _registry().cleanup(str(target), "ssh")
+    return _registry().allocated(str(target), "ssh")
 
 
 @_ms.salt_errors
-def cleanup_snmp_ports(target):
-    """Frees the snmp ports of VMs no longer declared on the node.
+def cleanup_snmp_ports(target, target_data=None):
+    """Frees the snmp ports of VMs no longer declared on the node; returns
+    the ports still allocated, ``{vm: port}``. ``target_data`` is accepted
+    as for ``cleanup_ssh_ports``.
 
     CLI Example:
 
@@ -188,7 +387,9 @@ def cleanup_snmp_ports(target):
 
         mastersalt-call mc_cloud_compute_node.cleanup_snmp_ports devhost10.local
     """
-    return _registry().cleanup(str(target), "snmp")
+    _vms_kept(target_data)
+    _registry().cleanup(str(target), "snmp")
+    return _registry().allocated(str(target), "snmp")
 
 
 @_ms.salt_errors

@@ -1,5 +1,6 @@
 """Bare-metal targets provisioned with the saltify driver."""
 
+import mccloud
 import mccloud.saltsupport as _ms
 
 __virtualname__ = "mc_cloud_saltify"
@@ -34,3 +35,15 @@ def settings_for_target(name):
         mastersalt-call mc_cloud_saltify.settings_for_target baremetal1.foo.com
     """
     return _ms.config(__opts__, __pillar__).saltify_target(str(name))
+
+
+def gen_id(name):
+    """Historical id mangling: replaces every ``.`` by ``-`` and nothing else.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_saltify.gen_id baremetal1.foo.com
+    """
+    return mccloud.gen_id(str(name))

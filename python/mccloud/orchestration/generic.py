@@ -360,7 +360,7 @@ def destroy_data(env: Env, vm: str, cn: str, guest: Mapping[str, Any]) -> dict[s
     """What a destroy job receives: the node's settings without the VM
     (nothing allocated for it), and the driver's ``guest`` data under
     ``destroy``."""
-    return {**env.registry.target_settings(cn, [vm]), "destroy": dict(guest)}
+    return {**saltsupport.node_settings(env.opts, env.config, env.registry, cn, [vm]), "destroy": dict(guest)}
 
 
 def destroy(env: Env, vm: str, target: str | None = None, vt: str | None = None) -> Outcome:

@@ -187,16 +187,12 @@ class Env:
         per runner invocation, until something changes its allocations."""
         def make() -> NodeData:
             self.progress(f"{cn}: registering the compute node (allocating its VMs)")
-            return self.registry.target_settings(cn)
+            return saltsupport.node_settings(self.opts, self.config, self.registry, cn)
         return cast("NodeData", self._cached(f"mccloud.node.{cn}", make))
 
     def vm_type(self, vm: str, cn: str) -> str:
         """The declared virtualisation type of ``vm`` on ``cn``."""
-        vms = self.config.compute_node_settings()["targets"].get(cn, {}).get("vms", {})
-        if vm not in vms:
-            raise mccloud.NotFoundError(f"VM {vm} is not declared on compute node {cn}: declare it in "
-                                        f"pillar (makina-states.cloud.<vt>.vms.{cn})")
-        return str(vms[vm])
+        return saltsupport.declared_type(self.config, cn, vm)
 
     def vm_data(self, vm: str, target: str | None = None) -> tuple[str, VmStepData]:
         """The compute node of ``vm`` and the data its SLS receive (one

@@ -1,6 +1,10 @@
 {#- Firewall: an iptables chain accepting http/https and the allocated
     ssh/snmp reverse-proxy ports, jumped to from INPUT. Accept rules only:
-    nothing already allowed is closed. The script is static: the chain and
+    nothing already allowed is closed. The snmp ports are forwarded: a
+    chain of the same name in the nat table, jumped to from PREROUTING (and
+    from OUTPUT for the node's own addresses), DNATs each VM's snmp port
+    (udp) to its port 161; a VM's rule goes with the VM (destroy applies
+    this state without it). The script is static: the chain and
     the ports reach it through the environment, never through a shell line.
     It is re-run whenever the chain does not carry the digest of the script
     and its inputs (changed rules, reboot). #}
@@ -9,6 +13,8 @@
 {%- if d.has.firewall %}
 {%- set ssh = d.vms.values() | map(attribute='ssh_reverse_proxy_port') | map('string') | list %}
 {%- set snmp = d.vms.values() | map(attribute='snmp_reverse_proxy_port') | map('string') | list %}
+{%- set dnat = [] %}
+{%- for vm in d.vms.values() %}{% do dnat.append(vm.snmp_reverse_proxy_port | string ~ '=' ~ vm.ip) %}{% endfor %}
 {%- set script = '/etc/mccloud/firewall.sh' %}
 mccloud-firewall-pkg:
   pkg.installed:
@@ -26,8 +32,9 @@ mccloud-firewall-script:
         # Managed by mccloud: the reverse-proxy firewall chain of this compute
         # node. Inputs, from the environment: MCCLOUD_CHAIN (the chain),
         # MCCLOUD_TCP_PORTS and MCCLOUD_UDP_PORTS (comma-separated port
-        # numbers). "firewall.sh check" succeeds when the chain already holds
-        # these rules; "firewall.sh" rebuilds it (accept rules only).
+        # numbers), MCCLOUD_SNMP_DNAT (comma-separated PORT=IP: udp PORT is
+        # forwarded to IP:161). "firewall.sh check" succeeds when the chains
+        # already hold these rules; "firewall.sh" rebuilds them.
         set -eu
         C=$MCCLOUD_CHAIN
         for list in "$MCCLOUD_TCP_PORTS" "$MCCLOUD_UDP_PORTS"; do
@@ -35,9 +42,13 @@ mccloud-firewall-script:
                 *[!0-9,]*) echo "mccloud firewall: a port list holds something else than port numbers" >&2; exit 2 ;;
             esac
         done
-        tag="mccloud-$({ cat "$0"; printf '%s\n' "$C" "$MCCLOUD_TCP_PORTS" "$MCCLOUD_UDP_PORTS"; } | sha1sum | cut -c1-12)"
+        case "$MCCLOUD_SNMP_DNAT" in
+            *[!0-9.,=]*) echo "mccloud firewall: the snmp forwarding list holds something else than PORT=IP pairs" >&2; exit 2 ;;
+        esac
+        tag="mccloud-$({ cat "$0"; printf '%s\n' "$C" "$MCCLOUD_TCP_PORTS" "$MCCLOUD_UDP_PORTS" "$MCCLOUD_SNMP_DNAT"; } | sha1sum | cut -c1-12)"
         if [ "${1:-}" = check ]; then
-            iptables -S "$C" 2>/dev/null | grep -qF -e "$tag"
+            iptables -S "$C" 2>/dev/null | grep -qF -e "$tag" &&
+                iptables -t nat -S "$C" 2>/dev/null | grep -qF -e "$tag"
             exit
         fi
         accept() {  # accept PROTO PORTS: one rule per 15 ports (multiport's limit)
@@ -52,6 +63,14 @@ mccloud-firewall-script:
         iptables -C INPUT -j "$C" 2>/dev/null || iptables -I INPUT -j "$C"
         accept tcp "$MCCLOUD_TCP_PORTS"
         accept udp "$MCCLOUD_UDP_PORTS"
+        iptables -t nat -N "$C" 2>/dev/null || iptables -t nat -F "$C"
+        iptables -t nat -C PREROUTING -j "$C" 2>/dev/null || iptables -t nat -I PREROUTING -j "$C"
+        iptables -t nat -C OUTPUT -m addrtype --dst-type LOCAL -j "$C" 2>/dev/null ||
+            iptables -t nat -I OUTPUT -m addrtype --dst-type LOCAL -j "$C"
+        for pair in $(printf '%s\n' "$MCCLOUD_SNMP_DNAT" | tr ',' ' '); do
+            iptables -t nat -A "$C" -p udp --dport "${pair%%=*}" -j DNAT --to-destination "${pair#*=}:161"
+        done
+        iptables -t nat -A "$C" -m comment --comment "$tag" -j RETURN
         iptables -A "$C" -m comment --comment "$tag" -j RETURN
 
 mccloud-firewall-apply:
@@ -66,6 +85,7 @@ mccloud-firewall-apply:
         MCCLOUD_CHAIN: {{ c.firewall_chain | string | tojson }}
         MCCLOUD_TCP_PORTS: {{ ([c.http_port | string, c.https_port | string] + ssh) | join(',') | tojson }}
         MCCLOUD_UDP_PORTS: {{ snmp | join(',') | tojson }}
+        MCCLOUD_SNMP_DNAT: {{ dnat | join(',') | tojson }}
     - require:
       - pkg: mccloud-firewall-pkg
       - file: mccloud-firewall-script

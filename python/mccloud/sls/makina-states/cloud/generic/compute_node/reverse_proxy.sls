@@ -7,7 +7,6 @@
     through their environment only. #}
 {%- set d = pillar['mccloud'] %}
 {%- set c = d.conf %}
-{%- set cert = d.reverse_proxies.ssl_cert %}
 {#- Which ports haproxy binds, and which of them another process holds
     (`ss`, run without a shell; haproxy's own sockets are fine). #}
 {%- set ssh_ports = d.vms.values() | map(attribute='ssh_reverse_proxy_port') | map('string') | list %}
@@ -66,32 +65,40 @@ mccloud-haproxy-ports-free:
     - allow_test_mode_failure: true
     - comment: {{ (held | dictsort | map(attribute=1) | join('; ') if held else 'no other process holds a port haproxy binds') | tojson }}
 
-mccloud-haproxy-cert-dir:
+{#- The certificates the https frontend serves by SNI: one file per domain
+    (certificate and key, issued by the controller's CA) from pillar
+    mccloud:ssl_certs, written without showing their contents. The
+    directory holds only these: certificates of domains no longer served
+    are removed. #}
+{%- set certs_dir = d.reverse_proxies.ssl_certs_dir %}
+{%- set own_cert = c.get('ssl_cert') or '' %}
+mccloud-haproxy-certs-dir:
   file.directory:
     - failhard: true
-    - name: {{ salt['file.dirname'](cert) | tojson }}
+    - name: {{ certs_dir | tojson }}
     - makedirs: true
     - mode: '0700'
-
-mccloud-haproxy-cert:
-  cmd.run:
-    - failhard: true
-    - stateful: true
-    - name: |
-        if [ -e "$MCCLOUD_CERT" ]; then echo "changed=no comment='certificate exists'"; exit 0; fi
-        set -e
-        umask 077
-        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$MCCLOUD_CN" \
-            -keyout "$MCCLOUD_CERT.key" -out "$MCCLOUD_CERT.crt" 2>/dev/null
-        cat -- "$MCCLOUD_CERT.crt" "$MCCLOUD_CERT.key" > "$MCCLOUD_CERT"
-        chmod 600 -- "$MCCLOUD_CERT"
-        rm -f -- "$MCCLOUD_CERT.key" "$MCCLOUD_CERT.crt"
-        echo "changed=yes comment='self-signed certificate made'"
-    - env:
-        MCCLOUD_CERT: {{ cert | string | tojson }}
-        MCCLOUD_CN: {{ d.target | string | tojson }}
+    - clean: true
+{%- if own_cert and salt['file.dirname'](own_cert) == certs_dir %}
+    - exclude_pat: {{ salt['file.basename'](own_cert) | tojson }}
+{%- endif %}
     - require:
-      - file: mccloud-haproxy-cert-dir
+{%- for domain, pem in d.get('ssl_certs', []) %}
+      - file: mccloud-haproxy-cert-{{ loop.index0 }}
+{%- endfor %}
+      - pkg: mccloud-haproxy-pkg
+{%- for domain, pem in d.get('ssl_certs', []) %}
+
+mccloud-haproxy-cert-{{ loop.index0 }}:
+  file.managed:
+    - failhard: true
+    - name: {{ (certs_dir ~ '/' ~ domain | replace('*', '_star') ~ '.crt') | tojson }}
+    - contents_pillar: mccloud:ssl_certs:{{ loop.index0 }}:1
+    - makedirs: true
+    - dir_mode: '0700'
+    - mode: '0600'
+    - show_changes: false
+{%- endfor %}
 
 mccloud-haproxy-config:
   file.managed:
@@ -104,7 +111,7 @@ mccloud-haproxy-config:
     - require:
       - pkg: mccloud-haproxy-pkg
       - test: mccloud-haproxy-ports-free
-      - cmd: mccloud-haproxy-cert
+      - file: mccloud-haproxy-certs-dir
 {%- if c.get('haproxy_pidfile') %}
 {#- Standalone mode: an haproxy of our own on this configuration file
     (several reverse proxies on one host, tests). #}
