@@ -66,7 +66,7 @@ def test_ports_are_reserved_before_the_reverse_proxy(tmp_path: Path, monkeypatch
                                  "makina-states.cloud.master": CN})
     assert compute_node_deploy(offline.env, CN).result
     generic = [sls.rsplit(".", 1)[1] for _, mods, _ in jobs.sent for sls in mods if ".generic." in sls]
-    assert generic == ["grains", "ports", "reverse_proxy", "firewall", "hosts"]
+    assert generic == ["registry", "grains", "ports", "reverse_proxy", "firewall", "hosts"]
     init = (ROOT / "makina-states" / "cloud" / "generic" / "compute_node" / "init.sls").read_text()
     assert init.index("compute_node.ports") < init.index("compute_node.reverse_proxy")
 

@@ -33,11 +33,18 @@ TOKEN = "HOSTILE"
 NAME_KEYED = {"vms", "images", "backends"}
 #: Keys holding lists of mappings keyed by names that come from pillar.
 NAME_KEYED_ITEMS = {"lxc_conf"}
-#: SLS that use no data at all (no marker can show in them).
+#: SLS that render no data (no marker can show in them): those that use
+#: none, and the registry ones, whose data Salt reads from pillar when it
+#: applies them (dataset_pillar).
 DATA_FREE = {
+    "makina-states.cloud.generic",
     "makina-states.cloud.generic.compute_node.grains",
+    "makina-states.cloud.generic.compute_node.registry",
+    "makina-states.cloud.generic.compute_node.sshkeys",
+    "makina-states.cloud.lxc",
     "makina-states.cloud.lxc.compute_node.grains",
-    "makina-states.cloud.lxc.controller.post_deploy",
+    "makina-states.cloud.lxc.vm.hostsfile",
+    "makina-states.cloud.saltify",
 }
 
 

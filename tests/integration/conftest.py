@@ -38,6 +38,8 @@ NODE = "mccloud-node"
 SSH = (41000, 41009)
 SNMP = (31000, 31009)
 CHAIN = "MCCLOUD-TEST"
+#: The controller's nightly image-sync cron stays off: no test touches root's crontab.
+NO_IMAGE_SYNC = {"cron_sync": False, "cron_minute": "3", "cron_hour": "3"}
 #: nsbox, the tests' own virtualisation type (its modules, runners and SLS).
 NSBOX = Path(__file__).resolve().parent.parent / "drivers" / "nsbox"
 #: The Salt wheelhouse the controller deploy builds (kept between runs: pip
@@ -125,6 +127,7 @@ def cloud_pillar(root: Path, node: str, bridge: str, vms: dict[str, Any]) -> dic
         "makina-states.cloud.images.lxc": {
             "default": "mccloud-test-img",
             "images": {"mccloud-test-img": {"template": "busybox"}},
+            **NO_IMAGE_SYNC,
         },
         "makina-states.cloud.compute_node.conf." + node: {
             "bind_address": "127.0.0.1",
@@ -222,7 +225,7 @@ def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge:
 @pytest.fixture(scope="package")
 def salt_minion(salt_master: Any, cloud_root: Path) -> Iterator[Any]:
     overrides = {"mccloud_store_dir": str(cloud_root / "store"), "module_dirs": [str(NSBOX / "modules")],
-                 "master": GATEWAY}
+                 "master": GATEWAY, "mccloud_registry_dir": str(cloud_root / "etc" / "makina-states")}
     factory = salt_master.salt_minion_daemon(NODE, overrides=overrides)
     with factory.started(start_timeout=120):
         yield factory

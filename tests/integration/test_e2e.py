@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import yaml
 
-from tests.integration.conftest import CHAIN, NET, Cloud
+from tests.integration.conftest import CHAIN, NET, NO_IMAGE_SYNC, Cloud
 from tests.support.net import ssh_banner
 
 pytestmark = pytest.mark.slow
@@ -62,6 +63,7 @@ def e2e(cloud: Cloud, e2e_timings: list[str], mastersalt_master: Any) -> Iterato
             "default": TEMPLATE,
             "images": {TEMPLATE: {"template": "debian", "release": "bookworm",
                                   "packages": ["openssh-server", "iproute2", "ifupdown", "python3", "python3-venv"]}},
+            **NO_IMAGE_SYNC,
         },
         "makina-states.cloud.mode": "salt",
         "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
@@ -164,6 +166,14 @@ def check_minion(cloud: Cloud, lxc: Path, vm: str) -> None:
     assert vm in keys["minions"], keys
     grain = master.salt_cli(timeout=30).run("grains.get", "makina-states.cloud.is.vm", minion_tgt=vm).data
     assert grain is True, grain
+    # Its registry, as its own minion reads it (mc_cloud_vm.vm_settings
+    # answers from this file where mccloud is installed in the guest).
+    path = "/etc/makina-states/cloud_vm_settings.yaml"
+    mode = master.salt_cli(timeout=30).run("file.get_mode", path, minion_tgt=vm).data
+    text = master.salt_cli(timeout=30).run("file.read", path, minion_tgt=vm).data
+    pushed = cloud.run_cli.run("mc_cloud_vm.vm_sls_pillar", cloud.node, vm).data
+    assert mode == "0600" and yaml.safe_load(text) == pushed, (mode, text)
+    assert pushed["mccloud_vmname"] == vm and pushed["mccloud_targetname"] == cloud.node
     assert guest_file(lxc, vm, "/root/mccloud-highstate-marker").strip() == vm
     other = cloud.master if vm == MASTERSALT else cloud.mastersalt  # type: ignore[attr-defined]
     assert vm not in other.salt_key_cli().run("--list", "all", "--out=json").data.get("minions", [])

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.integration.conftest import CHAIN, NET, SNMP, SSH, Cloud
 
@@ -50,7 +51,13 @@ def test_compute_node_deploy(cloud: Cloud) -> None:
     rc, data, out = cloud.run("mc_cloud_compute_node.deploy", cloud.node)
     assert rc == 0 and data["result"] is True, out
     assert cloud.grain("makina-states.cloud.is.compute_node") is True
+    assert cloud.call_cli.run("mc_cloud_compute_node.is_compute_node").data is True
+    registry = cloud.root / "etc" / "makina-states" / "cloud_compute_node_settings.yaml"
+    assert registry.stat().st_mode & 0o777 == 0o600
+    pushed = cloud.call_cli.run("mc_cloud_compute_node.cn_settings").data
     target = cloud.call_cli.run("mc_cloud_compute_node.get_settings_for_target", cloud.node).data
+    assert pushed["cnSettings"]["cn"]["vms"] == target["vms"] and pushed["cnSettings"]["rp"]["target"] == cloud.node
+    assert pushed["lxcSettings"]["bridge"] == cloud.bridge
     vm1, vm2 = target["vms"]["vm1.test.lan"], target["vms"]["vm2.test.lan"]
     assert vm2["ip"] == f"{NET}.50" and vm1["ip"] == f"{NET}.2"
     cfg = cloud.root / "etc" / "haproxy" / "haproxy.cfg"
@@ -114,6 +121,8 @@ def test_vm_steps(cloud: Cloud) -> None:
     pub = (cloud.root / "etc" / "ssh" / "id_mccloud.pub").read_text().strip()
     assert pub in (root / "root" / ".ssh" / "authorized_keys").read_text()
     assert "nameserver 8.8.8.8" in (root / "etc" / "resolv.conf").read_text()
+    registry = yaml.safe_load((root / "etc" / "makina-states" / "cloud_vm_settings.yaml").read_text())
+    assert registry["mccloud_targetname"] == cloud.node and registry["vtVmData"]["ip"] == settings["ip"]
     assert (root / "etc" / "shadow").read_text().startswith(f"root:{settings['password_hash']}:")
     # The registry's lxc settings live in mccloud.conf, included on the
     # config's last line: its `lxc.net =` clears the network lxc-copy wrote.

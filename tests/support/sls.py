@@ -11,11 +11,13 @@ from typing import Any
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import sls_root
-from mccloud.orchestration.generic import bootstrap_data, controller_data, destroy_data
+from mccloud.orchestration.generic import bootstrap_data, controller_data, destroy_data, with_node_registry
 from tests.support.runners import Offline
 
 CN = "cn1.example.net"
 ROOT = Path(sls_root())
+#: The nightly image sync of the controller, as a pillar sets it.
+IMAGE_SYNC = {"makina-states.cloud.images.lxc": {"cron_sync": True, "cron_minute": "17", "cron_hour": "3"}}
 ALL_SLS = sorted(
     ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".init")
     for p in ROOT.rglob("*.sls")
@@ -29,18 +31,20 @@ def sls_data(tmp: Path) -> dict[str, Any]:
         "a.example.net": {"fstab": ["/srv/a srv none bind 0 0"], "lxc_conf": [{"lxc.cgroup2.memory.max": "1G"}],
                           "lxc_conf_unset": ["lxc.cap.drop"]},
         "b.example.net": {"profile_type": "dir-scratch", "image": "makina-states-trusty"},
-    }}
+    }, **IMAGE_SYNC}
     env = Offline(tmp, pillar).env
-    node = lxc.node_data(env, CN)
+    node = with_node_registry(env, lxc.node_data(env, CN))
     _, vm_data = env.vm_data("a.example.net", CN)
     _, scratch = env.vm_data("b.example.net", CN)
     destroy = destroy_data(env, "a.example.net", CN, {"name": "a.example.net", "lxc_path": "/var/lib/lxc"})
     return {"node": node, "vm": vm_data, "scratch": scratch, "controller": controller_data(env),
             "destroy": destroy, "tmp": tmp, "bootstrap": bootstrap_data(env, "a.example.net", CN),
-            "images": lxc.images_data(env, CN)}
+            "images": lxc.images_data(env, CN), "lxc_controller": {"image_sync": lxc.image_sync(env)}}
 
 
 def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
+    if ".lxc.controller" in sls:
+        return data["lxc_controller"]
     if sls.endswith(".vm.destroy"):
         return data["destroy"]
     if sls.endswith(".vm.bootstrap"):

@@ -116,8 +116,8 @@ def test_a_node_deploy_registers_the_node_once(offline: Offline, jobs: Jobs) -> 
     assert out["result"] is True, out
     assert offline.registry.calls == {"target_settings": 1}
     assert [mods[0].rsplit(".", 2)[-2:] for _, mods, _ in jobs.sent] == [
-        ["compute_node", "grains"], ["compute_node", "grains"], ["compute_node", "images"]]
-    assert len(jobs.sent[0][1]) == 5 and len(jobs.sent[1][1]) == 2  # generic parts; lxc grains + install
+        ["compute_node", "registry"], ["compute_node", "grains"], ["compute_node", "images"]]
+    assert len(jobs.sent[0][1]) == 6 and len(jobs.sent[1][1]) == 2  # generic parts; lxc grains + install
 
 
 def test_destroy_is_one_job_and_frees_last(offline: Offline, jobs: Jobs) -> None:
@@ -127,7 +127,7 @@ def test_destroy_is_one_job_and_frees_last(offline: Offline, jobs: Jobs) -> None
     assert ret["result"] is True and "freed" in ret["comment"], ret
     target, mods, data = jobs.sent[-1]
     assert mods == [f"{LXC}.destroy", *(f"makina-states.cloud.generic.compute_node.{p}"
-                                        for p in ("reverse_proxy", "firewall", "hosts"))]
+                                        for p in ("registry", "reverse_proxy", "firewall", "hosts"))]
     assert data["destroy"]["name"] == "vm1.example.net" and "vm1.example.net" not in data["vms"]
     assert f"mccloud.node.{CN}" not in offline.context  # the node's cached data is gone
     jobs.fail[f"{LXC}.destroy"] = "busy"

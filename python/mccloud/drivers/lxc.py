@@ -14,10 +14,11 @@ import subprocess
 from typing import TYPE_CHECKING, Any, Mapping, cast
 
 import mccloud
+from mccloud import saltsupport
 from mccloud.orchestration.generic import vm_destroy as generic_destroy
 from mccloud.orchestration.generic import vm_sls
 from mccloud.orchestration import minions
-from mccloud.orchestration.runner import Env, Outcome
+from mccloud.orchestration.runner import Env, Outcome, guard
 
 if TYPE_CHECKING:
     from mccloud._native import NodeData
@@ -155,10 +156,41 @@ def upgrade_vt(env: Env, target: str) -> Outcome:
     return configure(env, target, "install_lxc", upgrade=True)
 
 
-def post_deploy_controller(env: Env) -> Outcome:
+def sync_all_images(env: Env) -> Outcome:
+    """:func:`sync_images` on every compute node hosting lxc VMs (the
+    nightly cron's job); a node that fails does not stop the others."""
     out = Outcome()
-    out.add("post_deploy", env.sls(env.controller, "makina-states.cloud.lxc.controller.post_deploy", {}))
+    nodes = [cn for cn, node in env.config.compute_node_settings()["targets"].items()
+             if "lxc" in (node.get("virt_types") or [])]
+    for cn in nodes:
+        out.add(f"sync_images {cn}", guard("sync_images", sync_images, env, cn).as_dict())
+    failed = [s["name"] for s in out.steps if not s.get("result")]
+    if failed:
+        out.comment = f"{len(failed)} of {len(nodes)} compute node(s) failed: {', '.join(failed)}"
     return out
+
+
+def image_sync(env: Env) -> dict[str, Any]:
+    """What the controller's image-sync cron SLS receives: the schedule from
+    the lxc images settings, and whether this master is mastersalt."""
+    lxc = env.config.images_settings()["lxc"]
+    return {"cron_sync": bool(lxc["cron_sync"]), "cron_minute": lxc["cron_minute"], "cron_hour": lxc["cron_hour"],
+            "mastersalt": saltsupport.is_mastersalt(env.opts)}
+
+
+def post_deploy_controller(env: Env) -> Outcome:
+    """The lxc marker grain and the nightly image-sync cron on the controller."""
+    out = Outcome()
+    out.add("post_deploy", env.sls(env.controller, "makina-states.cloud.lxc.controller.post_deploy",
+                                   {"image_sync": image_sync(env)}))
+    return out
+
+
+def cn_sls_pillar(env: Env, target: str) -> dict[str, Any]:
+    """What the lxc driver adds to a compute node's registry:
+    ``lxcSettings`` (the lxc defaults: bridge, gateway, network, netmask ...)
+    and ``imgSettings`` (the images settings)."""
+    return {"lxcSettings": dict(env.config.lxc_settings()["defaults"]), "imgSettings": env.config.images_settings()}
 
 
 def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:

@@ -1,6 +1,11 @@
-"""Global cloud-controller settings (``makina-states.cloud``)."""
+"""Global cloud-controller settings (``makina-states.cloud``), and what a
+host is in the cloud (``is_vm``, ``registry``)."""
+
+import os
 
 import mccloud.saltsupport as _ms
+from mccloud import cli as _cli
+from mccloud import localreg as _localreg
 
 __virtualname__ = "mc_cloud"
 
@@ -34,3 +39,35 @@ def inventory():
         mastersalt-call mc_cloud.inventory
     """
     return _ms.registry(__opts__, __pillar__).inventory()
+
+
+def is_vm():
+    """Whether this host is a cloud VM: ``makina-states.cloud.is.vm`` in the
+    mastersalt grains file (``$MASTERSALT_CONFIG_DIR/grains``, default
+    ``/etc/mastersalt/grains``), else in this minion's configuration, pillar
+    or grains (provisioning sets it).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call mc_cloud.is_vm
+    """
+    conf_dir = os.environ.get(_ms.MASTERSALT_ENV) or _cli.DEFAULT_MASTERSALT_DIR
+    return _localreg.is_vm(__opts__, __pillar__, __grains__, conf_dir)
+
+
+def registry():
+    """Which cloud parts are active here, in makina-states' registry shape:
+    ``defaults`` (``generic``, ``lxc``, ``saltify``, each ``{active: false}``),
+    ``is``/``has`` (item: bool), ``actives``/``unactivated``, ``kind``,
+    ``bases``, ``grains_pref``, ``states_pref``. An item is active when
+    ``makina-states.cloud.<item>`` is true in configuration, pillar or grains.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call mc_cloud.registry
+    """
+    return _localreg.cloud_registry(__opts__, __pillar__, __grains__)

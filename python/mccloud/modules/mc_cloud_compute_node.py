@@ -404,3 +404,39 @@ def destroy_vm_allocations(target, vm):
         mastersalt-call mc_cloud_compute_node.destroy_vm_allocations devhost10.local vm1.foo.com
     """
     return _registry().destroy_vm(str(target), str(vm))
+
+
+@_ms.salt_errors
+def cn_settings(ttl=60):
+    """On a compute node: the registry its last ``mc_cloud_compute_node.deploy``
+    pushed (file ``<mccloud_registry_dir>/cloud_compute_node_settings.yaml``,
+    see :mod:`mccloud.localreg`), in the original's keys: ``cnSettings.cn``
+    (the node's settings: ``vms.<vm>.{ip, domains}``, ``reverse_proxies``,
+    ``ssl_certs`` ...), ``cnSettings.rp.reverse_proxies``, ``cloudSettings``,
+    ``lxcSettings``, ``imgSettings``. Re-read when older than ``ttl`` seconds
+    and changed. An error when the node was never deployed.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.cn_settings
+    """
+    from mccloud import localreg
+
+    return localreg.cn_settings(__opts__, float(ttl))
+
+
+def is_compute_node():
+    """Whether this minion is a compute node: ``makina-states.cloud.is.compute_node``
+    in its configuration, pillar or grains (the deploy sets the grain).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.is_compute_node
+    """
+    from mccloud import localreg
+
+    return localreg.is_compute_node(__opts__, __pillar__, __grains__)

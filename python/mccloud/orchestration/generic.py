@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Container, Mapping, Sequence
 
 import mccloud
-from mccloud import saltsupport
+from mccloud import localreg, saltsupport
 from mccloud.orchestration import minions, transport
 from mccloud.orchestration.runner import Env, Outcome, Progress, Step, as_step, guard, hook_functions, names
 
@@ -23,9 +23,12 @@ VM_SLS_STEPS = {
     "mc_cloud_vm.vm_fix_dns": "makina-states.cloud.generic.vm.fix_dns",
     "mc_cloud_vm.vm_preprovision": "makina-states.cloud.generic.vm.preprovision",
 }
-#: Compute-node SLS, in order: ports are reserved before haproxy binds them.
+#: Compute-node SLS, in order: the node's registry first (what the others
+#: and sites' states read back), ports reserved before haproxy binds them.
 NODE_SLS = tuple(f"makina-states.cloud.generic.compute_node.{p}"
-                 for p in ("grains", "ports", "reverse_proxy", "firewall", "hosts"))
+                 for p in ("registry", "grains", "ports", "reverse_proxy", "firewall", "hosts"))
+#: The compute-node SLS that follow its VMs (re-applied when one is destroyed).
+NODE_VM_SLS = tuple(s for s in NODE_SLS if s.rsplit(".", 1)[1] in ("registry", "reverse_proxy", "firewall", "hosts"))
 #: Default of the master option ``mccloud_concurrency``.
 DEFAULT_CONCURRENCY = 4
 
@@ -140,13 +143,29 @@ def compute_node_deploy(env: Env, target: str) -> Outcome:
     for fun in hook_functions(env.functions, vts, "pre_deploy_compute_node"):
         if not out.add(fun, env.call(fun, target)):
             return out
-    if not out.add_all(env.batch(target, [(s, s) for s in NODE_SLS], data)):
+    if not out.add_all(env.batch(target, [(s, s) for s in NODE_SLS], with_node_registry(env, data))):
         return out
     for hook in ("install_vt", "post_deploy_compute_node"):
         for fun in hook_functions(env.functions, vts, hook):
             if not out.add(fun, env.call(fun, target)):
                 return out
     return with_conflicts(out, data)
+
+
+def node_registry(env: Env, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The registry a compute node keeps (see :mod:`mccloud.localreg`), from
+    its settings ``data``: those, the cloud settings and what each driver
+    adds (optional hook ``mc_cloud_<vt>.cn_sls_pillar(target)``)."""
+    target = str(data["target"])
+    drivers: dict[str, Any] = {}
+    for hook in hook_functions(env.functions, data["virt_types"], "cn_sls_pillar"):
+        drivers.update(env.functions[hook](target))
+    return localreg.node_registry(data, env.config.cloud_settings(), drivers)
+
+
+def with_node_registry(env: Env, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The node's data plus its registry (``cn_registry``)."""
+    return {**data, "cn_registry": node_registry(env, data)}
 
 
 def with_conflicts(out: Outcome, data: Mapping[str, Any]) -> Outcome:
@@ -330,7 +349,7 @@ def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) ->
     success (IP and ports return to their pools, MACs are retired), so a
     failed destroy can simply be run again."""
     held = vm in env.registry.allocated(cn, "ip") or vm in env.registry.allocated(cn, "ssh")
-    parts = [("guest", sls), *((s, s) for s in NODE_SLS[2:])]
+    parts = [("guest", sls), *((s, s) for s in NODE_VM_SLS)]
     out = Outcome()
     results = env.batch(cn, parts, destroy_data(env, vm, cn, data))
     guest = dict(results[0][1])
@@ -357,10 +376,11 @@ def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) ->
 
 
 def destroy_data(env: Env, vm: str, cn: str, guest: Mapping[str, Any]) -> dict[str, Any]:
-    """What a destroy job receives: the node's settings without the VM
-    (nothing allocated for it), and the driver's ``guest`` data under
+    """What a destroy job receives: the node's settings and registry without
+    the VM (nothing allocated for it), and the driver's ``guest`` data under
     ``destroy``."""
-    return {**saltsupport.node_settings(env.opts, env.config, env.registry, cn, [vm]), "destroy": dict(guest)}
+    return {**with_node_registry(env, saltsupport.node_settings(env.opts, env.config, env.registry, cn, [vm])),
+            "destroy": dict(guest)}
 
 
 def destroy(env: Env, vm: str, target: str | None = None, vt: str | None = None) -> Outcome:

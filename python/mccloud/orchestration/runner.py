@@ -17,7 +17,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, cast
 
 import mccloud
-from mccloud import saltsupport
+from mccloud import localreg, saltsupport
 from mccloud.orchestration import transport
 
 if TYPE_CHECKING:
@@ -197,8 +197,9 @@ class Env:
     def vm_data(self, vm: str, target: str | None = None) -> tuple[str, VmStepData]:
         """The compute node of ``vm`` and the data its SLS receive (one
         registry call per runner invocation): the VM's settings (without the
-        clear-text password), its node, the controller's public key, and
-        what its driver adds through the optional hook
+        clear-text password), its node, the controller's public key, the
+        registry the VM keeps (``vm_registry``, see :mod:`mccloud.localreg`),
+        and what its driver adds through the optional hook
         ``mc_cloud_<vt>.vm_data(vm, target, settings=...)`` (e.g. ``rootfs``)."""
         cn = target or self.config.node_of(vm)
 
@@ -206,12 +207,22 @@ class Env:
             settings = self.registry.vm_settings(cn, vm)
             settings.pop("password", None)  # states get password_hash; the clear text stays here
             vt = settings.setdefault("vt", self.vm_type(vm, cn))
-            data: dict[str, Any] = {"vm": settings, "target": cn, "controller_pubkey": self.controller_pubkey()}
+            data: dict[str, Any] = {"vm": settings, "target": cn, "controller_pubkey": self.controller_pubkey(),
+                                    "vm_registry": self.vm_registry(vm, cn, settings)}
             for hook in hook_functions(self.functions, [vt], "vm_data"):
                 data.update(self.functions[hook](vm, cn, settings=settings))
             return cast("VmStepData", data)
 
         return cn, cast("VmStepData", self._cached(f"mccloud.vm.{cn}.{vm}", make))
+
+    def vm_registry(self, vm: str, cn: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The registry pushed into the VM: its settings, its node's
+        virtualisation types, the cloud settings and whether the controller's
+        pillar marks a devhost (``makina-states.nodetypes.devhost``)."""
+        node = self.config.compute_node_settings()["targets"].get(cn, {})
+        return localreg.vm_registry(vm, cn, settings, list(node.get("virt_types") or []),
+                                    self.config.cloud_settings(),
+                                    bool(self.pillar.get("makina-states.nodetypes.devhost")))
 
     def forget(self, cn: str, vm: str | None = None) -> None:
         """Drops cached node (and VM) data after their allocations changed."""

@@ -25,3 +25,20 @@ def deploy(target, **kwargs):
         mastersalt-run mc_cloud_compute_node.deploy devhost10.local
     """
     return _o.run("deploy", _o.compute_node_deploy, _env(), str(target), **kwargs)
+
+
+def cn_sls_pillar(target, **kwargs):
+    """The registry a deploy pushes to the compute node (what
+    ``mc_cloud_compute_node.cn_settings`` answers there): ``cnSettings``
+    (``cn``: the node's settings, ``rp``: its reverse proxies),
+    ``cloudSettings`` and the drivers' parts (``lxcSettings``,
+    ``imgSettings``). Registers the node (allocates every VM).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_compute_node.cn_sls_pillar devhost10.local
+    """
+    env = _env()
+    return _o.node_registry(env, env.node_data(str(target)))

@@ -64,16 +64,21 @@ def configure_images(target, **kwargs):
     return _o.run("configure_images", _lxc.configure_images, _env(), str(target), **kwargs)
 
 
-def sync_images(target, **kwargs):
+def sync_images(target=None, **kwargs):
     """Copies the images from the controller to a compute node (skipping
-    up-to-date ones; nothing to do when the node is the controller).
+    up-to-date ones; nothing to do when the node is the controller); without
+    a target, to every compute node hosting lxc VMs (the nightly cron),
+    going on past a node that fails.
 
     CLI Example:
 
     .. code-block:: bash
 
         mastersalt-run mc_cloud_lxc.sync_images devhost10.local
+        mastersalt-run mc_cloud_lxc.sync_images
     """
+    if target is None:
+        return _o.run("sync_images", _lxc.sync_all_images, _env(), **kwargs)
     return _o.run("sync_images", _lxc.sync_images, _env(), str(target), **kwargs)
 
 
@@ -114,6 +119,19 @@ def vm_data(vm, target=None, settings=None, **kwargs):
         mastersalt-run mc_cloud_lxc.vm_data mysupertest3.foo.com
     """
     return _lxc.vm_data(_env(), str(vm), target, settings)
+
+
+def cn_sls_pillar(target, **kwargs):
+    """The lxc part of a compute node's registry: ``lxcSettings`` (the lxc
+    defaults: bridge, gateway, network, netmask ...) and ``imgSettings``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.cn_sls_pillar devhost10.local
+    """
+    return _lxc.cn_sls_pillar(_env(), str(target))
 
 
 def vm_sls_steps(**kwargs):

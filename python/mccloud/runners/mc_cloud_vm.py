@@ -132,3 +132,19 @@ def vm_initial_highstate(vm, target=None, **kwargs):
         mastersalt-run mc_cloud_vm.vm_initial_highstate mysupertest3.foo.com
     """
     return _o.run("vm_initial_highstate", _o.vm_minion_call, _env(), str(vm), "state.highstate", **kwargs)
+
+
+def vm_sls_pillar(compute_node, vm, **kwargs):
+    """The registry provisioning pushes into the VM (what
+    ``mc_cloud_vm.vm_settings`` answers there): ``mccloud_vmname``,
+    ``mccloud_targetname``, ``mccloud_vm_ssh_port``, ``isdevhost``,
+    ``vmSettings``, ``cnSettings``, ``vtVmData``, ``cloudSettings``.
+    Allocates the VM on first call.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_vm.vm_sls_pillar devhost10.local mysupertest3.foo.com
+    """
+    return _env().vm_data(str(vm), str(compute_node))[1]["vm_registry"]

@@ -1,11 +1,13 @@
 {#- Generic VM preprovisioning, from the compute node into the VM's root
     filesystem: markers /this_host (compute node id) and /this_port (ssh
-    reverse-proxy port), the cloud grains, and the controller's public key
-    for root. Data: pillar mccloud (vm, target, rootfs, controller_pubkey). #}
+    reverse-proxy port), the cloud grains, the controller's public key for
+    root, and the VM's registry (registry.sls). Data: pillar mccloud (vm,
+    target, rootfs, controller_pubkey, vm_registry). #}
 {%- set d = pillar['mccloud'] %}
 {%- set root = d.rootfs %}
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
+  - makina-states.cloud.generic.vm.registry
 
 mccloud-vm-controller-key-known:
   test.configurable_test_state:

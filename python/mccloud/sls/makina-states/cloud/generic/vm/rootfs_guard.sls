@@ -17,7 +17,8 @@
                  'etc/salt/minion.d/mccloud-local.conf', 'etc/salt/pki', 'etc/salt/pki/minion',
                  'etc/mastersalt', 'etc/mastersalt/grains', 'etc/mastersalt/minion.d',
                  'etc/mastersalt/minion.d/mccloud.conf', 'etc/mastersalt/pki', 'etc/mastersalt/pki/minion',
-                 'usr', 'usr/local', 'usr/local/sbin', 'usr/local/sbin/mccloud-bootstrap-salt'] %}
+                 'usr', 'usr/local', 'usr/local/sbin', 'usr/local/sbin/mccloud-bootstrap-salt',
+                 'etc/makina-states', 'etc/makina-states/cloud_vm_settings.yaml'] %}
 mccloud-vm-rootfs-guard-paths:
   cmd.run:
     - failhard: true
