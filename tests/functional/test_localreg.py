@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import stat
 import subprocess
 from pathlib import Path
@@ -17,9 +16,8 @@ from typing import Any
 import pytest
 
 from mccloud import localreg
-from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
-from mccloud.orchestration import sls_root
+from tests.support.minion import Minion
 from tests.support.runners import Offline
 from tests.support.sls import ALL_SLS, CN, IMAGE_SYNC, data_for, show_sls
 
@@ -63,39 +61,6 @@ def test_every_historical_name_renders_as_what_does_that_job_today(data: dict[st
         return
     theirs = states(show_sls(data["tmp"], target, data_for(target, data)))
     assert set(theirs) <= set(mine)
-
-
-# --- a minion of the test's own ---------------------------------------------------------
-
-
-class Minion:
-    """A masterless minion whose registries live under ``base/registries``."""
-
-    def __init__(self, base: Path, registry_dir: Path | None = None, mastersalt_dir: Path | None = None) -> None:
-        self.base = base
-        self.conf = Path(write_masterless_config(str(base), "{}", minion_id=CN))
-        self.registry_dir = registry_dir or base / "registries"
-        minion = json.loads((self.conf / "minion").read_text())
-        minion["file_roots"] = {"base": [sls_root()]}
-        minion[localreg.DIR_OPT] = str(self.registry_dir)
-        (self.conf / "minion").write_text(json.dumps(minion))
-        self.env = {**os.environ, "MASTERSALT_CONFIG_DIR": str(mastersalt_dir or base / "no-mastersalt")}
-
-    def call(self, *args: str, pillar: Any = None) -> subprocess.CompletedProcess[str]:
-        extra = [f"pillar={json.dumps(pillar)}"] if pillar is not None else []
-        cmd = ["salt-call", "-c", str(self.conf), "--local", "--out=json", *args, *extra]
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=300)
-
-    def ok(self, *args: str, pillar: Any = None) -> Any:
-        p = self.call(*args, pillar=pillar)
-        assert p.returncode == 0, p.stdout + p.stderr
-        return json.loads(p.stdout)["local"]
-
-    def apply(self, sls: str, data: dict[str, Any]) -> dict[str, Any]:
-        ret = self.ok("state.sls", sls, pillar={"mccloud": data})
-        failed = {k: v["comment"] for k, v in ret.items() if not v["result"]}
-        assert failed == {}, failed
-        return ret
 
 
 def awkward(registry: dict[str, Any]) -> dict[str, Any]:

@@ -117,8 +117,9 @@ class Offline:
         key.parent.mkdir(parents=True, exist_ok=True)
         key.with_suffix(".pub").write_text("ssh-ed25519 AAAA test\n")
         pillar = {"makina-states.cloud.controller.ssh_key": str(key), **pillar}
-        self.config = mccloud.Config({"minion_id": "ctl", "bootstrap_script": saltsupport.bootstrap_script()},
-                                     pillar)
+        # The pillar root holds the controller's CA (ssl_pillar_dir): the test's own.
+        self.config = mccloud.Config({"minion_id": "ctl", "bootstrap_script": saltsupport.bootstrap_script(),
+                                      "pillar_root": str(tmp / "pillar")}, pillar)
         self.registry = CountingRegistry(mccloud.Registry(self.config, str(tmp / "store")))
         masters = {mode: fake_master(tmp / "masters" / mode) for mode in minions.MODES}
         self.opts: dict[str, Any] = {"mccloud_store_dir": str(tmp / "store"), "__role": "master",
