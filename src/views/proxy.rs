@@ -374,28 +374,23 @@ pub fn render(proxies: &Value) -> String {
 mod tests {
     use super::*;
 
+    /// The `n`th lxc VM: `10.5.0.<n + 2>`, ssh port `40000 + n`, snmp `30000 + n`.
+    fn vm<'a>(name: &'a str, domains: &'a [String], n: u8) -> ProxiedVm<'a> {
+        ProxiedVm {
+            vm: name,
+            vt: "lxc",
+            ip: Ipv4Addr::new(10, 5, 0, n + 2),
+            domains,
+            ssh_port: 40000 + u16::from(n),
+            snmp_port: 30000 + u16::from(n),
+        }
+    }
+
     #[test]
     fn shared_and_wildcard_domains() {
         let a = vec!["a.com".to_string(), "*.shared.com".to_string()];
         let b = vec!["b.com".to_string(), "*.shared.com".to_string()];
-        let vms = [
-            ProxiedVm {
-                vm: "a.com",
-                vt: "lxc",
-                ip: "10.5.0.2".parse().unwrap(),
-                domains: &a,
-                ssh_port: 40000,
-                snmp_port: 30000,
-            },
-            ProxiedVm {
-                vm: "b.com",
-                vt: "lxc",
-                ip: "10.5.0.3".parse().unwrap(),
-                domains: &b,
-                ssh_port: 40001,
-                snmp_port: 30001,
-            },
-        ];
+        let vms = [vm("a.com", &a, 0), vm("b.com", &b, 1)];
         let conf = json!({"http_proxy": {"raw_opts_pre": ["timeout client 1m"]}});
         let p = reverse_proxies("node.shared.com", &vms, &conf);
         let cfg = p["haproxy_cfg"].as_str().unwrap();
@@ -433,14 +428,7 @@ mod tests {
     #[test]
     fn original_shapes_beside_mccloud_keys() {
         let a = vec!["a.com".to_string()];
-        let vms = [ProxiedVm {
-            vm: "a.com",
-            vt: "lxc",
-            ip: "10.5.0.2".parse().unwrap(),
-            domains: &a,
-            ssh_port: 40000,
-            snmp_port: 30000,
-        }];
+        let vms = [vm("a.com", &a, 0)];
         let conf = json!({"https_proxy": {"raw_opts_post": ["x-post"]}});
         let p = reverse_proxies("cn.example", &vms, &conf);
         // Not a wildcard of its own (one dot): the node's own certificate.

@@ -106,11 +106,16 @@ def test_a_registry_that_is_not_one_is_an_error_naming_the_file(tmp_path: Path) 
     assert p.returncode != 0 and "cloud_compute_node_settings.yaml holds list, not a mapping" in p.stdout + p.stderr
 
 
-def test_a_vm_registry_written_into_the_guest_is_what_vm_settings_answers_there(
-        data: dict[str, Any], tmp_path: Path) -> None:
-    node = Minion(tmp_path / "node")
+def node_and_guest(data: dict[str, Any], tmp_path: Path) -> tuple[Minion, dict[str, Any]]:
+    """A compute node and a VM's data, its root filesystem in ``tmp_path/guest``."""
     vm = copy.deepcopy(data["vm"])
     vm["rootfs"] = str(tmp_path / "guest")
+    return Minion(tmp_path / "node"), vm
+
+
+def test_a_vm_registry_written_into_the_guest_is_what_vm_settings_answers_there(
+        data: dict[str, Any], tmp_path: Path) -> None:
+    node, vm = node_and_guest(data, tmp_path)
     vm["vm_registry"] = awkward(vm["vm_registry"])
     node.apply("makina-states.cloud.generic.vm.registry", vm)
     path = Path(vm["rootfs"] + localreg.GUEST_VM_FILE)
@@ -133,9 +138,7 @@ def test_a_vm_registry_written_into_the_guest_is_what_vm_settings_answers_there(
 
 def test_the_vm_registry_is_not_written_through_a_symlink_the_guest_planted(
         data: dict[str, Any], tmp_path: Path) -> None:
-    node = Minion(tmp_path / "node")
-    vm = copy.deepcopy(data["vm"])
-    vm["rootfs"] = str(tmp_path / "guest")
+    node, vm = node_and_guest(data, tmp_path)
     victim = tmp_path / "host-etc"
     victim.mkdir()
     (tmp_path / "guest" / "etc").mkdir(parents=True)
