@@ -16,6 +16,7 @@ class _Context(TypedDict, total=False):
     master_port: int | None
     default_env: str | None
     bootstrap_script: str | None
+    devhost: bool
 
 @final
 class Config:

@@ -26,6 +26,8 @@ MASTERSALT_ENV = "MASTERSALT_CONFIG_DIR"
 STORE_OPT = "mccloud_store_dir"
 #: Pillar keys the registry reads.
 PILLAR_PREFIX = "makina-states."
+#: Grain (and pillar key) marking a development host (makina-states' devhost mode).
+DEVHOST_GRAIN = "makina-states.nodetypes.devhost"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,7 +75,17 @@ def context(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> dict[str, Any
         "master_port": int(port) if port else None,
         "default_env": str(env) if env else None,
         "bootstrap_script": bootstrap_script(),
+        "devhost": is_devhost(opts.get("grains") or {}),
     }
+
+
+def is_devhost(grains: Mapping[str, Any]) -> bool:
+    """Whether the grains mark this minion a development host (the pillar
+    key of the same name is read by the core)."""
+    value = grains.get(DEVHOST_GRAIN)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
 
 
 def controller_id(opts: Mapping[str, Any]) -> str:

@@ -89,11 +89,12 @@ impl Driver {
     }
 
     /// The type's registry settings before pillar (`defaults`,
-    /// `dnsservers` …), over the global `cloud` settings.
-    pub fn base_settings(self, cloud: &Value) -> Value {
+    /// `dnsservers` …), over the global `cloud` settings, on a development
+    /// host or not.
+    pub fn base_settings(self, cloud: &Value, devhost: bool) -> Value {
         let g = generic_defaults(cloud);
         match self {
-            Driver::Lxc => lxc::base_settings(cloud, &g),
+            Driver::Lxc => lxc::base_settings(cloud, &g, devhost),
             Driver::Generic => {
                 // A type whose guests sit on a named bridge sets it here.
                 let mut defaults = g;
@@ -118,10 +119,18 @@ impl Driver {
         }
     }
 
-    /// The type's part of a VM's plan.
-    pub fn plan_vm(self, s: &Map<String, Value>, cn: &str, whose: &str) -> Result<TypePlan> {
+    /// The type's part of a VM's plan; `t` are the type's settings.
+    pub fn plan_vm(
+        self,
+        t: &Value,
+        s: &Map<String, Value>,
+        cn: &str,
+        whose: &str,
+    ) -> Result<TypePlan> {
         match self {
-            Driver::Lxc => lxc::profile::profile_of(s, cn, whose).map(TypePlan::Lxc),
+            Driver::Lxc => {
+                lxc::profile::profile_of(&t["lxc_cloud_profiles"], s, cn, whose).map(TypePlan::Lxc)
+            }
             Driver::Generic => Ok(TypePlan::Generic),
         }
     }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 pub use super::hosts::{domain, host, hostname, iface, ip_address};
 
 /// Keys whose values are secrets: never shown in a message.
-pub const SECRET_KEYS: [&str; 2] = ["password", "ssh_gateway_password"];
+pub const SECRET_KEYS: [&str; 3] = ["password", "ssh_gateway_password", "sudo_password"];
 
 /// Whether `key` holds a secret.
 pub fn is_secret(key: &str) -> bool {

@@ -1,10 +1,16 @@
-//! Pillar lookup and merging: pillar values are merged onto defaults; dicts
-//! deep-merge, anything else replaces.
+//! Pillar lookup and merging, makina-states' `mc_utils.defaults` (SPEC §3):
+//! pillar values are merged onto defaults; mappings deep-merge, lists
+//! extend the default list (once, skipping items it already holds),
+//! anything else replaces; a `<key>-overrides` key replaces `<key>`
+//! outright; and any nested setting may be given as a flat dotted key.
 
 use serde_json::{Map, Value};
 
+/// Suffix of a key whose value replaces the default instead of merging.
+pub const OVERRIDES: &str = "-overrides";
+
 /// Deep-merges `over` into `base`: objects merge key by key, every other
-/// value replaces.
+/// value replaces. A VM's own settings replace its defaults this way.
 pub fn deep_merge(base: &mut Value, over: &Value) {
     match (base, over) {
         (Value::Object(b), Value::Object(o)) => {
@@ -21,26 +27,206 @@ pub fn deep_merge(base: &mut Value, over: &Value) {
     }
 }
 
-/// `mc_utils.defaults`: `defaults` overridden by the pillar mapping stored
-/// under `prefix`, then by each flat dotted key `prefix.<key>` (recursively
-/// for mapping defaults).
-pub fn with_pillar(pillar: &Map<String, Value>, prefix: &str, mut defaults: Value) -> Value {
-    if let Some(v @ Value::Object(_)) = pillar.get(prefix) {
-        deep_merge(&mut defaults, v);
+/// Merges a pillar value `over` into `base` with makina-states' rules:
+/// mappings merge key by key, a list extends the default list with the
+/// items it does not hold yet, anything else replaces; inside mappings,
+/// `<key>-overrides` replaces `<key>` (after the other keys merged).
+pub fn merge_pillar(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            let mut replaced = vec![];
+            for (k, v) in o {
+                if let Some(key) = k.strip_suffix(OVERRIDES).filter(|k| !k.is_empty()) {
+                    replaced.push((key, v));
+                    continue;
+                }
+                match b.get_mut(k) {
+                    Some(slot) => merge_pillar(slot, v),
+                    None => {
+                        b.insert(k.clone(), plain(v));
+                    }
+                }
+            }
+            for (k, v) in replaced {
+                b.insert(k.to_owned(), plain(v));
+            }
+        }
+        (Value::Array(b), Value::Array(o)) => {
+            for x in o {
+                if !b.contains(x) {
+                    b.push(x.clone());
+                }
+            }
+        }
+        (slot, v) => *slot = plain(v),
     }
-    override_flat(pillar, prefix, &mut defaults);
+}
+
+/// A pillar value taken as it is, its `-overrides` keys applied.
+fn plain(v: &Value) -> Value {
+    match v {
+        Value::Object(_) => {
+            let mut out = Value::Object(Map::new());
+            merge_pillar(&mut out, v);
+            out
+        }
+        other => other.clone(),
+    }
+}
+
+/// `mc_utils.defaults`: `defaults` merged with every pillar form of the
+/// setting at `prefix`, from the most nested to the flattest:
+///
+/// - a mapping under a shorter key (`makina-states.cloud.lxc: {defaults:
+///   {...}}` for prefix `makina-states.cloud.lxc.defaults`), its
+///   `<last>-overrides` replacing instead;
+/// - the key itself (`makina-states.cloud.lxc`), and `<prefix>-overrides`;
+/// - flat dotted keys below it (`makina-states.cloud.lxc.defaults.bridge`,
+///   `makina-states.cloud.lxc.dnsservers-overrides`), shallower first,
+///   `-overrides` last.
+///
+/// `prefix` is given as its parts, as one part may hold dots (a minion
+/// id). Below the prefix, a flat key is read along the keys the setting
+/// already has (longest first, so names with dots are found) and may add
+/// one key; a key below one the setting does not have, or below a scalar,
+/// belongs to another registry and is left to it. Under the levels `names`
+/// lists (dotted paths relative to the prefix, e.g. `conf`: mappings keyed
+/// by names that may hold dots), an unknown rest is one name, as
+/// makina-states read it.
+pub fn with_pillar_at(
+    pillar: &Map<String, Value>,
+    prefix: &[&str],
+    mut defaults: Value,
+    names: &[&str],
+) -> Value {
+    for (_, v, replace) in forms(pillar, prefix) {
+        if replace {
+            defaults = plain(v);
+        } else {
+            merge_pillar(&mut defaults, v);
+        }
+    }
+    let key = prefix.join(".");
+    let dotted = format!("{key}.");
+    let mut flat: Vec<(&str, &Value)> = pillar
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(&dotted)?, v)))
+        .filter(|(rest, _)| !rest.is_empty())
+        .collect();
+    flat.sort_by_key(|(rest, _)| (rest.ends_with(OVERRIDES), rest.len()));
+    for (rest, v) in flat {
+        set_flat(&mut defaults, "", rest, v, names);
+    }
     defaults
 }
 
-fn override_flat(pillar: &Map<String, Value>, prefix: &str, value: &mut Value) {
-    let Value::Object(map) = value else { return };
-    for (k, v) in map.iter_mut() {
-        let key = format!("{prefix}.{k}");
-        if let Some(p) = pillar.get(&key) {
-            deep_merge(v, p);
+/// The values the pillar gives for the setting at `prefix` as a whole,
+/// weakest first: mappings under shorter keys (`a: {b: {c: v}}`, `a.b:
+/// {c: v}` for `a.b.c`), then the key itself; each with the pillar key it
+/// comes from and whether it replaces (a `-overrides` form) rather than
+/// merges. Only the last replacing form and those after it count.
+pub fn forms<'a>(
+    pillar: &'a Map<String, Value>,
+    prefix: &[&str],
+) -> Vec<(String, &'a Value, bool)> {
+    let mut out = vec![];
+    let (last, _) = prefix.split_last().expect("a prefix has parts");
+    let over = format!("{last}{OVERRIDES}");
+    for i in 1..prefix.len() {
+        let top = prefix[..i].join(".");
+        let parent = pillar.get(&top).and_then(|t| {
+            prefix[i..prefix.len() - 1]
+                .iter()
+                .try_fold(t, |v, p| v.get(*p))
+        });
+        let Some(parent) = parent else { continue };
+        let at = format!("{top}:{}", prefix[i..].join(":"));
+        if let Some(v) = parent.get(*last) {
+            out.push((at.clone(), v, false));
         }
-        override_flat(pillar, &key, v);
+        if let Some(v) = parent.get(over.as_str()) {
+            out.push((format!("{at}{OVERRIDES}"), v, true));
+        }
     }
+    let key = prefix.join(".");
+    if let Some(v) = pillar.get(&key) {
+        out.push((key.clone(), v, false));
+    }
+    let key = format!("{key}{OVERRIDES}");
+    if let Some(v) = pillar.get(&key) {
+        out.push((key, v, true));
+    }
+    match out.iter().rposition(|(_, _, replace)| *replace) {
+        Some(i) => out.split_off(i),
+        None => out,
+    }
+}
+
+/// [`with_pillar_at`] for a prefix made of plain dot-separated parts.
+pub fn with_pillar(pillar: &Map<String, Value>, prefix: &str, defaults: Value) -> Value {
+    with_names(pillar, prefix, defaults, &[])
+}
+
+/// [`with_pillar`] with name levels (see [`with_pillar_at`]).
+pub fn with_names(
+    pillar: &Map<String, Value>,
+    prefix: &str,
+    defaults: Value,
+    names: &[&str],
+) -> Value {
+    let parts: Vec<&str> = prefix.split('.').collect();
+    with_pillar_at(pillar, &parts, defaults, names)
+}
+
+/// Applies the flat key `rest` (below `at`, a dotted path relative to the
+/// prefix) with value `v` to `node`, a mapping.
+fn set_flat(node: &mut Value, at: &str, rest: &str, v: &Value, names: &[&str]) {
+    let (path, replace) = match rest.strip_suffix(OVERRIDES).filter(|p| !p.is_empty()) {
+        Some(p) => (p, true),
+        None => (rest, false),
+    };
+    if node.is_null() {
+        *node = Value::Object(Map::new());
+    }
+    let Value::Object(m) = node else {
+        // Deeper than a scalar or a list: not a part of this setting.
+        return;
+    };
+    let known = m
+        .keys()
+        .filter(|k| path == k.as_str() || path.starts_with(&format!("{k}.")))
+        .max_by_key(|k| k.len())
+        .cloned();
+    let (key, below) = match known {
+        Some(k) => {
+            let below = path.get(k.len() + 1..).unwrap_or("");
+            (k, below)
+        }
+        None if names.contains(&at) || !path.contains('.') => (path.to_owned(), ""),
+        // Below a key this setting does not have: another registry's (the
+        // lxc registry's keys sit below the global cloud settings').
+        None => return,
+    };
+    let slot = m.entry(key.clone()).or_insert(Value::Null);
+    if below.is_empty() {
+        if replace {
+            *slot = plain(v);
+        } else {
+            merge_pillar(slot, v);
+        }
+        return;
+    }
+    let here = if at.is_empty() {
+        key
+    } else {
+        format!("{at}.{key}")
+    };
+    let rest = if replace {
+        format!("{below}{OVERRIDES}")
+    } else {
+        below.to_owned()
+    };
+    set_flat(slot, &here, &rest, v, names);
 }
 
 /// A JSON object from owned values, without the deep copy `json!` makes of
@@ -52,17 +238,22 @@ pub fn obj<const N: usize>(pairs: [(&str, Value); N]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    fn pillar(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
 
     #[test]
     fn merges_nested_and_flat_keys() {
-        let pillar = json!({
+        let pillar = pillar(json!({
             "p": {"a": 1, "d": {"x": 1}},
             "p.b": "flat",
             "p.d.y": 2,
-        });
+        }));
         let got = with_pillar(
-            pillar.as_object().unwrap(),
+            &pillar,
             "p",
             json!({"a": 0, "b": "", "c": [1], "d": {"x": 0, "y": 0}}),
         );
@@ -73,9 +264,163 @@ mod tests {
     }
 
     #[test]
-    fn lists_replace() {
-        let mut base = json!({"l": [1, 2]});
-        deep_merge(&mut base, &json!({"l": [3]}));
-        assert_eq!(base, json!({"l": [3]}));
+    fn lists_extend_once_without_repeating_items() {
+        let p = pillar(json!({"p": {"l": [3, 1]}}));
+        assert_eq!(
+            with_pillar(&p, "p", json!({"l": [1, 2]})),
+            json!({"l": [1, 2, 3]})
+        );
+        let p = pillar(json!({"p.l": [4]}));
+        assert_eq!(
+            with_pillar(&p, "p", json!({"l": [1]})),
+            json!({"l": [1, 4]})
+        );
+        let p = pillar(json!({"p": {"l": [4]}, "p.l": [5]}));
+        assert_eq!(
+            with_pillar(&p, "p", json!({"l": [1]})),
+            json!({"l": [1, 4, 5]}),
+            "each form extends once"
+        );
+    }
+
+    #[test]
+    fn overrides_replace_in_every_form() {
+        let defaults = json!({"l": [1, 2], "d": {"x": 0, "y": 0}, "s": "a"});
+        for p in [
+            json!({"p.l-overrides": [9], "p.d-overrides": {"z": 1}}),
+            json!({"p": {"l-overrides": [9], "d-overrides": {"z": 1}}}),
+            json!({"p": {"l": [7], "l-overrides": [9], "d": {"x": 5}}, "p.d-overrides": {"z": 1}}),
+        ] {
+            let got = with_pillar(&pillar(p.clone()), "p", defaults.clone());
+            assert_eq!(got, json!({"l": [9], "d": {"z": 1}, "s": "a"}), "{p}");
+        }
+        // An override of the whole setting, from a shorter key or its own.
+        let p = pillar(json!({"a": {"b-overrides": {"only": 1}}}));
+        assert_eq!(with_pillar(&p, "a.b", json!({"x": 1})), json!({"only": 1}));
+        let p = pillar(json!({"a.b-overrides": {"only": 2}}));
+        assert_eq!(with_pillar(&p, "a.b", json!({"x": 1})), json!({"only": 2}));
+        // Deeper overrides apply after the rest.
+        let p = pillar(json!({"p.d.x-overrides": [1], "p.d.x": 5}));
+        assert_eq!(
+            with_pillar(&p, "p", json!({"d": {"x": 0}}))["d"]["x"],
+            json!([1])
+        );
+    }
+
+    #[test]
+    fn shorter_keys_hold_nested_mappings_of_the_prefix() {
+        let p = pillar(json!({
+            "a.b": {"c": {"d": {"x": 1}}},
+            "a.b.c": {"d": {"y": 2}},
+            "a.b.c.d.z": 3,
+        }));
+        assert_eq!(
+            with_pillar(&p, "a.b.c.d", json!({"x": 0, "w": 0})),
+            json!({"x": 1, "w": 0, "y": 2, "z": 3})
+        );
+    }
+
+    #[test]
+    fn names_with_dots() {
+        let p = pillar(json!({
+            "p.conf.cn1.example.net": {"a": 1},
+            "p.conf.cn1.example.net.b": 2,
+            "p.conf.cn2.example.net.d": 3,
+            "p.other.x.y": 4,
+        }));
+        let got = with_names(
+            &p,
+            "p",
+            json!({"conf": {}, "other": {}, "flag": false}),
+            &["conf"],
+        );
+        assert_eq!(got["conf"]["cn1.example.net"], json!({"a": 1, "b": 2}));
+        // Unknown at that level: one name, as makina-states read it.
+        assert_eq!(got["conf"]["cn2.example.net.d"], json!(3));
+        assert_eq!(got["other"], json!({}), "x is not a setting of other");
+        assert_eq!(got["flag"], json!(false), "nothing lives below a scalar");
+        let p2 = pillar(json!({"p.flag.vms.x": {"a": 1}}));
+        assert_eq!(
+            with_pillar(&p2, "p", json!({"flag": false})),
+            json!({"flag": false})
+        );
+        // Known by its prefix, a name's deeper keys nest below it.
+        let at = ["p", "conf", "cn2.example.net"];
+        assert_eq!(
+            with_pillar_at(&p, &at, json!({"d": 0}), &[]),
+            json!({"d": 3})
+        );
+    }
+
+    fn part() -> impl Strategy<Value = String> {
+        "[a-z_][a-z0-9_]{0,6}".prop_filter("not an overrides key", |s| !s.ends_with("-overrides"))
+    }
+
+    fn scalar() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::from),
+            "[a-z ]{0,8}".prop_map(Value::from),
+            any::<bool>().prop_map(Value::from),
+            prop::collection::vec(0i64..5, 0..4).prop_map(|v| json!(v)),
+        ]
+    }
+
+    fn nested(path: &[String], v: Value) -> Value {
+        path.iter().rev().fold(v, |acc, k| json!({ k: acc }))
+    }
+
+    proptest! {
+        /// A flat dotted key is the same setting as its nested form, at any
+        /// depth, whether the defaults hold the path or not.
+        #[test]
+        fn flat_key_is_the_nested_key(
+            path in prop::collection::vec(part(), 1..5),
+            split in 0usize..5,
+            v in scalar(),
+            default in scalar(),
+            known in any::<bool>(),
+        ) {
+            let split = split % path.len();
+            // The setting exists (its parents do; the leaf may be new).
+            let parents = &path[..path.len() - 1];
+            let defaults = if known {
+                nested(&path, default)
+            } else {
+                nested(parents, json!({"other": default}))
+            };
+            let prefix = "makina-states.cloud";
+            let flat_key = format!("{prefix}.{}", path.join("."));
+            let flat = pillar(json!({ flat_key: v }));
+            let mut at_split = vec![prefix.to_owned()];
+            at_split.extend(path[..split].iter().cloned());
+            let split_key = at_split.join(".");
+            let half = pillar(json!({ split_key: nested(&path[split..], v.clone()) }));
+            let whole = pillar(json!({ prefix: nested(&path, v) }));
+            let a = with_pillar(&flat, prefix, defaults.clone());
+            prop_assert_eq!(&a, &with_pillar(&half, prefix, defaults.clone()));
+            prop_assert_eq!(&a, &with_pillar(&whole, prefix, defaults));
+        }
+
+        /// `-overrides` replaces whatever the default and the other forms
+        /// hold, and leaves no `-overrides` key behind.
+        #[test]
+        fn overrides_always_win(
+            path in prop::collection::vec(part(), 1..4),
+            v in scalar(),
+            other in scalar(),
+            default in scalar(),
+        ) {
+            let prefix = "p";
+            let defaults = nested(&path, default);
+            let key = format!("{prefix}.{}", path.join("."));
+            let p = pillar(json!({
+                format!("{key}{OVERRIDES}"): v,
+                key: other,
+            }));
+            let got = with_pillar(&p, prefix, defaults);
+            let leaf = path.iter().try_fold(&got, |x, k| x.get(k.as_str()));
+            prop_assert_eq!(leaf, Some(&v));
+            prop_assert!(!got.to_string().contains(OVERRIDES));
+        }
     }
 }

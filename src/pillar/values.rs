@@ -22,6 +22,21 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+/// Whether a pillar flag is set: `true`, a non-zero number, or a string
+/// other than empty, `0`, `false`, `no` or `off` (as YAML or a grain may
+/// spell it).
+pub(crate) fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !matches!(
+            s.trim().to_ascii_lowercase().as_str(),
+            "" | "0" | "false" | "no" | "off"
+        ),
+        _ => false,
+    }
+}
+
 /// A string value; `key` names the setting.
 pub(crate) fn as_str<'a>(v: &'a Value, key: &str) -> Result<&'a str> {
     v.as_str().ok_or_else(|| {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::{Config, COMPUTE_NODE};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
-use crate::pillar::merge::deep_merge;
+use crate::pillar::merge::with_pillar_at;
 use crate::pillar::values::kind_of;
 
 /// Default directory of the certificates the https frontend serves (one
@@ -16,14 +16,16 @@ use crate::pillar::values::kind_of;
 pub const DEFAULT_CERTS_DIR: &str = "/etc/ssl/cloud/certs";
 
 impl Config {
-    /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping.
+    /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping,
+    /// in any pillar form (nested, `conf.<cn>`, or flat keys below it such
+    /// as `conf.<cn>.http_proxy.raw_opts_pre`, the database ext_pillar's).
     /// Defaults: `bind_address` `*`, `http_port` 80, `https_port` 443,
     /// `ssl_certs_dir` `/etc/ssl/cloud/certs`, `ssl_cert` (none: the default
     /// certificate is the node's own, from the CA), `haproxy_config` `/etc/haproxy/haproxy.cfg`,
     /// `haproxy_service` true, `hosts_file` `/etc/hosts`, `sysctl_file`,
     /// `firewall_chain` `MCCLOUD-INPUT`.
     pub fn node_conf(&self, cn: &str) -> Result<Value> {
-        let mut conf = json!({
+        let defaults = json!({
             "bind_address": "*",
             "http_port": 80,
             "https_port": 443,
@@ -33,13 +35,12 @@ impl Config {
             "hosts_file": "/etc/hosts",
             "sysctl_file": "/etc/sysctl.d/60-mccloud.conf",
             "firewall_chain": "MCCLOUD-INPUT",
+            "http_proxy": {},
+            "https_proxy": {},
         });
-        if let Some(v) = self.compute_node_merged()["conf"].get(cn) {
-            deep_merge(&mut conf, v);
-        }
-        if let Some(v) = self.pillar.get(&format!("{COMPUTE_NODE}.conf.{cn}")) {
-            deep_merge(&mut conf, v);
-        }
+        let mut at: Vec<&str> = COMPUTE_NODE.split('.').collect();
+        at.extend(["conf", cn]);
+        let conf = with_pillar_at(&self.pillar, &at, defaults, &[]);
         check_node_conf(cn, &conf)?;
         Ok(conf)
     }

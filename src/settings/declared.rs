@@ -5,12 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::{Config, CLOUD};
 use crate::drivers::{self, lxc};
 use crate::error::{Error, Result};
-use crate::pillar::merge::deep_merge;
+use crate::pillar::merge::{deep_merge, forms};
 use crate::pillar::names::validate;
 use crate::pillar::values::kind_of;
 
@@ -22,7 +22,7 @@ pub struct DeclaredVm {
     /// Virtualisation type: the `<vt>` it is declared under.
     pub vt: String,
     /// The VM's own pillar mapping.
-    pub pillar: serde_json::Map<String, Value>,
+    pub pillar: Map<String, Value>,
     /// The pillar key it is declared under (for messages).
     pub key: String,
 }
@@ -122,6 +122,43 @@ impl NodeDecl {
 /// Declarations per compute node.
 pub type Declared = BTreeMap<String, NodeDecl>;
 
+/// Whether a pillar value reads as a node's VMs: nothing, or a mapping of
+/// VM names to mappings of settings (VM settings are never mappings).
+fn lists_vms(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.values().all(|x| x.is_null() || x.is_object()),
+        _ => false,
+    }
+}
+
+/// Adds the VMs `vms` declared on node `cn` as type `vt` at pillar `key`.
+fn add_node(nodes: &mut Declared, vt: &str, cn: &str, vms: &Value, key: &str) {
+    let node = nodes.entry(cn.to_owned()).or_default();
+    node.types.insert(vt.to_owned());
+    if let Err(e) = validate("compute node", cn) {
+        node.fail(e.in_pillar(&format!("pillar key {key}")).to_string());
+    }
+    match vms {
+        Value::Null => {}
+        Value::Object(m) => {
+            for (vm, conf) in m {
+                match conf {
+                    Value::Null | Value::Object(_) => node.add(vt, vm, conf, key),
+                    other => node.fail(format!(
+                        "pillar key {key}: VM {vm:?} must map to a mapping of settings, not {}",
+                        kind_of(other)
+                    )),
+                }
+            }
+        }
+        other => node.fail(format!(
+            "pillar key {key} must be a mapping of VM names to settings, not {}",
+            kind_of(other)
+        )),
+    }
+}
+
 /// Where VMs of type `vt` are declared, from weakest to strongest.
 fn vm_prefixes(vt: &str) -> Vec<String> {
     let own = format!("{CLOUD}.{vt}.vms");
@@ -170,56 +207,86 @@ impl Config {
 
     fn collect_declared(&self) -> Result<Declared> {
         let mut nodes: BTreeMap<String, NodeDecl> = BTreeMap::new();
-        let mut add = |vt: &str, cn: &str, vms: &Value, key: &str| {
-            let node = nodes.entry(cn.to_owned()).or_default();
-            node.types.insert(vt.to_owned());
-            if let Err(e) = validate("compute node", cn) {
-                node.fail(e.in_pillar(&format!("pillar key {key}")).to_string());
-            }
-            match vms {
-                Value::Null => {}
-                Value::Object(m) => {
-                    for (vm, conf) in m {
-                        match conf {
-                            Value::Null | Value::Object(_) => node.add(vt, vm, conf, key),
-                            other => node.fail(format!(
-                                "pillar key {key}: VM {vm:?} must map to a mapping of settings, not {}",
-                                kind_of(other)
-                            )),
-                        }
-                    }
-                }
-                other => node.fail(format!(
-                    "pillar key {key} must be a mapping of VM names to settings, not {}",
-                    kind_of(other)
-                )),
-            }
-        };
         for vt in self.declaring_types() {
             for prefix in vm_prefixes(&vt) {
-                if let Some(nested) = self.pillar.get(&prefix) {
-                    let Value::Object(m) = nested else {
-                        return Err(Error::invalid(format!(
-                            "pillar key {prefix} must be a mapping of compute nodes, not {}",
-                            kind_of(nested)
-                        )));
-                    };
-                    for (cn, vms) in m {
-                        add(&vt, cn, vms, &format!("{prefix}:{cn}"));
-                    }
-                }
-                let dotted = format!("{prefix}.");
-                for (key, vms) in &self.pillar {
-                    if let Some(cn) = key.strip_prefix(&dotted) {
-                        add(&vt, cn, vms, key);
-                    }
-                }
+                self.collect_prefix(&mut nodes, &vt, &prefix)?;
             }
         }
         Ok(nodes
             .into_iter()
             .map(|(cn, node)| (cn.clone(), node.finish(&cn)))
             .collect())
+    }
+
+    /// The declarations under one prefix (`makina-states.cloud.<vt>.vms`):
+    /// its nested forms, then the flat keys of whole nodes
+    /// (`<prefix>.<cn>`), then those of single VMs (`<prefix>.<cn>.<vm>`,
+    /// merged over the node's declaration of that VM). Node and VM ids
+    /// may both hold dots: a flat key names a single VM when its value is
+    /// not a mapping of VMs and it extends the id of a node declared
+    /// otherwise.
+    fn collect_prefix(&self, nodes: &mut Declared, vt: &str, prefix: &str) -> Result<()> {
+        let parts: Vec<&str> = prefix.split('.').collect();
+        let mut known: BTreeSet<&str> = BTreeSet::new();
+        for (at, nested, _) in forms(&self.pillar, &parts) {
+            let Value::Object(m) = nested else {
+                return Err(Error::invalid(format!(
+                    "pillar key {at} must be a mapping of compute nodes, not {}",
+                    kind_of(nested)
+                )));
+            };
+            for (cn, vms) in m {
+                known.insert(cn);
+                add_node(nodes, vt, cn, vms, &format!("{at}:{cn}"));
+            }
+        }
+        let dotted = format!("{prefix}.");
+        let flat: Vec<(&str, &Value, &String)> = self
+            .pillar
+            .iter()
+            .filter_map(|(key, v)| Some((key.strip_prefix(&dotted)?, v, key)))
+            .collect();
+        known.extend(
+            flat.iter()
+                .filter(|(_, v, _)| lists_vms(v))
+                .map(|(x, _, _)| *x),
+        );
+        let mut single = vec![];
+        for (x, v, key) in flat {
+            let whole_node = lists_vms(v) && !v.as_object().is_some_and(Map::is_empty);
+            let node = known
+                .iter()
+                .filter(|cn| {
+                    x.len() > cn.len() + 1 && x.starts_with(*cn) && x[cn.len()..].starts_with('.')
+                })
+                .max_by_key(|cn| cn.len());
+            match node {
+                Some(cn) if !whole_node => single.push((*cn, &x[cn.len() + 1..], v, key)),
+                _ if lists_vms(v) => add_node(nodes, vt, x, v, key),
+                _ => {
+                    add_node(nodes, vt, x, v, key);
+                    if v.is_object() {
+                        nodes.entry(x.to_owned()).or_default().fail(format!(
+                            "if pillar key {key} holds the settings of one VM, declare the node it \
+                             extends under pillar key {prefix}.<compute node> (a mapping of VMs, {{}} \
+                             for none) or nest the VM under it"
+                        ));
+                    }
+                }
+            }
+        }
+        for (cn, vm, conf, key) in single {
+            let node = nodes.entry(cn.to_owned()).or_default();
+            node.types.insert(vt.to_owned());
+            match conf {
+                Value::Null | Value::Object(_) => node.add(vt, vm, conf, key),
+                other => node.fail(format!(
+                    "pillar key {key}: VM {vm:?} must map to a mapping of settings, not {}",
+                    kind_of(other)
+                )),
+            }
+        }
+        Ok(())
     }
 
     /// The types declared anywhere: lxc (always) first, then the others

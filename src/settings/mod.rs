@@ -11,8 +11,8 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::pillar::checks;
-use crate::pillar::merge::with_pillar;
-use crate::pillar::values::{as_int, check_mode, kind_of};
+use crate::pillar::merge::{forms, with_pillar};
+use crate::pillar::values::{as_int, check_mode, kind_of, truthy};
 
 pub mod conf;
 pub mod declared;
@@ -54,6 +54,10 @@ pub struct Context {
     /// Path of mccloud's own bootstrap script, the `script` default (else
     /// makina-states' `boot-salt.sh` under the instance's root).
     pub bootstrap_script: Option<String>,
+    /// Whether the caller's grains mark it a development host (grain
+    /// `makina-states.nodetypes.devhost`); pillar key of the same name
+    /// does too.
+    pub devhost: bool,
 }
 
 /// Settings computation over one pillar and one context. What it computes
@@ -95,6 +99,17 @@ impl Config {
             .map(str::to_owned)
             .or_else(|| self.ctx.default_env.clone())
             .unwrap_or_else(|| "dev".into())
+    }
+
+    /// Whether this is a development host (makina-states' devhost mode):
+    /// the context says so, or pillar `makina-states.nodetypes.devhost` (in
+    /// any pillar form) is true. Its VMs default to overlayfs with
+    /// snapshots (seed 003).
+    pub fn devhost(&self) -> bool {
+        self.ctx.devhost
+            || forms(&self.pillar, &["makina-states", "nodetypes", "devhost"])
+                .last()
+                .is_some_and(|(_, v, _)| truthy(v))
     }
 
     /// The pillar root the registry lives under.
@@ -211,9 +226,10 @@ impl Config {
         Ok(s)
     }
 
-    /// `mc_cloud_images.settings()` (the lxc images).
+    /// `mc_cloud_images.settings()` (the lxc images, under the lxc path).
     pub fn images_settings(&self) -> Result<Value> {
-        crate::drivers::lxc::images::settings(&self.pillar)
+        let lxc_path = &self.type_settings(crate::drivers::lxc::VT)?["defaults"]["lxc_path"];
+        crate::drivers::lxc::images::settings(&self.pillar, lxc_path, self.devhost())
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::{Config, VmPlan, CLOUD, COMPUTE_NODE};
 use crate::error::{Error, Result};
 
-use crate::pillar::merge::with_pillar;
+use crate::pillar::merge::with_names;
 use crate::pillar::values::{as_int, scalar};
 use crate::pools::ipam::Network;
 use crate::pools::ports::PortRange;
@@ -94,7 +94,7 @@ impl Config {
             "snmp_port_range_start": 30000, "snmp_port_range_end": 39999,
             "conf": {},
         });
-        with_pillar(&self.pillar, COMPUTE_NODE, defaults)
+        with_names(&self.pillar, COMPUTE_NODE, defaults, &["conf"])
     }
 
     /// `mc_cloud_compute_node.settings()`.

@@ -6,19 +6,41 @@ use serde_json::{json, Map, Value};
 use super::{Config, SALTIFY};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
-use crate::pillar::merge::{deep_merge, with_pillar};
+use crate::pillar::merge::{deep_merge, with_names};
 use crate::pillar::names::validate;
-use crate::pillar::values::{check_mode, secret_scalar};
+use crate::pillar::values::{check_mode, secret_scalar, truthy};
 
 impl Config {
-    /// `mc_cloud_saltify.settings()` (SPEC §7).
+    /// `mc_cloud_saltify.settings()` (SPEC §7): the defaults of every
+    /// target and `targets` as `{id: {}}`, as makina-states gave it (a
+    /// target's own settings, passwords included, are only given by
+    /// [`Config::saltify_target`]); broken targets under `errors`.
     pub fn saltify_settings(&self) -> Result<Value> {
+        let (mut s, _) = self.saltify_merged()?;
+        let names: Map<String, Value> = s["targets"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, _)| (name.clone(), json!({})))
+            .collect();
+        s["targets"] = Value::Object(names);
+        Ok(s)
+    }
+
+    /// The saltify settings with every target's own pillar, and the
+    /// targets in name order.
+    fn saltify_merged(&self) -> Result<(Value, Map<String, Value>)> {
         let cloud = self.cloud_ref()?;
         let defaults = json!({
             "ssh_username": "root",
             "profile": "ms-salt-minion",
             "mode": cloud["mode"],
+            "master": cloud["master"],
+            "master_port": cloud["master_port"],
+            "no_sudo_password": false,
             "bootsalt_branch": cloud["bootsalt_branch"],
+            "bootsalt_args": cloud["bootsalt_args"],
+            "bootsalt_mastersalt_args": cloud["bootsalt_mastersalt_args"],
             "ssh_gateway": null,
             "ssh_gateway_user": cloud["ssh_gateway_user"],
             "ssh_gateway_key": cloud["ssh_gateway_key"],
@@ -26,15 +48,9 @@ impl Config {
             "ssh_gateway_password": cloud["ssh_gateway_password"],
             "targets": {},
         });
-        let mut s = with_pillar(&self.pillar, SALTIFY, defaults);
-        let dotted = format!("{SALTIFY}.targets.");
+        let mut s = with_names(&self.pillar, SALTIFY, defaults, &["targets"]);
         let mut targets = s["targets"].as_object().cloned().unwrap_or_default();
-        for (key, v) in &self.pillar {
-            if let Some(name) = key.strip_prefix(&dotted) {
-                let slot = targets.entry(name.to_owned()).or_insert_with(|| json!({}));
-                deep_merge(slot, v);
-            }
-        }
+        targets.sort_keys();
         // A broken target fails its own calls only; it is listed under `errors`.
         let mut errors = Map::new();
         for (name, v) in &targets {
@@ -51,21 +67,21 @@ impl Config {
                 errors.insert(name.clone(), json!(p));
             }
         }
-        s["targets"] = Value::Object(targets);
+        s["targets"] = Value::Object(targets.clone());
         if !errors.is_empty() {
             s["errors"] = Value::Object(errors);
         }
-        Ok(s)
+        Ok((s, targets))
     }
 
     /// `mc_cloud_saltify.settings_for_target(name)`.
     pub fn saltify_target(&self, name: &str) -> Result<Value> {
         validate("saltify target", name)?;
-        let s = self.saltify_settings()?;
+        let (s, targets) = self.saltify_merged()?;
         if let Some(e) = s.get("errors").and_then(|e| e.get(name)) {
             return Err(Error::Invalid(e.as_str().unwrap_or_default().to_owned()));
         }
-        let Some(conf) = s["targets"].get(name) else {
+        let Some(conf) = targets.get(name) else {
             return Err(Error::NotFound(format!(
                 "saltify target {name} is not declared: add pillar key {SALTIFY}.targets.{name}"
             )));
@@ -75,6 +91,9 @@ impl Config {
             "ssh_username",
             "profile",
             "mode",
+            "master",
+            "master_port",
+            "no_sudo_password",
             "bootsalt_branch",
             "ssh_gateway",
             "ssh_gateway_user",
@@ -128,6 +147,18 @@ impl Config {
         if !t["ssh_gateway_password"].is_null() {
             t.remove("ssh_gateway_key");
         }
+        // sudo asks for the login password unless told otherwise, or not
+        // at all (`no_sudo_password`).
+        let sudo_password = if truthy(&t["no_sudo_password"]) {
+            Value::Null
+        } else {
+            t.get("sudo_password")
+                .filter(|v| !v.is_null() && v.as_str() != Some(""))
+                .cloned()
+                .or(password)
+                .unwrap_or(Value::Null)
+        };
+        t.insert("sudo_password".into(), sudo_password);
         Ok(Value::Object(t))
     }
 }
@@ -159,13 +190,18 @@ fn check_target(name: &str, t: &Map<String, Value>) -> Result<()> {
             checks::abs_path(&what(k), v)?;
         }
     }
-    for k in ["ssh_port", "ssh_gateway_port"] {
+    for k in ["ssh_port", "ssh_gateway_port", "master_port"] {
         if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
             checks::port(&what(k), v)?;
         }
     }
-    if let Some(v) = t.get("password").filter(|v| !v.is_null()) {
-        secret_scalar(v, &what("password"))?;
+    for k in ["password", "sudo_password"] {
+        if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+            secret_scalar(v, &what(k))?;
+        }
+    }
+    if let Some(v) = text("master")?.filter(|v| !v.is_empty()) {
+        checks::host(&what("master"), v)?;
     }
     Ok(())
 }

@@ -425,7 +425,7 @@ fn lxc_defaults() {
         .as_object()
         .unwrap()
         .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .map(|(k, v)| (k.clone(), v["size"].as_str().unwrap().to_owned()))
         .collect();
     let expected_sizes = [
         ("xxxtrem", "2000g"),
@@ -477,7 +477,11 @@ fn pillar_deep_merges_nested_and_flat_keys() {
         (&json!("16"), &json!("br0")),
         "untouched keys stay"
     );
-    assert_eq!(s["dnsservers"], json!(["1.1.1.1"]), "lists replace");
+    assert_eq!(
+        s["dnsservers"],
+        json!(["8.8.8.8", "4.4.4.4", "1.1.1.1"]),
+        "lists extend"
+    );
     assert_eq!(
         (&d["ssh_gateway_port"], &d["ssh_gateway_user"]),
         (&json!(2222), &json!("admin"))
@@ -985,4 +989,281 @@ fn lxc_settings_keep_their_keys_and_other_types_get_the_generic_defaults() {
     let merged = cfg.merged_settings(&plan).unwrap();
     assert_eq!(merged["ssh_username"], "debian");
     assert!(merged.get("lxc_path").is_none());
+}
+
+// --- makina-states' pillar conventions ------------------------------------
+
+#[test]
+fn overrides_replace_and_lists_extend_in_lxc_settings() {
+    let s = config(json!({
+        format!("{LXC}.dnsservers-overrides"): ["9.9.9.9"],
+        format!("{LXC}.defaults.users"): ["bob", "root"],
+        LXC: {"defaults": {"lxc_conf_unset-overrides": ["lxc.cap.drop"]}},
+    }))
+    .lxc_settings()
+    .unwrap();
+    assert_eq!(s["dnsservers"], json!(["9.9.9.9"]));
+    assert_eq!(s["defaults"]["users"], json!(["root", "sysadmin", "bob"]));
+    assert_eq!(s["defaults"]["lxc_conf_unset"], json!(["lxc.cap.drop"]));
+    assert!(!s.to_string().contains("-overrides"));
+}
+
+#[test]
+fn a_per_vm_flat_key_declares_the_vm_on_its_node() {
+    let cfg = config(json!({
+        format!("{LXC}.vms.{CN}"): {"a.test.com": {"profile": "small"}},
+        format!("{LXC}.vms.{CN}.a.test.com"): {"profile_type": "lvm"},
+        format!("{LXC}.vms.{CN}.b.test.com"): {"password": "x"},
+        format!("{LXC}.vms.other.lan"): {},
+        format!("{LXC}.vms.other.lan.c.test.com"): {},
+    }));
+    assert_eq!(
+        cfg.lxc_settings().unwrap()["vms"],
+        json!({
+            CN: ["a.test.com", "b.test.com"], "other.lan": ["c.test.com"],
+        })
+    );
+    let a = finish(&cfg, CN, "a.test.com").unwrap();
+    assert_eq!(
+        (&a["profile"], &a["size"]),
+        (&json!("ms-devhost10-local-small-lvm"), &json!("5g"))
+    );
+    assert_eq!(finish(&cfg, CN, "b.test.com").unwrap()["password"], "x");
+    assert!(cfg
+        .node_plan("other.lan")
+        .unwrap()
+        .vm("c.test.com")
+        .is_some());
+    assert!(cfg.compute_node_settings().unwrap()["targets"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .all(|cn| cn == CN || cn == "other.lan"));
+    // A node given only as nested pillar is known too.
+    let nested = config(json!({
+        LXC: {"vms": {CN: {}}},
+        format!("{LXC}.vms.{CN}.d.test.com"): {"profile": "small", "profile_type": "lvm"},
+    }));
+    assert_eq!(finish(&nested, CN, "d.test.com").unwrap()["size"], "5g");
+}
+
+#[test]
+fn a_per_vm_flat_key_without_its_node_fails_that_key_only() {
+    let cfg = config(json!({
+        format!("{LXC}.vms.{CN}"): {VM: {}},
+        format!("{LXC}.vms.nowhere.lan.x.test.com"): {"profile": "small"},
+    }));
+    assert!(cfg.node_plan(CN).is_ok());
+    invalid(
+        cfg.node_vms("nowhere.lan.x.test.com"),
+        &[
+            "makina-states.cloud.lxc.vms.nowhere.lan.x.test.com",
+            "one VM",
+            "declare the node",
+        ],
+    );
+}
+
+#[test]
+fn devhost_vms_default_to_overlayfs_snapshots() {
+    let vms = json!({"a.test": {}, "b.test": {"profile_type": "dir", "snapshot": false}});
+    let by_pillar = config(node_pillar(
+        CN,
+        vms.clone(),
+        json!({"makina-states.nodetypes.devhost": true}),
+    ));
+    let by_grain = Config::new(
+        Context {
+            devhost: true,
+            ..ctx("ctl")
+        },
+        object(node_pillar(CN, vms.clone(), json!({}))),
+    );
+    for cfg in [by_pillar, by_grain] {
+        assert!(cfg.devhost());
+        let d = cfg.lxc_defaults().unwrap();
+        assert_eq!(
+            (&d["profile_type"], &d["backing"], &d["snapshot"]),
+            (&json!("overlayfs"), &json!("overlayfs"), &json!(true))
+        );
+        let a = finish(&cfg, CN, "a.test").unwrap();
+        assert_eq!(
+            (&a["backing"], &a["snapshot"]),
+            (&json!("overlayfs"), &json!(true))
+        );
+        assert_eq!(a["profile"], "ms-devhost10-local-overlayfs");
+        let b = finish(&cfg, CN, "b.test").unwrap();
+        assert_eq!(
+            (&b["backing"], &b["snapshot"]),
+            (&json!("dir"), &json!(false)),
+            "explicit wins"
+        );
+    }
+    let plain = config(node_pillar(
+        CN,
+        vms,
+        json!({"makina-states.nodetypes": {"devhost": false}}),
+    ));
+    assert!(!plain.devhost());
+    assert_eq!(finish(&plain, CN, "a.test").unwrap()["backing"], "dir");
+}
+
+#[test]
+fn node_conf_reads_the_flat_keys_of_the_database_ext_pillar() {
+    let key = format!("{COMPUTE_NODE}.conf.{CN}.http_proxy.raw_opts_pre");
+    let cfg = config(node_pillar(
+        CN,
+        json!({}),
+        json!({
+            key: ["acl x src 10.0.0.1"],
+            format!("{COMPUTE_NODE}.conf.{CN}.https_port"): 8443,
+            COMPUTE_NODE: {"conf": {CN: {"http_port": 8080}}},
+        }),
+    ));
+    let conf = cfg.node_conf(CN).unwrap();
+    assert_eq!(
+        conf["http_proxy"]["raw_opts_pre"],
+        json!(["acl x src 10.0.0.1"])
+    );
+    assert_eq!(
+        (&conf["http_port"], &conf["https_port"]),
+        (&json!(8080), &json!(8443))
+    );
+}
+
+// --- shapes ----------------------------------------------------------------
+
+#[test]
+fn a_size_profile_override_reaches_every_vm_using_it() {
+    let vms = json!({"a.test": {"profile": "small", "profile_type": "lvm"}, "b.test": {"size": "small", "profile_type": "lvm"}});
+    for extra in [
+        json!({format!("{LXC}.lxc_cloud_profiles.small"): {"size": "7g"}}),
+        json!({LXC: {"lxc_cloud_profiles": {"small": {"size": "7g"}}}}),
+        json!({format!("{LXC}.lxc_cloud_profiles.small.size"): "7g"}),
+        json!({format!("{LXC}.lxc_cloud_profiles.small"): "7g"}),
+    ] {
+        let cfg = config(node_pillar(CN, vms.clone(), extra.clone()));
+        assert_eq!(
+            cfg.lxc_settings().unwrap()["lxc_cloud_profiles"]["small"],
+            json!({"size": "7g"}),
+            "{extra}"
+        );
+        for vm in ["a.test", "b.test"] {
+            assert_eq!(finish(&cfg, CN, vm).unwrap()["size"], "7g", "{extra} {vm}");
+        }
+    }
+    let bad = config(node_pillar(
+        CN,
+        vms,
+        json!({format!("{LXC}.lxc_cloud_profiles.small.size"): "big"}),
+    ));
+    invalid(
+        bad.lxc_settings(),
+        &["lxc_cloud_profiles.small", "\"big\"", "not a size"],
+    );
+    invalid(
+        bad.vm_plan(CN, "a.test"),
+        &["lxc_cloud_profiles.small", "not a size"],
+    );
+}
+
+#[test]
+fn additional_ips_are_always_present() {
+    let vm = one_vm(CN, json!({})).unwrap();
+    assert_eq!(vm["additional_ips"], json!([]));
+}
+
+#[test]
+fn saltify_targets_list_names_only_and_sudo_password_follows_password() {
+    let cfg = config(json!({
+        format!("{SALTIFY}.targets.b.lan"): {"password": "secret"},
+        format!("{SALTIFY}.targets.a.lan"): {"password": "pw", "no_sudo_password": true},
+        format!("{SALTIFY}.targets.c.lan"): {"password": "pw", "sudo_password": "other"},
+        format!("{SALTIFY}.targets.d.lan"): {"ip": "192.0.2.1"},
+    }));
+    let s = cfg.saltify_settings().unwrap();
+    assert_eq!(
+        s["targets"],
+        json!({"a.lan": {}, "b.lan": {}, "c.lan": {}, "d.lan": {}})
+    );
+    assert!(!s.to_string().contains("secret"));
+    let t = |n: &str| cfg.saltify_target(n).unwrap();
+    assert_eq!(t("a.lan")["sudo_password"], Value::Null);
+    assert_eq!(t("b.lan")["sudo_password"], "secret");
+    assert_eq!(t("c.lan")["sudo_password"], "other");
+    assert_eq!(t("d.lan")["sudo_password"], Value::Null);
+    assert_eq!(
+        (&t("b.lan")["master"], &t("b.lan")["master_port"]),
+        (&json!("ctl"), &json!(4606))
+    );
+}
+
+#[test]
+fn images_carry_the_sync_cron_root_and_what_is_known_of_each_image() {
+    let s = config(json!({})).images_settings().unwrap();
+    let lxc = &s["lxc"];
+    assert_eq!(
+        (
+            &lxc["cron_sync"],
+            &lxc["cron_hour"],
+            &lxc["cron_minute"],
+            &lxc["images_root"]
+        ),
+        (
+            &json!(true),
+            &json!("3"),
+            &json!("3"),
+            &json!("/var/lib/lxc")
+        )
+    );
+    let img = &lxc["images"][DEFAULT_IMAGE];
+    assert_eq!(img["builder_ref"], "makina-states-trusty-lxc-ref.foo.net");
+    assert_eq!(img["source"], "lxc-template:debian/bookworm");
+    let version = img["version"].as_str().unwrap();
+    assert!(version.len() == 16 && version.chars().all(|c| c.is_ascii_hexdigit()));
+    assert!(img["checksum"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("sha256:{version}")));
+    // A new recipe is a new version; a pillar version is kept.
+    let changed = config(json!({format!("{IMAGES}.lxc.images.{DEFAULT_IMAGE}.release"): "trixie"}))
+        .images_settings()
+        .unwrap();
+    assert_ne!(
+        changed["lxc"]["images"][DEFAULT_IMAGE]["version"],
+        img["version"]
+    );
+    let given = config(json!({format!("{IMAGES}.lxc.images.{DEFAULT_IMAGE}.version"): "2014-12"}))
+        .images_settings()
+        .unwrap();
+    assert_eq!(given["lxc"]["images"][DEFAULT_IMAGE]["version"], "2014-12");
+    let devhost = config(json!({"makina-states.nodetypes.devhost": true}))
+        .images_settings()
+        .unwrap();
+    assert_eq!(devhost["lxc"]["cron_sync"], false);
+    let moved = config(json!({format!("{LXC}.defaults.lxc_path"): "/srv/lxc"}))
+        .images_settings()
+        .unwrap();
+    assert_eq!(moved["lxc"]["images_root"], "/srv/lxc");
+}
+
+#[test]
+fn cron_fields_are_crontab_syntax_only() {
+    for ok in ["3", "*", "*/5", "1-5", "0,30", "1-10/2", "59"] {
+        let cfg = config(json!({format!("{IMAGES}.lxc.cron_minute"): ok}));
+        assert!(cfg.images_settings().is_ok(), "{ok}");
+    }
+    for bad in [
+        "60", "a", "1;reboot", "", "*/0", "5-1", "1 2", "@daily", "-1",
+    ] {
+        let cfg = config(json!({format!("{IMAGES}.lxc.cron_minute"): bad}));
+        invalid(
+            cfg.images_settings(),
+            &["makina-states.cloud.images.lxc.cron_minute", "crontab"],
+        );
+    }
+    let cfg = config(json!({format!("{IMAGES}.lxc.cron_hour"): 24}));
+    invalid(cfg.images_settings(), &["cron_hour", "0 to 23"]);
+    let cfg = config(json!({format!("{IMAGES}.lxc.cron_sync"): "yes"}));
+    invalid(cfg.images_settings(), &["cron_sync", "true or false"]);
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use super::{Config, CLOUD};
 use crate::drivers::{lxc, Driver};
 use crate::error::{Error, Result};
-use crate::pillar::merge::with_pillar;
+use crate::pillar::merge::with_names;
 
 impl Config {
     /// The settings of every declared type (lxc included), without `vms`,
@@ -24,10 +24,11 @@ impl Config {
             .into_iter()
             .map(|vt| {
                 let driver = Driver::of(&vt);
-                let mut s = with_pillar(
+                let mut s = with_names(
                     &self.pillar,
                     &format!("{CLOUD}.{vt}"),
-                    driver.base_settings(cloud),
+                    driver.base_settings(cloud, self.devhost()),
+                    &["vms", "lxc_cloud_profiles"],
                 );
                 driver.normalise(&mut s);
                 if driver != Driver::Lxc {
@@ -56,6 +57,7 @@ impl Config {
     /// lists none).
     pub fn lxc_settings(&self) -> Result<Value> {
         let mut s = self.type_settings(lxc::VT)?.clone();
+        lxc::profile::check_profiles(&s["lxc_cloud_profiles"])?;
         let vms: Map<String, Value> = self
             .declared()?
             .iter()

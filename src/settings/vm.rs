@@ -192,7 +192,7 @@ impl Config {
                 at("password")
             )));
         }
-        let type_plan = driver.plan_vm(&s, cn, &declared_at)?;
+        let type_plan = driver.plan_vm(t, &s, cn, &declared_at)?;
         parse_prefix(&scalar(&s["netmask"], &at("netmask"))?)?;
         // The merged settings are dropped here (a node may declare tens of
         // thousands of VMs); `finish_vm` merges them again for its one VM.
@@ -217,6 +217,10 @@ impl Config {
         let mut s = merged(self.type_settings(&plan.vt)?, &plan.vm, &plan.own);
         let prefix = parse_prefix(&scalar(&s["netmask"], "netmask")?)?;
         s.insert("netmask".into(), json!(prefix.to_string()));
+        // Always present, as makina-states gave it (`[]` when none).
+        if s.get("additional_ips").is_none_or(Value::is_null) {
+            s.insert("additional_ips".into(), json!([]));
+        }
         Ok(s)
     }
 

@@ -109,7 +109,7 @@ def test_settings_modules(salt_env: SaltEnv) -> None:
     assert salt_env.ok("mc_cloud_controller.gen_id", "Dev_Box.lan") == "Dev_Box-lan"
     lxc = salt_env.ok("mc_cloud_lxc.settings")
     assert lxc["vms"][CN][0] == "gfoobar.test.com" and len(lxc["vms"][CN]) == 5
-    assert lxc["lxc_cloud_profiles"]["xxxsmall"] == "500m"
+    assert lxc["lxc_cloud_profiles"]["xxxsmall"] == {"size": "500m"}
     cn = salt_env.ok("mc_cloud_compute_node.settings")
     assert cn["targets"][CN]["virt_types"] == ["lxc"]
     assert (cn["ssh_port_range_end"], cn["snmp_port_range_end"]) == (50000, 39999)

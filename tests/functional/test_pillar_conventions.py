@@ -4,6 +4,7 @@ list extension, flat dotted keys, devhost mode and size profiles."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.support.saltenv import SaltEnv
@@ -48,3 +49,83 @@ def test_bad_ca_settings_name_the_pillar_key(salt_env: SaltEnv) -> None:
     salt_env.set_pillar({f"{CLOUD}.ssl.ca.bits": 0})
     r = salt_env.mastersalt_call("mc_cloud.settings")
     assert r.returncode != 0 and "makina-states.cloud.ssl.ca.bits" in r.output and "above 0" in r.output
+
+
+def test_overrides_list_extension_and_flat_keys(salt_env: SaltEnv) -> None:
+    cn = "node1.lan"
+    salt_env.set_pillar({
+        f"{CLOUD}.lxc.dnsservers-overrides": ["9.9.9.9"],
+        f"{CLOUD}.lxc": {"defaults": {"users": ["deploy", "root"]}},
+        f"{CLOUD}.lxc.vms.{cn}": {"a.lan": {"profile": "small"}},
+        # The per-VM flat key: the VM is declared with those settings,
+        # merged over its nested declaration.
+        f"{CLOUD}.lxc.vms.{cn}.a.lan": {"profile_type": "lvm"},
+        f"{CLOUD}.lxc.vms.{cn}.b.lan": {"ip": "10.5.3.3"},
+        f"{CLOUD}.compute_node.conf.{cn}.http_proxy.raw_opts_pre": ["acl from_lan src 10.0.0.0/8"],
+    })
+    lxc = settings(salt_env, "mc_cloud_lxc.settings")
+    assert lxc["dnsservers"] == ["9.9.9.9"]
+    assert lxc["defaults"]["users"] == ["root", "sysadmin", "deploy"]
+    assert lxc["vms"] == {cn: ["a.lan", "b.lan"]}
+    a = settings(salt_env, "mc_cloud_lxc.get_settings_for_vm", cn, "a.lan")
+    assert (a["profile"], a["backing"], a["size"]) == ("ms-node1-lan-small-lvm", "lvm", "5g")
+    assert a["dnsservers"] == ["9.9.9.9"] and a["users"] == ["root", "sysadmin", "deploy"]
+    assert settings(salt_env, "mc_cloud_lxc.get_settings_for_vm", cn, "b.lan")["ip"] == "10.5.3.3"
+    target = settings(salt_env, "mc_cloud_compute_node.get_settings_for_target", cn)
+    assert set(target["vms"]) == {"a.lan", "b.lan"}
+
+
+def test_devhost_vms_default_to_overlayfs_with_snapshot(salt_env: SaltEnv) -> None:
+    cn = "devhost10.local"
+    vms = {"a.lan": {}, "b.lan": {"profile_type": "dir", "snapshot": False}}
+    salt_env.set_pillar({"makina-states.nodetypes.devhost": True, f"{CLOUD}.lxc.vms.{cn}": vms})
+    a = settings(salt_env, "mc_cloud_lxc.get_settings_for_vm", cn, "a.lan")
+    assert (a["profile"], a["backing"], a["snapshot"]) == ("ms-devhost10-local-overlayfs", "overlayfs", True)
+    b = settings(salt_env, "mc_cloud_lxc.get_settings_for_vm", cn, "b.lan")
+    assert (b["backing"], b["snapshot"]) == ("dir", False)
+
+
+def test_devhost_grain(salt_env: SaltEnv) -> None:
+    minion = salt_env.conf / "minion"
+    opts = json.loads(minion.read_text())
+    opts["grains"] = {"makina-states.nodetypes.devhost": True}
+    minion.write_text(json.dumps(opts))
+    salt_env.set_pillar({f"{CLOUD}.lxc.vms.devhost10.local": {"a.lan": {}}})
+    lxc = settings(salt_env, "mc_cloud_lxc.settings")
+    assert (lxc["defaults"]["profile_type"], lxc["defaults"]["snapshot"]) == ("overlayfs", True)
+
+
+def test_size_profiles_have_the_original_shape_and_pillar_overrides_reach_the_vms(salt_env: SaltEnv) -> None:
+    cn = "node1.lan"
+    salt_env.set_pillar({
+        f"{CLOUD}.lxc.lxc_cloud_profiles.small": {"size": "7g"},
+        f"{CLOUD}.lxc.vms.{cn}": {"a.lan": {"profile": "small", "profile_type": "lvm"}},
+    })
+    lxc = settings(salt_env, "mc_cloud_lxc.settings")
+    assert lxc["lxc_cloud_profiles"]["small"] == {"size": "7g"}
+    assert lxc["lxc_cloud_profiles"]["xxxsmall"] == {"size": "500m"}
+    a = settings(salt_env, "mc_cloud_lxc.get_settings_for_vm", cn, "a.lan")
+    assert a["size"] == "7g" and a["additional_ips"] == []
+
+
+def test_images_and_saltify_shapes(salt_env: SaltEnv) -> None:
+    salt_env.set_pillar({
+        f"{CLOUD}.images.lxc.cron_hour": "*/6",
+        f"{CLOUD}.saltify.targets.metal1.lan": {"password": "s3cret"},
+        f"{CLOUD}.saltify.targets.metal2.lan": {"password": "pw", "no_sudo_password": True},
+    })
+    lxc = settings(salt_env, "mc_cloud_images.settings")["lxc"]
+    assert (lxc["cron_sync"], lxc["cron_hour"], lxc["cron_minute"], lxc["images_root"]) == (
+        True, "*/6", "3", "/var/lib/lxc")
+    img = lxc["images"]["makina-states-trusty"]
+    assert img["builder_ref"] == "makina-states-trusty-lxc-ref.foo.net"
+    assert img["source"] == "lxc-template:debian/bookworm" and len(img["version"]) == 16
+    r = salt_env.mastersalt_call("mc_cloud_saltify.settings")
+    assert r.returncode == 0, r.output
+    assert r.data["targets"] == {"metal1.lan": {}, "metal2.lan": {}} and "s3cret" not in r.stdout
+    t1 = settings(salt_env, "mc_cloud_saltify.settings_for_target", "metal1.lan")
+    assert (t1["sudo_password"], t1["master"], t1["master_port"]) == ("s3cret", "controller", 4606)
+    assert settings(salt_env, "mc_cloud_saltify.settings_for_target", "metal2.lan")["sudo_password"] is None
+    salt_env.set_pillar({f"{CLOUD}.images.lxc.cron_minute": "3;reboot"})
+    r = salt_env.mastersalt_call("mc_cloud_images.settings")
+    assert r.returncode != 0 and "makina-states.cloud.images.lxc.cron_minute" in r.output

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::pillar::checks::ensure;
-use crate::pillar::values::{kind_of, scalar};
+use crate::pillar::values::{kind_of, scalar, truthy};
 
 /// An LXC configuration key: `lxc.` then dot-separated parts of lowercase
 /// letters, digits, `_` and `-` (`lxc.hook.pre-start`).
@@ -86,14 +86,6 @@ pub(crate) fn lxc_conf_entries(
 /// no value holds a control character, keys are `lxc.` keys).
 pub fn render_config(s: &Map<String, Value>) -> Result<String> {
     let text = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
-    let truthy = |k: &str| match s.get(k) {
-        Some(Value::Bool(b)) => *b,
-        Some(Value::String(v)) => {
-            !matches!(v.to_ascii_lowercase().as_str(), "" | "0" | "false" | "no")
-        }
-        Some(Value::Number(n)) => n.as_f64() != Some(0.0),
-        _ => false,
-    };
     let mut out = format!(
         "# Managed by mccloud: settings of VM {} from the registry, do not edit.\n",
         text("name")
@@ -115,7 +107,11 @@ pub fn render_config(s: &Map<String, Value>) -> Result<String> {
         text("netmask")
     );
     let _ = writeln!(out, "lxc.net.0.ipv4.gateway = {}", text("gateway"));
-    let _ = writeln!(out, "lxc.start.auto = {}", u8::from(truthy("autostart")));
+    let _ = writeln!(
+        out,
+        "lxc.start.auto = {}",
+        u8::from(s.get("autostart").is_some_and(truthy))
+    );
     let strings = |k: &str| {
         s.get(k)
             .and_then(Value::as_array)

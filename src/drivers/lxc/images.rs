@@ -4,20 +4,43 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::pillar::checks;
-use crate::pillar::merge::with_pillar;
+use crate::pillar::merge::with_names;
 use crate::pillar::names::validate;
-use crate::pillar::values::as_str;
+use crate::pillar::values::{as_str, scalar};
+use sha2::{Digest, Sha256};
 
 /// Pillar prefix of the images.
 pub const IMAGES: &str = "makina-states.cloud.images";
 /// Name of the default lxc image (template container).
 pub const DEFAULT_IMAGE: &str = "makina-states-trusty";
 
+/// The recipe keys of an image: what it is built from.
+const RECIPE: [&str; 4] = ["template", "release", "packages", "template_args"];
+
 /// `mc_cloud_images.settings()`: lxc images, the default image first,
-/// each checked.
-pub fn settings(pillar: &Map<String, Value>) -> Result<Value> {
+/// each checked. `lxc` also holds makina-states' keys:
+///
+/// - `images_root`: where images live (the lxc path, `lxc_path`);
+/// - `cron_sync` (true, false on a development host as makina-states
+///   had it), `cron_hour`, `cron_minute` (`3`, `3`): the controller's
+///   nightly image synchronisation, crontab fields (numbers, `*`, lists,
+///   ranges and steps only);
+/// - per image, `builder_ref` (`<image>-lxc-ref.foo.net`, the original's
+///   name of the container an image is built on), and what mccloud knows
+///   of where it comes from and which build it is: `source`
+///   (`lxc-template:<template>/<release>`: images are built on the node
+///   from their lxc template, then synchronised), `version` (16 hex
+///   digits naming the recipe: template, release, packages, template
+///   arguments; a changed recipe is a new version) and `checksum`
+///   (`sha256:` and the recipe's full digest). An image the pillar gives
+///   these keys keeps them (an image provided another way).
+pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) -> Result<Value> {
     let defaults = json!({
         "lxc": {
+            "images_root": lxc_path,
+            "cron_sync": !devhost,
+            "cron_hour": "3",
+            "cron_minute": "3",
             "default": DEFAULT_IMAGE,
             "images": {
                 DEFAULT_IMAGE: {
@@ -28,7 +51,7 @@ pub fn settings(pillar: &Map<String, Value>) -> Result<Value> {
             },
         }
     });
-    let mut s = with_pillar(pillar, IMAGES, defaults);
+    let mut s = with_names(pillar, IMAGES, defaults, &["lxc.images"]);
     let default = as_str(&s["lxc"]["default"], &format!("{IMAGES}.lxc.default"))?.to_owned();
     let images = s["lxc"]["images"].as_object().cloned().unwrap_or_default();
     let Some(first) = images.get(&default) else {
@@ -42,8 +65,96 @@ pub fn settings(pillar: &Map<String, Value>) -> Result<Value> {
         check_image(&k, &v)?;
         ordered.entry(k).or_insert(v);
     }
+    for (name, img) in ordered.iter_mut() {
+        describe(name, img);
+    }
     s["lxc"]["images"] = Value::Object(ordered);
+    let lxc = &mut s["lxc"];
+    let what = |k: &str| format!("pillar value {IMAGES}.lxc.{k}");
+    checks::abs_path(
+        &what("images_root"),
+        checks::string(&what("images_root"), &lxc["images_root"], false)?,
+    )?;
+    if !lxc["cron_sync"].is_boolean() {
+        return Err(Error::invalid(format!(
+            "{} must be true or false, not {}",
+            what("cron_sync"),
+            checks::brief(&lxc["cron_sync"])
+        )));
+    }
+    for (k, max) in [("cron_hour", 23), ("cron_minute", 59)] {
+        let field = scalar(&lxc[k], &what(k))?;
+        cron_field(&what(k), &field, max)?;
+        lxc[k] = json!(field);
+    }
     Ok(s)
+}
+
+/// Adds to image `img` its builder, source, version and checksum, unless
+/// the pillar gives them.
+fn describe(name: &str, img: &mut Value) {
+    let recipe: Map<String, Value> = RECIPE
+        .iter()
+        .filter_map(|k| Some(((*k).to_owned(), img.get(*k)?.clone())))
+        .collect();
+    let digest = hex(&Sha256::digest(
+        Value::Object(recipe).to_string().as_bytes(),
+    ));
+    let text = |k: &str, default: &str| {
+        img.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+            .to_owned()
+    };
+    let source = format!(
+        "lxc-template:{}/{}",
+        text("template", "debian"),
+        text("release", "bookworm")
+    );
+    let Value::Object(m) = img else { return };
+    for (k, v) in [
+        ("builder_ref", format!("{name}-lxc-ref.foo.net")),
+        ("source", source),
+        ("version", digest[..16].to_owned()),
+        ("checksum", format!("sha256:{digest}")),
+    ] {
+        m.entry(k).or_insert_with(|| json!(v));
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A crontab field: `*` or numbers up to `max`, ranges `a-b`, each
+/// optionally with a step `/n`, in a comma-separated list.
+fn cron_field(what: &str, value: &str, max: u32) -> Result<()> {
+    let number = |s: &str| s.len() <= 2 && s.parse::<u32>().is_ok_and(|n| n <= max);
+    let item_ok = |item: &str| {
+        let (base, step) = match item.split_once('/') {
+            Some((b, st)) => (b, Some(st)),
+            None => (item, None),
+        };
+        let base_ok = base == "*"
+            || number(base)
+            || base.split_once('-').is_some_and(|(a, b)| {
+                number(a) && number(b) && a.parse::<u32>().ok() <= b.parse::<u32>().ok()
+            });
+        let step_ok = step.is_none_or(|st| {
+            st.parse::<u32>()
+                .is_ok_and(|n| (1..=max.max(1)).contains(&n))
+        });
+        base_ok && step_ok
+    };
+    checks::ensure(
+        !value.is_empty() && value.split(',').all(item_ok),
+        what,
+        value,
+        "is not a crontab field",
+        &format!(
+            "use numbers from 0 to {max}, '*', lists (1,5), ranges (1-5) and steps (*/2) only"
+        ),
+    )
 }
 
 /// Checks an lxc image declaration: its name, template, release, packages

@@ -28,11 +28,14 @@ pub const SEED_TARGETS: &str = "makina-states.services.cloud.lxc.targets";
 
 /// `mc_cloud_lxc.settings()` before pillar (and without `vms`): the lxc
 /// defaults over the generic VM defaults `g`, the size profiles, the
-/// profile types and modes.
-pub fn base_settings(cloud: &Value, g: &Value) -> Value {
+/// profile types and modes. On a development host, VMs default to
+/// overlayfs clones with snapshots ("We use overlayfs with snapshot in
+/// development mode", seed 003); elsewhere to dir copies.
+pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
+    let ptype = if devhost { "overlayfs" } else { "dir" };
     let mut defaults = json!({
-        "autostart": true, "snapshot": false, "size": null, "profile": "medium",
-        "profile_type": "dir", "backing": "dir", "gateway": g["gateway"],
+        "autostart": true, "snapshot": devhost, "size": null, "profile": "medium",
+        "profile_type": ptype, "backing": ptype, "gateway": g["gateway"],
         "network": g["network"], "netmask": g["netmask"], "netmask_full": g["netmask_full"],
         "bridge": "lxcbr1", "main_bridge": "br0", "use_bridge": true, "image": "ubuntu",
         "default_container": DEFAULT_IMAGE, "sudo": g["sudo"], "users": g["users"],
@@ -42,7 +45,10 @@ pub fn base_settings(cloud: &Value, g: &Value) -> Value {
     for key in super::FROM_CLOUD {
         defaults[key] = g[key].clone();
     }
-    let sizes: Map<String, Value> = SIZES.iter().map(|(n, s)| ((*n).into(), json!(s))).collect();
+    let sizes: Map<String, Value> = SIZES
+        .iter()
+        .map(|(n, s)| ((*n).into(), json!({ "size": s })))
+        .collect();
     json!({
         "dnsservers": super::DNSSERVERS,
         "defaults": defaults,
@@ -54,8 +60,12 @@ pub fn base_settings(cloud: &Value, g: &Value) -> Value {
     })
 }
 
-/// Normalises the settings after pillar merging (`lvm-sratch`).
+/// Normalises the settings after pillar merging (`lvm-sratch`, size
+/// profiles given as bare sizes).
 pub fn normalise(s: &mut Value) {
+    if let Some(p) = s.get_mut("lxc_cloud_profiles") {
+        profile::normalise_profiles(p);
+    }
     if let Some(d) = s.get_mut("defaults") {
         if let Some(t) = d.get("profile_type").and_then(Value::as_str) {
             d["profile_type"] = json!(profile::normalise_type(t));

@@ -8,6 +8,8 @@ use crate::pillar::checks;
 use crate::pillar::names::gen_id;
 use crate::pillar::values::{as_str, scalar};
 
+use super::LXC;
+
 /// Size profiles, in the historical order.
 pub const SIZES: [(&str, &str); 11] = [
     ("xxxtrem", "2000g"),
@@ -31,8 +33,50 @@ pub const PROFILE_TYPES: [&str; 6] = [
     "overlayfs",
     "overlayfs-scratch",
 ];
-fn size_of(name: &str) -> Option<&'static str> {
-    SIZES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+/// The size of profile `name` in the size profiles `profiles` (the
+/// merged `lxc_cloud_profiles`: `{name: {size: 10g}}`), checked.
+fn size_of(profiles: &Value, name: &str) -> Result<Option<String>> {
+    let Some(p) = profiles.get(name) else {
+        return Ok(None);
+    };
+    let what = format!("size of size profile {name} (pillar {LXC}.lxc_cloud_profiles.{name}.size)");
+    let size = scalar(&p["size"], &what)?;
+    if !is_size_literal(&size) {
+        return Err(Error::invalid(format!(
+            "{what} {size:?} is not a size: use a number and a unit, such as 10g or 500m"
+        )));
+    }
+    Ok(Some(size))
+}
+
+/// Checks every size profile of `profiles` (see [`size_of`]).
+pub fn check_profiles(profiles: &Value) -> Result<()> {
+    let Value::Object(m) = profiles else {
+        return Err(Error::invalid(format!(
+            "pillar {LXC}.lxc_cloud_profiles must be a mapping of size profiles such as {{small: {{size: 5g}}}}"
+        )));
+    };
+    for name in m.keys() {
+        checks::word(
+            &format!("size profile name {name:?} (pillar {LXC}.lxc_cloud_profiles)"),
+            name,
+            false,
+        )?;
+        size_of(profiles, name)?;
+    }
+    Ok(())
+}
+
+/// The size profiles in makina-states' shape, `{name: {size: 10g}}`; a
+/// profile given as a bare size (`small: 7g`) is read as its size.
+pub fn normalise_profiles(profiles: &mut Value) {
+    if let Value::Object(m) = profiles {
+        for v in m.values_mut() {
+            if v.is_string() || v.is_number() {
+                *v = serde_json::json!({ "size": v.take() });
+            }
+        }
+    }
 }
 
 /// A size literal such as `10g`, `500m`, `1.5t`.
@@ -62,7 +106,14 @@ pub struct Profile {
     pub name: String,
 }
 
-pub(crate) fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Result<Profile> {
+/// The profile of a VM whose merged settings are `s`, with the size
+/// profiles `profiles`.
+pub(crate) fn profile_of(
+    profiles: &Value,
+    s: &Map<String, Value>,
+    cn: &str,
+    whose: &str,
+) -> Result<Profile> {
     let ptype = normalise_type(as_str(
         &s["profile_type"],
         &format!("profile_type of {whose}"),
@@ -79,7 +130,7 @@ pub(crate) fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Resul
         Some(v) => {
             let p = scalar(v, &format!("profile of {whose}"))?;
             checks::word(&format!("profile of {whose}"), &p, false)?;
-            match size_of(&p) {
+            match size_of(profiles, &p)? {
                 Some(_) => (p, None),
                 None => ("medium".to_string(), Some(p)),
             }
@@ -89,18 +140,18 @@ pub(crate) fn profile_of(s: &Map<String, Value>, cn: &str, whose: &str) -> Resul
     let size = match s.get("size").filter(|v| !v.is_null()) {
         Some(v) => {
             let raw = scalar(v, &format!("size of {whose}"))?;
-            match size_of(&raw) {
-                    Some(sz) => sz.to_string(),
+            match size_of(profiles, &raw)? {
+                    Some(sz) => sz,
                     None if is_size_literal(&raw) => raw,
                     None => {
                         return Err(Error::invalid(format!(
                             "{whose}: unknown size {raw:?}; use a size profile ({}) or a literal such as 15g",
-                            SIZES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                            profiles.as_object().into_iter().flatten().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
                         )))
                     }
                 }
         }
-        None => size_of(&size_name).unwrap_or("10g").to_string(),
+        None => size_of(profiles, &size_name)?.unwrap_or_else(|| "10g".into()),
     };
     let size_part = if ptype == "lvm" {
         format!("-{size_name}")
