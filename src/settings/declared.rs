@@ -227,7 +227,10 @@ impl Config {
     /// otherwise.
     fn collect_prefix(&self, nodes: &mut Declared, vt: &str, prefix: &str) -> Result<()> {
         let parts: Vec<&str> = prefix.split('.').collect();
-        let mut known: BTreeSet<&str> = BTreeSet::new();
+        // Nodes declared under a weaker prefix (the seed's targets) count:
+        // a flat per-VM key may extend them.
+        let earlier: Vec<String> = nodes.keys().cloned().collect();
+        let mut known: BTreeSet<&str> = earlier.iter().map(String::as_str).collect();
         for (at, nested, _) in forms(&self.pillar, &parts) {
             let Value::Object(m) = nested else {
                 return Err(Error::invalid(format!(

@@ -1045,6 +1045,16 @@ fn a_per_vm_flat_key_declares_the_vm_on_its_node() {
         format!("{LXC}.vms.{CN}.d.test.com"): {"profile": "small", "profile_type": "lvm"},
     }));
     assert_eq!(finish(&nested, CN, "d.test.com").unwrap()["size"], "5g");
+    // And one declared in the seed's form: the flat key adds to its VM.
+    let seed = config(json!({
+        format!("makina-states.services.cloud.lxc.targets.{CN}"): {"e.test.com": {"password": "p"}},
+        format!("{LXC}.vms.{CN}.e.test.com"): {"mac": "00:16:3e:01:02:03"},
+    }));
+    let e = finish(&seed, CN, "e.test.com").unwrap();
+    assert_eq!(
+        (&e["mac"], &e["password"]),
+        (&json!("00:16:3e:01:02:03"), &json!("p"))
+    );
 }
 
 #[test]

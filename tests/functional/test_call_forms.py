@@ -49,14 +49,16 @@ def test_find_functions_take_the_original_arguments(salt_env: SaltEnv) -> None:
 
 
 def test_defaults_are_recorded_only_for_a_vm_without_allocation(salt_env: SaltEnv) -> None:
-    other = "gfoobar3.test.com"  # declares its IP but no MAC or password
+    other = "gfoobar3.test.com"  # declares its IP but no MAC
+    # A VM's first allocation also claims the declared IPs of the node (not
+    # its other VMs): the MAC default first, then the IP default.
+    mac = salt_env.ok("mc_cloud_compute_node.find_mac_for_vm", CN, "lxc", other, "00:16:3e:01:02:03")
+    assert mac == "00:16:3e:01:02:03"
+    assert salt_env.ok("mc_cloud_compute_node.find_mac_for_vm", CN, "lxc", other, "00:16:3e:0a:0b:0c") == mac
     ip = salt_env.ok("mc_cloud_compute_node.find_ip_for_vm", CN, VM, "10.5.0.77")
     assert ip == "10.5.0.77"
     assert salt_env.ok("mc_cloud_compute_node.find_ip_for_vm", CN, VM, "10.5.0.78") == "10.5.0.77"
     assert salt_env.ok("mc_cloud_compute_node.find_ip_for_vm", CN, FIXED, "default=10.5.0.79") == "10.5.10.16"
-    mac = salt_env.ok("mc_cloud_compute_node.find_mac_for_vm", CN, "lxc", other, "00:16:3e:01:02:03")
-    assert mac == "00:16:3e:01:02:03"
-    assert salt_env.ok("mc_cloud_compute_node.find_mac_for_vm", CN, "lxc", other, "00:16:3e:0a:0b:0c") == mac
     # The sample pillar declares this VM's password: the pillar wins.
     assert salt_env.ok("mc_cloud_compute_node.find_password_for_vm", CN, "lxc", other, "default=other") == "foobar"
 

@@ -226,8 +226,11 @@ def check_https_and_snmp(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]
     """The https frontend serves each VM domain the certificate the
     controller's CA issued for it (SNI) and tells the backend ``X-SSL: 1``;
     a datagram to a VM's snmp port on the node reaches the VM's port 161."""
-    cas = list((cloud.root / "pillar").glob("cloud-controller/ssl/**/*_ca_cert.crt"))
-    assert len(cas) == 1, cas
+    # The controller's CA, where the node's registry says the controller keeps it.
+    pushed = yaml.safe_load((cloud.root / "etc" / "makina-states" / "cloud_compute_node_settings.yaml").read_text())
+    ssl_dir, ca_name = pushed["cloudSettings"]["ssl_pillar_dir"], pushed["cloudSettings"]["ssl"]["ca"]["ca_name"]
+    cas = [Path(ssl_dir) / ca_name / f"{ca_name}_ca_cert.crt"]
+    assert cas[0].exists(), cas
     backends = [subprocess.Popen(["lxc-attach", "-P", str(lxc), "-n", vm, "--", "python3", "-c", HTTP_BACKEND])
                 for vm in VMS[:2]]
     try:
@@ -275,7 +278,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     timed(phases, "compute node deploy (incl. image build)", cloud, "mc_cloud_compute_node.deploy", cloud.node)
     assert (lxc / TEMPLATE / "config").exists()
     bare_floor(cloud, lxc, phases)
-    ports = {vm: cloud.call_cli.run("mc_cloud_compute_node.get_ssh_port", cloud.node, vm).data for vm in VMS}
+    ports = {vm: cloud.call_cli.run("mc_cloud_compute_node.get_ssh_port", vm).data for vm in VMS}
     start = time.monotonic()
     data = timed(phases, "provision one VM (mc_cloud_vm.provision)", cloud, "mc_cloud_vm.provision", VMS[0])
     ssh_banner("127.0.0.1", ports[VMS[0]])
@@ -339,7 +342,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         assert vm not in sh("lxc-ls", "-P", str(lxc)).stdout
         assert f"listen lst_{vm}" not in cfg.read_text()
         assert f"{seen[vm]['ip']}:161" not in sh("iptables", "-t", "nat", "-S", CHAIN).stdout
-        assert vm not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data
+        assert vm not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data["ips"]
         # like salt-cloud -d: the key is gone from the master of its mode
         keys = master_of(cloud, vm).salt_key_cli().run("--list", "all", "--out=json").data
         assert not any(vm in ids for ids in keys.values()), keys

@@ -114,7 +114,7 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
     ok(cloud, "mc_cloud_vm.destroy", gone)
     netns = "/run/netns/" + cloud.run("mc_cloud_nsbox.vm_data", gone)[1]["netns"]
     assert not os.path.exists(netns)
-    held = cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data
+    held = cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data["ips"]
     assert gone not in held and GUESTS[1] in held
     with pytest.raises(OSError):
         socket.create_connection((seen[gone]["ip"], 22), timeout=2).close()

@@ -54,7 +54,7 @@ mccloud-lxc-image-{{ i }}:
 mccloud-lxc-image-version-{{ i }}:
   file.managed:
     - name: {{ (d.lxc_path ~ '/' ~ name ~ '/mccloud-image-version') | tojson }}
-    - contents: {{ (img | json | sha256)[:16] | tojson }}
+    - contents: {{ (img.get('version') or (img | json | sha256)[:16]) | string | tojson }}
     - replace: false
     - require:
       - cmd: mccloud-lxc-image-{{ i }}
