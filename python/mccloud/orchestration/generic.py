@@ -314,10 +314,15 @@ def bootstrap_data(env: Env, vm: str, cn: str) -> dict[str, Any]:
 _NO_TOP = "No Top file or master_tops data matches found"
 
 
-def vm_minion_call(env: Env, vm: str, fun: str, timeout: int = 300) -> Outcome:
-    """Calls ``fun`` on the VM's own minion through the master of its mode;
-    fails when the VM is not a minion of it, does not answer, a state fails
-    (named by its id) or ``fun`` returns nothing true."""
+def vm_minion_call(env: Env, vm: str, fun: str, timeout: int | None = None) -> Outcome:
+    """Calls ``fun`` on the VM's own minion through the master of its mode
+    (waiting up to ``timeout`` s, for states the master option
+    ``mccloud_sls_timeout``); fails when the VM is not a minion of it, does
+    not return, a state fails (named by its id) or ``fun`` returns nothing
+    true."""
+    if timeout is None:
+        timeout = int(env.opts.get("mccloud_sls_timeout") or transport.DEFAULT_TIMEOUT) if fun.startswith("state.") \
+            else 300
     out = Outcome()
     _, data = env.vm_data(vm)
     mode = str(data["vm"].get("mode") or "salt")
@@ -327,7 +332,8 @@ def vm_minion_call(env: Env, vm: str, fun: str, timeout: int = 300) -> Outcome:
     env.progress(f"{vm}: {fun}")
     answered, value = minions.call(env.opts, vm, mode, fun, timeout)
     if not answered:
-        return out.fail(f"minion {vm} did not answer {fun} within {timeout} s on the {mode} master")
+        return out.fail(f"minion {vm} did not return {fun} within {timeout} s on the {mode} master (a job still "
+                        f"running shows in salt-run jobs.active)")
     if fun.startswith("state."):
         failures = transport.state_failures(value)
         if failures and all(_NO_TOP in f for f in failures):  # a list, or one pseudo-state

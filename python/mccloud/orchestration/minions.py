@@ -199,9 +199,9 @@ def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: int
         ret = client.cmd(minion, fun, timeout=timeout, full_return=True)
     finally:
         client.destroy()
-    if minion not in ret:
+    value = ret.get(minion, False)
+    if value is False:  # Salt's LocalClient marks a minion that did not return with False
         return False, None
-    value = ret[minion]
     # full_return gives {"ret": ..., "retcode": ...}; a return read back
     # from the job cache comes bare
     return True, (value["ret"] if isinstance(value, dict) and "ret" in value
