@@ -249,7 +249,8 @@ def check_https_and_snmp(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]
             assert ok(body) and body.endswith(b"mccloud-backend"), body
             assert ("commonName", domain) in [n for rdn in cert["subject"] for n in rdn], cert
             headers = guest_file(lxc, vm, "/root/mccloud-request")
-            assert "X-SSL: 1\n" in headers and "X-Forwarded-Proto: https\n" in headers, headers
+            # haproxy sends header names in lower case
+            assert "x-ssl: 1\n" in headers.lower() and "x-forwarded-proto: https\n" in headers.lower(), headers
     finally:
         for p in backends:
             p.kill()
