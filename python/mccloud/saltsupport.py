@@ -138,7 +138,11 @@ def _master_side_store(opts: Mapping[str, Any]) -> str | None:
 
 def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Registry:
     """The registry of the controller behind ``opts``."""
-    cfg = config(opts, pillar)
+    return registry_for(opts, config(opts, pillar))
+
+
+def registry_for(opts: Mapping[str, Any], cfg: mccloud.Config) -> mccloud.Registry:
+    """The registry over ``cfg`` (a configuration already built)."""
     return mccloud.Registry(cfg, store_dir(opts, cfg))
 
 

@@ -40,31 +40,44 @@ def _cfg():
     return _ms.config(__opts__, __pillar__)
 
 
-def _vt_of(target, vm, virt_type=None):
+def _vt_of(cfg, target, vm, virt_type=None):
     """The declared type of ``vm`` on ``target``; a ``virt_type`` given by
     the caller must be that one."""
-    vt = _ms.declared_type(_cfg(), str(target), str(vm))
+    vt = _ms.declared_type(cfg, str(target), str(vm))
     if virt_type not in (None, "", vt):
         raise _ms.ArgumentError(f"VM {vm} on compute node {target} is a {vt} VM, not {virt_type}: "
                                 f"drop the virt_type argument or give {vt}")
     return vt
 
 
-def _with_default(target, vm, vt, key, default):
-    """The registry, where ``default`` becomes the VM's ``key`` when the VM
-    holds no allocation yet and the pillar declares none (the original's
-    ``default=`` arguments)."""
-    reg = _registry()
-    if default in (None, "") or vm in reg.allocated(target, "ip"):
-        return reg
-    if _cfg().vm_declared_settings(target, vm).get(key) not in (None, ""):
-        return reg
-    return _ms.registry(__opts__, _ms.with_vm_values(__pillar__, vt, target, vm, {key: str(default)}))
+def _both():
+    """The configuration and the registry over it (built once per call)."""
+    cfg = _cfg()
+    return cfg, _ms.registry_for(__opts__, cfg)
 
 
-def _ips_record(target, **extra):
+def _takes_default(cfg, reg, target, vm, key, default):
+    """Whether a ``default`` (the original's ``default=`` arguments) becomes
+    the VM's ``key``: one is given, the VM holds no allocation yet and its
+    pillar declares none."""
+    return default not in (None, "") and vm not in reg.allocated(target, "ip") \
+        and cfg.vm_declared_settings(target, vm).get(key) in (None, "")
+
+
+def _with_default(target, vm, virt_type, key, default):
+    """The registry, where ``default`` (a value, or a function making one)
+    becomes the VM's ``key`` when :func:`_takes_default`."""
+    cfg, reg = _both()
+    vt = _vt_of(cfg, target, vm, virt_type)
+    if not _takes_default(cfg, reg, target, vm, key, default):
+        return reg
+    value = default() if callable(default) else default
+    return _ms.registry(__opts__, _ms.with_vm_values(__pillar__, vt, target, vm, {key: str(value)}))
+
+
+def _ips_record(reg, target, **extra):
     """The original's allocated-IP record: ``{'api': 2, 'ips': {vm: ip}}``."""
-    return {"api": 2, "ips": _registry().allocated(str(target), "ip"), **extra}
+    return {"api": 2, "ips": reg.allocated(str(target), "ip"), **extra}
 
 
 def _vms_kept(target_data):
@@ -107,7 +120,7 @@ def get_settings_for_target(target, target_data=None):
         mastersalt-call mc_cloud_compute_node.get_settings_for_target devhost10.local
     """
     _vms_kept(target_data)
-    data = _ms.node_settings(__opts__, _cfg(), _registry(), str(target))
+    data = _ms.node_settings(__opts__, *_both(), str(target))
     if target_data:
         certs = [tuple(c) for c in target_data.get("ssl_certs") or []]
         known = {pem for _, pem in certs}
@@ -145,17 +158,16 @@ def find_ip_for_vm(target, vm, default=None, virt_type=None, network=None, netma
         mastersalt-call mc_cloud_compute_node.find_ip_for_vm devhost10.local vm1.foo.com default=10.5.0.9
     """
     target, vm = str(target), str(vm)
-    _vt_of(target, vm, virt_type)
+    cfg, reg = _both()
+    _vt_of(cfg, target, vm, virt_type)
     if network not in (None, "") or netmask not in (None, ""):
-        own = _cfg().vm_declared_settings(target, vm)
+        own = cfg.vm_declared_settings(target, vm)
         for key, given in (("network", network), ("netmask", netmask)):
             if given not in (None, "") and str(given) != str(own[key]):
                 raise _ms.ArgumentError(
                     f"VM {vm} on compute node {target} is on {key} {own[key]}, not {given}: its network is "
                     f"declared in pillar (makina-states.cloud.lxc.defaults or the VM's own settings)")
-    reg = _registry()
-    if default not in (None, "") and vm not in reg.allocated(target, "ip") \
-            and _cfg().vm_declared_settings(target, vm).get("ip") in (None, ""):
+    if _takes_default(cfg, reg, target, vm, "ip", default):
         reg.set_allocated_ip(target, vm, str(default))
     return reg.find_ip(target, vm)
 
@@ -177,8 +189,7 @@ def find_mac_for_vm(target, virt_type, vm=None, default=None):
     if vm is None:
         virt_type, vm = None, virt_type
     target, vm = str(target), str(vm)
-    vt = _vt_of(target, vm, virt_type)
-    return _with_default(target, vm, vt, "mac", default).find_mac(target, vm)
+    return _with_default(target, vm, virt_type, "mac", default).find_mac(target, vm)
 
 
 @_ms.salt_errors
@@ -198,10 +209,9 @@ def find_password_for_vm(target, virt_type, vm=None, default=None, pwlen=32):
     if vm is None:
         virt_type, vm = None, virt_type
     target, vm = str(target), str(vm)
-    vt = _vt_of(target, vm, virt_type)
     if default in (None, ""):
         default = _ms.random_password(pwlen)
-    return _with_default(target, vm, vt, "password", default).find_password(target, vm)
+    return _with_default(target, vm, virt_type, "password", default).find_password(target, vm)
 
 
 @_ms.salt_errors
@@ -217,7 +227,8 @@ def get_ssh_port(vm, target=None):
         mastersalt-call mc_cloud_compute_node.get_ssh_port vm1.foo.com devhost10.local
     """
     vm = str(vm)
-    return _registry().port(str(target) if target else _cfg().node_of(vm), vm, "ssh")
+    cfg, reg = _both()
+    return reg.port(str(target) if target else cfg.node_of(vm), vm, "ssh")
 
 
 @_ms.salt_errors
@@ -233,7 +244,8 @@ def get_snmp_port(vm, target=None):
         mastersalt-call mc_cloud_compute_node.get_snmp_port vm1.foo.com target=devhost10.local
     """
     vm = str(vm)
-    return _registry().port(str(target) if target else _cfg().node_of(vm), vm, "snmp")
+    cfg, reg = _both()
+    return reg.port(str(target) if target else cfg.node_of(vm), vm, "snmp")
 
 
 @_ms.salt_errors
@@ -296,7 +308,7 @@ def get_allocated_ips(target):
 
         mastersalt-call mc_cloud_compute_node.get_allocated_ips devhost10.local
     """
-    return _ips_record(target)
+    return _ips_record(_registry(), target)
 
 
 @_ms.salt_errors
@@ -313,9 +325,10 @@ def set_allocated_ip(target, vm, ip, vt=None):
         mastersalt-call mc_cloud_compute_node.set_allocated_ip devhost10.local vm1.foo.com 10.5.0.9
     """
     target, vm = str(target), str(vm)
-    _vt_of(target, vm, vt)
-    _registry().set_allocated_ip(target, vm, str(ip))
-    return _ips_record(target)
+    cfg, reg = _both()
+    _vt_of(cfg, target, vm, vt)
+    reg.set_allocated_ip(target, vm, str(ip))
+    return _ips_record(reg, target)
 
 
 @_ms.salt_errors
@@ -353,8 +366,9 @@ def cleanup_allocated_ips(target):
 
         mastersalt-call mc_cloud_compute_node.cleanup_allocated_ips devhost10.local
     """
-    freed = _registry().cleanup(str(target), "ip")
-    return _ips_record(target, freed=freed)
+    reg = _registry()
+    freed = reg.cleanup(str(target), "ip")
+    return _ips_record(reg, target, freed=freed)
 
 
 @_ms.salt_errors
@@ -371,8 +385,9 @@ def cleanup_ssh_ports(target, target_data=None):
         mastersalt-call mc_cloud_compute_node.cleanup_ssh_ports devhost10.local
     """
     _vms_kept(target_data)
-    _registry().cleanup(str(target), "ssh")
-    return _registry().allocated(str(target), "ssh")
+    reg = _registry()
+    reg.cleanup(str(target), "ssh")
+    return reg.allocated(str(target), "ssh")
 
 
 @_ms.salt_errors
@@ -388,8 +403,9 @@ def cleanup_snmp_ports(target, target_data=None):
         mastersalt-call mc_cloud_compute_node.cleanup_snmp_ports devhost10.local
     """
     _vms_kept(target_data)
-    _registry().cleanup(str(target), "snmp")
-    return _registry().allocated(str(target), "snmp")
+    reg = _registry()
+    reg.cleanup(str(target), "snmp")
+    return reg.allocated(str(target), "snmp")
 
 
 @_ms.salt_errors
