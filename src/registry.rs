@@ -77,9 +77,12 @@ impl Registry {
 
     /// A write transaction, creating the store when there is none.
     fn write<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        Ok(self
-            .with_store(true, |s| s.write(f))?
-            .expect("the store was created"))
+        self.with_store(true, |s| s.write(f))?.ok_or_else(|| {
+            Error::store(
+                &self.dir.join(FILE_NAME),
+                "the store could not be created: check the directory and retry",
+            )
+        })
     }
 
     /// A write transaction on an existing store (`None` without one).
@@ -153,7 +156,7 @@ impl Registry {
     /// on first call. One write transaction, one password hash.
     pub fn vm_settings(&self, cn: &str, vm: &str, full: bool) -> Result<Value> {
         let (node, alloc) = self.allocate_in_node(cn, vm, full)?;
-        let plan = node.vm(vm).expect("allocated VMs are declared");
+        let plan = node.vm(vm).ok_or_else(|| not_declared(cn, vm))?;
         views::vm::finish(&self.config, cn, plan, &alloc, full)
     }
 
@@ -213,7 +216,8 @@ impl Registry {
     }
 
     /// `set_allocated_ip`: records an explicit IP for a declared VM whose
-    /// pillar declares none (freeing its previous one).
+    /// pillar declares none (freeing its previous one), or the one its
+    /// pillar declares.
     pub fn set_allocated_ip(&self, cn: &str, vm: &str, ip: &str) -> Result<String> {
         validate("compute node", cn)?;
         validate("VM", vm)?;
@@ -227,6 +231,10 @@ impl Registry {
                 lxc::LXC
             )));
         };
+        if plan.ip == Some(ip) {
+            // What the pillar says already: recorded as allocation does.
+            return self.find_ip(cn, vm);
+        }
         if let Some(declared) = plan.ip {
             return Err(Error::Conflict(format!(
                 "{} declares its IP ({declared}) in pillar: an IP set here would be undone at its next \
@@ -314,5 +322,7 @@ impl Registry {
     }
 }
 
+#[cfg(test)]
+mod pillar_props;
 #[cfg(test)]
 mod tests;

@@ -115,13 +115,30 @@ def vm_settings(opts: Mapping[str, Any], suf: str = "", ttl: float = 60) -> dict
     return data
 
 
+_MISSING = object()
+
+
 def lookup(key: str, default: Any, *sources: Mapping[str, Any]) -> Any:
     """The first value of ``key`` in ``sources`` (makina-states' order:
-    configuration, pillar, grains), else ``default``."""
+    configuration, pillar, grains), as a flat dotted key or nested under a
+    shorter one (``makina-states.cloud: {lxc: true}``), else ``default``."""
+    parts = key.split(".")
     for source in sources:
-        if key in source:
-            return source[key]
+        for i in range(len(parts), 0, -1):
+            value: Any = source.get(".".join(parts[:i]), _MISSING)
+            for part in parts[i:]:
+                value = value.get(part, _MISSING) if isinstance(value, Mapping) else _MISSING
+            if value is not _MISSING:
+                return value
     return default
+
+
+def truthy(value: Any) -> bool:
+    """Whether a flag is set, as the core reads one: ``"false"``, ``"no"``,
+    ``"off"``, ``"0"`` and ``""`` are not."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
 
 
 def is_compute_node(opts: Mapping[str, Any], pillar: Mapping[str, Any], grains: Mapping[str, Any]) -> bool:
@@ -153,7 +170,7 @@ def cloud_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], grains: M
     with ``is``/``has`` flags and the prefixes makina-states'
     ``autoinclude`` reads."""
     defaults = {item: {"active": False} for item in CLOUD_ITEMS}
-    flags = {item: bool(lookup(f"makina-states.cloud.{item}", False, opts, pillar, grains)) for item in CLOUD_ITEMS}
+    flags = {item: truthy(lookup(f"makina-states.cloud.{item}", False, opts, pillar, grains)) for item in CLOUD_ITEMS}
     return {
         "kind": "cloud",
         "bases": ["services"],
@@ -188,7 +205,10 @@ def node_registry(node: Mapping[str, Any], cloud: Mapping[str, Any], drivers: Ma
 def vm_registry(vm: str, cn: str, settings: Mapping[str, Any], virt_types: list[str], cloud: Mapping[str, Any],
                 devhost: bool) -> dict[str, Any]:
     """A VM's registry, in the original's keys. ``vtVmData`` holds the VM's
-    settings without the clear-text password (``password_hash`` is there)."""
+    settings without the clear-text password: its ``password`` is the
+    SHA-512 crypt hash (``password_hash``), the form ``chpasswd -e`` and the
+    original's lxc spawn path take, so the original's
+    ``cloud/lxc/vm/initial_setup.sls`` renders without the secret."""
     return {
         "mccloud_vmname": vm,
         "mccloud_targetname": cn,
@@ -196,6 +216,6 @@ def vm_registry(vm: str, cn: str, settings: Mapping[str, Any], virt_types: list[
         "isdevhost": devhost,
         "vmSettings": {"vm_name": vm, "vm_vt": settings.get("vt")},
         "cnSettings": {"virt_types": list(virt_types)},
-        "vtVmData": {k: v for k, v in settings.items() if k != "password"},
+        "vtVmData": {**settings, "password": settings.get("password_hash")},
         "cloudSettings": dict(cloud),
     }

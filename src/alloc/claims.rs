@@ -105,7 +105,11 @@ pub fn reserve_claims(tx: &Tx, node: &NodePlan, skip: &[String]) -> Result<Confl
                     );
                 }
             }
-            (None, _) => tx.put_slot(IP, cn, claims[0].vm, &claims[0].slot, u32::from(ip))?,
+            (None, _) => {
+                if let Some(c) = claims.first() {
+                    tx.put_slot(IP, cn, c.vm, &c.slot, u32::from(ip))?;
+                }
+            }
         }
     }
     Ok(conflicts)

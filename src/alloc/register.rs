@@ -81,40 +81,41 @@ pub fn node(
             errors.insert(p.vm.clone(), e.to_string());
             continue;
         }
-        let held = macs.get(p.vm.as_str());
-        let macs_ok = held.is_some_and(|h| {
-            h.len() == p.macs.len()
-                && p.macs.iter().all(|r| {
-                    h.get(&r.slot)
-                        .is_some_and(|m| r.explicit.as_ref().is_none_or(|e| e == m))
+        // Everything already held and still valid: read, not allocated.
+        let held = || -> Option<VmAllocation> {
+            let held = macs.get(p.vm.as_str())?;
+            let ip = *ips.get(&p.vm)?;
+            let (ssh, snmp) = (*ssh.get(&p.vm)?, *snmp.get(&p.vm)?);
+            let macs = p
+                .macs
+                .iter()
+                .map(|r| {
+                    let m = held.get(&r.slot)?;
+                    r.explicit
+                        .as_ref()
+                        .is_none_or(|e| e == m)
+                        .then(|| m.clone())
                 })
-        });
-        // An IP outside the network goes through vm_ip, which reports it.
-        let complete = ips
-            .get(&p.vm)
-            .is_some_and(|ip| node.network.includes(Ipv4Addr::from(*ip)))
-            && ssh.contains_key(&p.vm)
-            && snmp.contains_key(&p.vm)
-            && macs_ok
-            && p.ip.is_none_or(|ip| ips.get(&p.vm) == Some(&u32::from(ip)));
-        if !complete {
-            let a = allocate_vm(tx, &node, p, &conflicts, true, false)?;
-            out.push((p.vm.clone(), a));
-            continue;
-        }
-        let held = held.expect("checked");
-        out.push((
-            p.vm.clone(),
-            VmAllocation {
-                ip: Ipv4Addr::from(ips[&p.vm]),
-                macs: p.macs.iter().map(|r| held[&r.slot].clone()).collect(),
+                .collect::<Option<Vec<String>>>()?;
+            // An IP outside the network goes through vm_ip, which reports it.
+            let valid = held.len() == p.macs.len()
+                && node.network.includes(Ipv4Addr::from(ip))
+                && p.ip.is_none_or(|want| u32::from(want) == ip);
+            valid.then(|| VmAllocation {
+                ip: Ipv4Addr::from(ip),
+                macs,
                 // Secrets are not part of the node view.
                 password: String::new(),
                 salt: String::new(),
-                ssh: Some(ssh[&p.vm] as u16),
-                snmp: Some(snmp[&p.vm] as u16),
-            },
-        ));
+                ssh: Some(ssh as u16),
+                snmp: Some(snmp as u16),
+            })
+        };
+        let a = match held() {
+            Some(a) => a,
+            None => allocate_vm(tx, &node, p, &conflicts, true, false)?,
+        };
+        out.push((p.vm.clone(), a));
     }
     Ok(Registered {
         vms: out,

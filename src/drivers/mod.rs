@@ -8,6 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::Result;
+use crate::pillar::merge::map;
 use crate::pillar::values::MODES;
 
 pub mod lxc;
@@ -19,12 +20,13 @@ pub const DEFAULT_TYPE: &str = lxc::VT;
 pub const DNSSERVERS: [&str; 2] = ["8.8.8.8", "4.4.4.4"];
 
 /// Global cloud settings every VM inherits.
-pub const FROM_CLOUD: [&str; 9] = [
+pub const FROM_CLOUD: [&str; 10] = [
     "mode",
     "master",
     "master_port",
     "bootsalt_branch",
     "script",
+    "ssh_gateway",
     "ssh_gateway_user",
     "ssh_gateway_key",
     "ssh_gateway_port",
@@ -49,15 +51,25 @@ pub fn is_type_name(vt: &str) -> bool {
 /// The VM defaults of every type: the node network, name servers, users,
 /// and the global settings of [`FROM_CLOUD`].
 pub fn generic_defaults(cloud: &Value) -> Value {
-    let mut d = json!({
-        "gateway": "10.5.0.1", "network": "10.5.0.0", "netmask": "16",
-        "netmask_full": "255.255.0.0", "sudo": true, "users": ["root", "sysadmin"],
-        "ssh_username": "ubuntu",
-    });
-    for key in FROM_CLOUD {
-        d[key] = cloud[key].clone();
+    let mut d = map([
+        ("gateway", json!("10.5.0.1")),
+        ("network", json!("10.5.0.0")),
+        ("netmask", json!("16")),
+        ("netmask_full", json!("255.255.0.0")),
+        ("sudo", json!(true)),
+        ("users", json!(["root", "sysadmin"])),
+        ("ssh_username", json!("ubuntu")),
+    ]);
+    copy_keys(&mut d, cloud, &FROM_CLOUD);
+    Value::Object(d)
+}
+
+/// Sets `keys` of `to` to their values in `from` (null where it has none).
+pub fn copy_keys(to: &mut Map<String, Value>, from: &Value, keys: &[&str]) {
+    for key in keys {
+        let v = from.get(*key).cloned().unwrap_or(Value::Null);
+        to.insert((*key).to_owned(), v);
     }
-    d
 }
 
 /// The driver of a type: LXC, or a type with no part in the core.
@@ -98,7 +110,9 @@ impl Driver {
             Driver::Generic => {
                 // A type whose guests sit on a named bridge sets it here.
                 let mut defaults = g;
-                defaults["bridge"] = Value::Null;
+                if let Value::Object(d) = &mut defaults {
+                    d.insert("bridge".into(), Value::Null);
+                }
                 json!({"dnsservers": DNSSERVERS, "defaults": defaults, "modes": MODES})
             }
         }

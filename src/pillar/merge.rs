@@ -3,8 +3,18 @@
 //! extend the default list (once, skipping items it already holds),
 //! anything else replaces; a `<key>-overrides` key replaces `<key>`
 //! outright; and any nested setting may be given as a flat dotted key.
+//!
+//! A value at a registry's own prefix that is not a mapping is that
+//! registry's enable flag (`makina-states.cloud.lxc: true`): it is not a
+//! setting, and `mc_utils.defaults` ignored it. So is an empty value (YAML
+//! `key:` with nothing below) where a mapping is expected. A setting whose
+//! default is a mapping and that the pillar makes something else is an
+//! error naming the pillar key.
 
 use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::pillar::values::kind_of;
 
 /// Suffix of a key whose value replaces the default instead of merging.
 pub const OVERRIDES: &str = "-overrides";
@@ -13,17 +23,20 @@ pub const OVERRIDES: &str = "-overrides";
 /// value replaces. A VM's own settings replace its defaults this way.
 pub fn deep_merge(base: &mut Value, over: &Value) {
     match (base, over) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                match b.get_mut(k) {
-                    Some(slot) => deep_merge(slot, v),
-                    None => {
-                        b.insert(k.clone(), v.clone());
-                    }
-                }
+        (Value::Object(b), Value::Object(o)) => deep_merge_map(b, o),
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+/// [`deep_merge`] of two mappings.
+pub fn deep_merge_map(base: &mut Map<String, Value>, over: &Map<String, Value>) {
+    for (k, v) in over {
+        match base.get_mut(k) {
+            Some(slot) => deep_merge(slot, v),
+            None => {
+                base.insert(k.clone(), v.clone());
             }
         }
-        (slot, v) => *slot = v.clone(),
     }
 }
 
@@ -58,6 +71,8 @@ pub fn merge_pillar(base: &mut Value, over: &Value) {
                 }
             }
         }
+        // An empty value (`key:` in YAML) leaves a mapping as it is.
+        (Value::Object(_), Value::Null) => {}
         (slot, v) => *slot = plain(v),
     }
 }
@@ -96,10 +111,42 @@ fn plain(v: &Value) -> Value {
 pub fn with_pillar_at(
     pillar: &Map<String, Value>,
     prefix: &[&str],
+    defaults: Value,
+    names: &[&str],
+) -> Result<Value> {
+    let shape = defaults.clone();
+    let merged = merge_at(pillar, prefix, defaults, names)?;
+    check_shape(&shape, &merged, &prefix.join("."), "", names)?;
+    Ok(merged)
+}
+
+/// Whether `prefix` is a registry's own (`makina-states.cloud` or
+/// `makina-states.cloud.<registry>`), where a value that is not a mapping
+/// is that registry's enable flag.
+fn is_registry(prefix: &[&str]) -> bool {
+    matches!(
+        prefix,
+        ["makina-states", "cloud"] | ["makina-states", "cloud", _]
+    )
+}
+
+fn merge_at(
+    pillar: &Map<String, Value>,
+    prefix: &[&str],
     mut defaults: Value,
     names: &[&str],
-) -> Value {
-    for (_, v, replace) in forms(pillar, prefix) {
+) -> Result<Value> {
+    for (at, v, replace) in forms(pillar, prefix) {
+        if !v.is_object() {
+            if v.is_null() || is_registry(prefix) {
+                // An enable flag, or an empty value: not a setting.
+                continue;
+            }
+            return Err(Error::invalid(format!(
+                "pillar {at} must be a mapping, not {}: give its settings below it, or remove it",
+                kind_of(v)
+            )));
+        }
         if replace {
             defaults = plain(v);
         } else {
@@ -117,7 +164,7 @@ pub fn with_pillar_at(
     for (rest, v) in flat {
         set_flat(&mut defaults, "", rest, v, names);
     }
-    defaults
+    Ok(defaults)
 }
 
 /// The values the pillar gives for the setting at `prefix` as a whole,
@@ -130,17 +177,22 @@ pub fn forms<'a>(
     prefix: &[&str],
 ) -> Vec<(String, &'a Value, bool)> {
     let mut out = vec![];
-    let (last, _) = prefix.split_last().expect("a prefix has parts");
+    let Some((last, parents)) = prefix.split_last() else {
+        return out;
+    };
     let over = format!("{last}{OVERRIDES}");
     for i in 1..prefix.len() {
-        let top = prefix[..i].join(".");
+        let (head, tail) = prefix.split_at(i);
+        let top = head.join(".");
         let parent = pillar.get(&top).and_then(|t| {
-            prefix[i..prefix.len() - 1]
+            parents
+                .get(i..)
+                .unwrap_or_default()
                 .iter()
                 .try_fold(t, |v, p| v.get(*p))
         });
         let Some(parent) = parent else { continue };
-        let at = format!("{top}:{}", prefix[i..].join(":"));
+        let at = format!("{top}:{}", tail.join(":"));
         if let Some(v) = parent.get(*last) {
             out.push((at.clone(), v, false));
         }
@@ -163,7 +215,7 @@ pub fn forms<'a>(
 }
 
 /// [`with_pillar_at`] for a prefix made of plain dot-separated parts.
-pub fn with_pillar(pillar: &Map<String, Value>, prefix: &str, defaults: Value) -> Value {
+pub fn with_pillar(pillar: &Map<String, Value>, prefix: &str, defaults: Value) -> Result<Value> {
     with_names(pillar, prefix, defaults, &[])
 }
 
@@ -173,9 +225,51 @@ pub fn with_names(
     prefix: &str,
     defaults: Value,
     names: &[&str],
-) -> Value {
+) -> Result<Value> {
     let parts: Vec<&str> = prefix.split('.').collect();
     with_pillar_at(pillar, &parts, defaults, names)
+}
+
+/// Checks that every setting whose default (`shape`) is a mapping is still
+/// one in `merged`, below `at` (a dotted path relative to `key`, the
+/// prefix). Below a name level (`names`), the names are the pillar's own:
+/// their values are checked by whoever reads them.
+fn check_shape(shape: &Value, merged: &Value, key: &str, at: &str, names: &[&str]) -> Result<()> {
+    let Value::Object(defaults) = shape else {
+        return Ok(());
+    };
+    let whole = if at.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{key}.{at}")
+    };
+    let Value::Object(m) = merged else {
+        let known: Vec<&str> = defaults.keys().take(3).map(String::as_str).collect();
+        let example = if known.is_empty() {
+            String::new()
+        } else {
+            format!(" (of settings such as {})", known.join(", "))
+        };
+        return Err(Error::invalid(format!(
+            "pillar {whole} must be a mapping{example}, not {}: give its settings below it, \
+             or remove the value",
+            kind_of(merged)
+        )));
+    };
+    if names.contains(&at) {
+        return Ok(());
+    }
+    for (k, d) in defaults {
+        if let Some(v) = m.get(k) {
+            let below = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            check_shape(d, v, key, &below, names)?;
+        }
+    }
+    Ok(())
 }
 
 /// Applies the flat key `rest` (below `at`, a dotted path relative to the
@@ -199,7 +293,7 @@ fn set_flat(node: &mut Value, at: &str, rest: &str, v: &Value, names: &[&str]) {
         .cloned();
     let (key, below) = match known {
         Some(k) => {
-            let below = path.get(k.len() + 1..).unwrap_or("");
+            let below = path.get(k.len() + 1..).unwrap_or_default();
             (k, below)
         }
         None if names.contains(&at) || !path.contains('.') => (path.to_owned(), ""),
@@ -232,7 +326,12 @@ fn set_flat(node: &mut Value, at: &str, rest: &str, v: &Value, names: &[&str]) {
 /// A JSON object from owned values, without the deep copy `json!` makes of
 /// every `Value` expression (it re-serialises them).
 pub fn obj<const N: usize>(pairs: [(&str, Value); N]) -> Value {
-    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+    Value::Object(map(pairs))
+}
+
+/// [`obj`] as the mapping itself.
+pub fn map<const N: usize>(pairs: [(&str, Value); N]) -> Map<String, Value> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 #[cfg(test)]
@@ -243,6 +342,73 @@ mod tests {
 
     fn pillar(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    // The merges below never fail on these pillars.
+    fn with_pillar(p: &Map<String, Value>, prefix: &str, d: Value) -> Value {
+        super::with_pillar(p, prefix, d).unwrap()
+    }
+    fn with_names(p: &Map<String, Value>, prefix: &str, d: Value, names: &[&str]) -> Value {
+        super::with_names(p, prefix, d, names).unwrap()
+    }
+    fn with_pillar_at(p: &Map<String, Value>, at: &[&str], d: Value, names: &[&str]) -> Value {
+        super::with_pillar_at(p, at, d, names).unwrap()
+    }
+
+    #[test]
+    fn enable_flags_and_empty_values_are_not_settings() {
+        let defaults = json!({"a": 1, "d": {"x": 0}});
+        let reg = "makina-states.cloud.p";
+        for p in [
+            json!({reg: true}),
+            json!({reg: false, "makina-states.cloud.p-overrides": "x"}),
+            json!({reg: null}),
+            json!({"makina-states.cloud": {"p": true}}),
+            json!({reg: {"d": null}}),
+            json!({"makina-states.cloud.p.d": null}),
+        ] {
+            let got = with_pillar(&pillar(p.clone()), reg, defaults.clone());
+            assert_eq!(got, defaults, "{p}");
+        }
+        // A flag beside the registry's flat keys: the keys still apply.
+        let p = pillar(
+            json!({reg: true, "makina-states.cloud.p.a": 2, "makina-states.cloud.p.d.x": 3}),
+        );
+        assert_eq!(
+            with_pillar(&p, reg, defaults.clone()),
+            json!({"a": 2, "d": {"x": 3}})
+        );
+        // Below a registry, a setting that is not a mapping is an error.
+        let at = "makina-states.cloud.p.conf.cn1";
+        let p = pillar(json!({at: "x"}));
+        let err = super::with_pillar(&p, at, defaults)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("pillar {at} must be a mapping")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_mapping_setting_given_another_shape_is_an_error() {
+        let defaults = json!({"d": {"x": {"y": 0}}, "n": {"name": {"k": 1}}});
+        for (p, key) in [
+            (json!({"p": {"d": true}}), "pillar p.d must be a mapping"),
+            (json!({"p.d.x": [1]}), "pillar p.d.x must be a mapping"),
+            (json!({"p.d-overrides": 3}), "pillar p.d must be a mapping"),
+        ] {
+            let err = super::with_names(&pillar(p.clone()), "p", defaults.clone(), &["n"])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{p}: {err}");
+        }
+        // Below a name level, the names' values are the reader's to check.
+        let p = pillar(json!({"p.n.name": 5, "p.n.other": "x"}));
+        let got = with_names(&p, "p", defaults.clone(), &["n"]);
+        assert_eq!(got["n"], json!({"name": 5, "other": "x"}));
+        let p = pillar(json!({"p.n": 5}));
+        assert!(super::with_names(&p, "p", defaults, &["n"]).is_err());
     }
 
     #[test]

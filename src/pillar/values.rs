@@ -1,7 +1,7 @@
 //! Typed readers of pillar scalars, with messages that name the setting
 //! and never echo a secret.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::checks;
 use crate::error::{Error, Result};
@@ -20,6 +20,31 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
         Value::Array(_) => "a list",
         Value::Object(_) => "a mapping",
     }
+}
+
+static NULL: Value = Value::Null;
+
+/// The value of `key` in mapping `m`, null when it has none (indexing a
+/// [`Map`] panics on a missing key).
+pub(crate) fn at<'a>(m: &'a Map<String, Value>, key: &str) -> &'a Value {
+    m.get(key).unwrap_or(&NULL)
+}
+
+/// The mapping `v`, or an error saying that pillar `what` must be one.
+pub(crate) fn mapping<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>> {
+    v.as_object().ok_or_else(|| {
+        Error::invalid(format!(
+            "pillar {what} must be a mapping, not {}",
+            kind_of(v)
+        ))
+    })
+}
+
+/// [`mapping`], to change it.
+pub(crate) fn mapping_mut<'a>(v: &'a mut Value, what: &str) -> Result<&'a mut Map<String, Value>> {
+    let kind = kind_of(v);
+    v.as_object_mut()
+        .ok_or_else(|| Error::invalid(format!("pillar {what} must be a mapping, not {kind}")))
 }
 
 /// Whether a pillar flag is set: `true`, a non-zero number, or a string

@@ -53,8 +53,9 @@ pub fn candidate(cn: &str, vm: &str, slot: &str, attempt: u32) -> String {
         h.update([0]);
         h.update(attempt.to_be_bytes());
     }
-    let d = h.finalize();
-    format_mac(&[0x00, 0x16, 0x3e, d[0] & 0x7f, d[1], d[2]])
+    let d: [u8; 32] = h.finalize().into();
+    let [a, b, c, ..] = d;
+    format_mac(&[0x00, 0x16, 0x3e, a & 0x7f, b, c])
 }
 
 /// Number of distinct generated MACs (2^23).

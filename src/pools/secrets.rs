@@ -18,8 +18,8 @@ fn random_string(alphabet: &[u8], n: usize) -> Result<String> {
         getrandom::fill(&mut buf)
             .map_err(|e| Error::invalid(format!("the OS random generator failed: {e}")))?;
         for b in buf.iter().map(|b| usize::from(*b)).filter(|b| *b < limit) {
-            if out.len() < n {
-                out.push(char::from(alphabet[b % alphabet.len()]));
+            if let Some(c) = alphabet.get(b % alphabet.len()).filter(|_| out.len() < n) {
+                out.push(char::from(*c));
             }
         }
     }
@@ -47,10 +47,15 @@ fn repeat_digest(digest: &[u8], len: usize) -> Vec<u8> {
 
 /// SHA-512 crypt (`$6$`, Drepper's specification) with the default 5000
 /// rounds, as `/etc/shadow` and `chpasswd -e` expect.
+#[expect(
+    clippy::indexing_slicing,
+    reason = "constant positions in 64-byte digests and the 64-character alphabet"
+)]
 pub fn sha512_crypt(password: &str, salt: &str) -> String {
     crate::counters::count(crate::counters::Work::Hash);
     let key = password.as_bytes();
-    let salt = &salt.as_bytes()[..salt.len().min(16)];
+    let salt = salt.as_bytes();
+    let salt = salt.get(..16).unwrap_or(salt);
     let b = Sha512::new()
         .chain_update(key)
         .chain_update(salt)

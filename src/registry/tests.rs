@@ -48,7 +48,7 @@ impl Pools {
             format!("{COMPUTE_NODE}.snmp_port_range_end"): self.snmp.1,
         });
         let Value::Object(m) = keys else {
-            unreachable!()
+            panic!("a mapping")
         };
         m
     }

@@ -40,16 +40,24 @@ impl Config {
         });
         let mut at: Vec<&str> = COMPUTE_NODE.split('.').collect();
         at.extend(["conf", cn]);
-        let conf = with_pillar_at(&self.pillar, &at, defaults, &[]);
+        let conf = with_pillar_at(&self.pillar, &at, defaults, &[])?;
         check_node_conf(cn, &conf)?;
         Ok(conf)
     }
 
-    /// Whether the node's firewall is managed.
-    pub fn firewall(&self) -> bool {
-        self.compute_node_merged()["has"]["firewall"]
-            .as_bool()
-            .unwrap_or(true)
+    /// Whether the node's firewall is managed
+    /// (`makina-states.cloud.compute_node.has.firewall`, true by default).
+    pub fn firewall(&self) -> Result<bool> {
+        let what = format!("{COMPUTE_NODE}.has.firewall");
+        let s = self.compute_node_merged()?;
+        match s.get("has").and_then(|h| h.get("firewall")) {
+            None | Some(Value::Null) => Ok(true),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(Error::invalid(format!(
+                "pillar value {what} must be true or false, not {}",
+                checks::brief(other)
+            ))),
+        }
     }
 }
 

@@ -184,7 +184,7 @@ impl Config {
 
     /// The virtualisation types whose registry declares VMs: lxc first,
     /// then the others in name order.
-    fn declaring_types(&self) -> Vec<String> {
+    pub(crate) fn declaring_types(&self) -> Vec<String> {
         let dotted = format!("{CLOUD}.");
         let mut other: BTreeSet<&str> = BTreeSet::new();
         for key in self.pillar.keys() {

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::{forms, with_pillar};
-use crate::pillar::values::{as_int, check_mode, kind_of, truthy};
+use crate::pillar::values::{as_int, check_mode, kind_of, mapping_mut, truthy};
 
 pub mod conf;
 pub mod declared;
@@ -197,41 +197,72 @@ impl Config {
             "ssh_gateway_key": "/root/.ssh/id_dsa",
             "ssh_gateway_port": 22,
             "ssh_gateway_password": null,
-            "generic": true,
-            "lxc": false,
-            "saltify": false,
+            "ssh_gateway": null,
+            "saltify_profile": "salt",
         });
-        let mut s = with_pillar(&self.pillar, CLOUD, defaults);
-        check_mode(&s["mode"], &format!("{CLOUD}.mode"))?;
-        resolve_dirs(&mut s)?;
-        check_cloud(&s)?;
-        check_ssl(&s["ssl"])?;
-        Ok(s)
+        let mut merged = with_pillar(&self.pillar, CLOUD, defaults)?;
+        let s = mapping_mut(&mut merged, CLOUD)?;
+        // The registries below this one (their enable flags, their
+        // mappings in the nested form) are not global settings.
+        let types = self.declaring_types();
+        s.retain(|k, _| !REGISTRIES.contains(&k.as_str()) && !types.contains(k));
+        check_mode(
+            s.get("mode").unwrap_or(&Value::Null),
+            &format!("{CLOUD}.mode"),
+        )?;
+        resolve_dirs(s)?;
+        check_cloud(&merged)?;
+        check_ssl(merged.get("ssl").unwrap_or(&Value::Null))?;
+        Ok(merged)
     }
 
     /// `mc_cloud_controller.settings()`: `vts` lists the virtualisation
-    /// types declared anywhere, lxc always first.
+    /// types declared anywhere, lxc always first; as makina-states had
+    /// them, `controllers` (`{<controller id>: {}}`) and `computes_nodes`
+    /// (the compute nodes declared, in name order).
     pub fn controller_settings(&self) -> Result<Value> {
         let cloud = self.cloud_ref()?;
+        let nodes: Vec<&String> = self.declared().into_iter().flat_map(|d| d.keys()).collect();
         let defaults = json!({
             "controller": cloud["master"],
+            "controllers": {self.ctx.minion_id.as_str(): {}},
+            "computes_nodes": nodes,
             "vts": self.virt_types(),
             "ssh_key": "/root/.ssh/id_rsa_mccloud",
             "root": cloud["root"],
             "all_pillar_dir": cloud["all_pillar_dir"],
         });
-        let s = with_pillar(&self.pillar, "makina-states.cloud.controller", defaults);
+        let s = with_pillar(&self.pillar, "makina-states.cloud.controller", defaults)?;
         let what = "makina-states.cloud.controller.ssh_key";
-        checks::abs_path(what, checks::string(what, &s["ssh_key"], false)?)?;
+        let key = s.get("ssh_key").unwrap_or(&Value::Null);
+        checks::abs_path(what, checks::string(what, key, false)?)?;
         Ok(s)
     }
 
     /// `mc_cloud_images.settings()` (the lxc images, under the lxc path).
     pub fn images_settings(&self) -> Result<Value> {
-        let lxc_path = &self.type_settings(crate::drivers::lxc::VT)?["defaults"]["lxc_path"];
+        let lxc = self.type_settings(crate::drivers::lxc::VT)?;
+        let lxc_path = lxc
+            .get("defaults")
+            .and_then(|d| d.get("lxc_path"))
+            .unwrap_or(&Value::Null);
         crate::drivers::lxc::images::settings(&self.pillar, lxc_path, self.devhost())
     }
 }
+
+/// The registries read below `makina-states.cloud` (beside each
+/// virtualisation type's): `makina-states.cloud.<name>` belongs to them,
+/// as their enable flag or their settings, never to the global settings.
+pub const REGISTRIES: [&str; 8] = [
+    "generic",
+    "lxc",
+    "kvm",
+    "saltify",
+    "compute_node",
+    "controller",
+    "images",
+    "vm",
+];
 
 /// The directories derived from others, and the keys they may name as
 /// `{key}` (makina-states' `format_resolve`, restricted to these paths): an
@@ -249,15 +280,16 @@ const BASE_DIRS: [&str; 3] = ["prefix", "all_pillar_dir", "all_sls_dir"];
 
 /// Replaces `{prefix}`, `{all_pillar_dir}` and `{all_sls_dir}` in the
 /// derived directories by those settings.
-fn resolve_dirs(s: &mut Value) -> Result<()> {
+fn resolve_dirs(s: &mut Map<String, Value>) -> Result<()> {
     let mut bases = Vec::with_capacity(BASE_DIRS.len());
+    let at = |s: &Map<String, Value>, k: &str| s.get(k).cloned().unwrap_or(Value::Null);
     for k in BASE_DIRS {
         let what = format!("{CLOUD}.{k}");
-        bases.push((k, checks::string(&what, &s[k], false)?.to_owned()));
+        bases.push((k, checks::string(&what, &at(s, k), false)?.to_owned()));
     }
     for k in DERIVED_DIRS {
         let what = format!("{CLOUD}.{k}");
-        let mut v = checks::string(&what, &s[k], false)?.to_owned();
+        let mut v = checks::string(&what, &at(s, k), false)?.to_owned();
         for (name, base) in &bases {
             v = v.replace(&format!("{{{name}}}"), base);
         }
@@ -267,7 +299,7 @@ fn resolve_dirs(s: &mut Value) -> Result<()> {
                  {{all_pillar_dir}} and {{all_sls_dir}} are replaced"
             )));
         }
-        s[k] = json!(v);
+        s.insert(k.into(), json!(v));
     }
     Ok(())
 }

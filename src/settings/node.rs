@@ -11,8 +11,8 @@ use serde_json::{json, Map, Value};
 use super::{Config, VmPlan, CLOUD, COMPUTE_NODE};
 use crate::error::{Error, Result};
 
-use crate::pillar::merge::with_names;
-use crate::pillar::values::{as_int, scalar};
+use crate::pillar::merge::{map, with_names};
+use crate::pillar::values::{as_int, mapping_mut, scalar};
 use crate::pools::ipam::Network;
 use crate::pools::ports::PortRange;
 
@@ -56,17 +56,19 @@ impl NodePlan {
         self.vms
             .binary_search_by(|p| p.vm.as_str().cmp(vm))
             .ok()
-            .map(|i| &self.vms[i])
+            .and_then(|i| self.vms.get(i))
     }
 
     /// Every IP the node's declarations ask for, main IPs first.
     pub fn claims(&self) -> Vec<IpClaim<'_>> {
         self.claimed
             .iter()
-            .map(|(ip, i, slot)| IpClaim {
-                ip: *ip,
-                vm: &self.vms[*i].vm,
-                slot: slot.clone(),
+            .filter_map(|(ip, i, slot)| {
+                Some(IpClaim {
+                    ip: *ip,
+                    vm: &self.vms.get(*i)?.vm,
+                    slot: slot.clone(),
+                })
             })
             .collect()
     }
@@ -87,7 +89,7 @@ fn index_claims(vms: &[VmPlan]) -> Vec<(Ipv4Addr, usize, String)> {
 }
 
 impl Config {
-    pub(super) fn compute_node_merged(&self) -> Value {
+    pub(super) fn compute_node_merged(&self) -> Result<Value> {
         let defaults = json!({
             "has": {"firewall": true},
             "ssh_port_range_start": 40000, "ssh_port_range_end": 50000,
@@ -99,7 +101,7 @@ impl Config {
 
     /// `mc_cloud_compute_node.settings()`.
     pub fn compute_node_settings(&self) -> Result<Value> {
-        let mut s = self.compute_node_merged();
+        let mut s = self.compute_node_merged()?;
         self.port_ranges(&s)?;
         let targets: Map<String, Value> = self
             .declared()?
@@ -114,14 +116,14 @@ impl Config {
                     .iter()
                     .map(|d| (d.name.clone(), json!(d.vt)))
                     .collect();
-                let mut t = json!({"virt_types": types, "vms": vms});
+                let mut t = map([("virt_types", json!(types)), ("vms", Value::Object(vms))]);
                 if let Some(e) = &node.error {
-                    t["error"] = json!(e);
+                    t.insert("error".into(), json!(e));
                 }
-                (cn.clone(), t)
+                (cn.clone(), Value::Object(t))
             })
             .collect();
-        s["targets"] = Value::Object(targets);
+        mapping_mut(&mut s, COMPUTE_NODE)?.insert("targets".into(), Value::Object(targets));
         Ok(s)
     }
 
@@ -165,7 +167,7 @@ impl Config {
             types.push(crate::drivers::DEFAULT_TYPE.to_owned());
         }
         let network = self.node_network(cn, &types)?;
-        let (ssh, snmp) = self.port_ranges(&self.compute_node_merged())?;
+        let (ssh, snmp) = self.port_ranges(&self.compute_node_merged()?)?;
         let conf = self.node_conf(cn)?;
         let plans = vms
             .iter()
@@ -216,6 +218,10 @@ impl Config {
                 Some(_) => {}
             }
         }
-        Ok(found.expect("a node hosts at least one type").0)
+        found.map(|(net, _)| net).ok_or_else(|| {
+            Error::NotFound(format!(
+                "compute node {cn} hosts no VM type: declare its VMs under pillar key {CLOUD}.<type>.vms.{cn}"
+            ))
+        })
     }
 }

@@ -6,9 +6,9 @@ use serde_json::{json, Map, Value};
 use super::{Config, SALTIFY};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
-use crate::pillar::merge::{deep_merge, with_names};
+use crate::pillar::merge::{deep_merge_map, with_names};
 use crate::pillar::names::validate;
-use crate::pillar::values::{check_mode, secret_scalar, truthy};
+use crate::pillar::values::{at, check_mode, mapping, secret_scalar, truthy};
 
 impl Config {
     /// `mc_cloud_saltify.settings()` (SPEC §7): the defaults of every
@@ -16,20 +16,18 @@ impl Config {
     /// target's own settings, passwords included, are only given by
     /// [`Config::saltify_target`]); broken targets under `errors`.
     pub fn saltify_settings(&self) -> Result<Value> {
-        let (mut s, _) = self.saltify_merged()?;
-        let names: Map<String, Value> = s["targets"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(name, _)| (name.clone(), json!({})))
+        let (mut s, targets) = self.saltify_merged()?;
+        let names: Map<String, Value> = targets
+            .keys()
+            .map(|name| (name.clone(), json!({})))
             .collect();
-        s["targets"] = Value::Object(names);
-        Ok(s)
+        s.insert("targets".into(), Value::Object(names));
+        Ok(Value::Object(s))
     }
 
     /// The saltify settings with every target's own pillar, and the
     /// targets in name order.
-    fn saltify_merged(&self) -> Result<(Value, Map<String, Value>)> {
+    fn saltify_merged(&self) -> Result<(Map<String, Value>, Map<String, Value>)> {
         let cloud = self.cloud_ref()?;
         let defaults = json!({
             "ssh_username": "root",
@@ -48,8 +46,12 @@ impl Config {
             "ssh_gateway_password": cloud["ssh_gateway_password"],
             "targets": {},
         });
-        let mut s = with_names(&self.pillar, SALTIFY, defaults, &["targets"]);
-        let mut targets = s["targets"].as_object().cloned().unwrap_or_default();
+        let merged = with_names(&self.pillar, SALTIFY, defaults, &["targets"])?;
+        let mut s = mapping(&merged, SALTIFY)?.clone();
+        let mut targets = match s.get("targets") {
+            Some(t) => mapping(t, &format!("{SALTIFY}.targets"))?.clone(),
+            None => Map::new(),
+        };
         targets.sort_keys();
         // A broken target fails its own calls only; it is listed under `errors`.
         let mut errors = Map::new();
@@ -67,9 +69,9 @@ impl Config {
                 errors.insert(name.clone(), json!(p));
             }
         }
-        s["targets"] = Value::Object(targets.clone());
+        s.insert("targets".into(), Value::Object(targets.clone()));
         if !errors.is_empty() {
-            s["errors"] = Value::Object(errors);
+            s.insert("errors".into(), Value::Object(errors));
         }
         Ok((s, targets))
     }
@@ -101,13 +103,11 @@ impl Config {
             "ssh_gateway_port",
             "ssh_gateway_password",
         ] {
-            t.insert(k.into(), s[k].clone());
+            t.insert(k.into(), s.get(k).cloned().unwrap_or(Value::Null));
         }
-        let mut t = Value::Object(t);
-        deep_merge(&mut t, conf);
-        let Value::Object(mut t) = t else {
-            unreachable!("mapping")
-        };
+        if let Value::Object(own) = conf {
+            deep_merge_map(&mut t, own);
+        }
         t.insert("name".into(), json!(name));
         check_target(name, &t)?;
         let host = ["ssh_host", "ip"]
@@ -115,11 +115,13 @@ impl Config {
             .find_map(|k| t.get(*k).filter(|v| !v.is_null()).cloned());
         t.insert("ssh_host".into(), host.unwrap_or_else(|| json!(name)));
         let whose = format!("saltify target {name}");
-        check_mode(&t["mode"], &format!("mode of {whose}"))?;
+        check_mode(at(&t, "mode"), &format!("mode of {whose}"))?;
         let args = self.script_args(&t, &whose)?;
         t.insert("script_args".into(), json!(args));
         let cloud = self.cloud_ref()?;
         t.insert("script".into(), cloud["script"].clone());
+        t.entry("saltify_profile")
+            .or_insert_with(|| cloud["saltify_profile"].clone());
         let password = t.get("password").filter(|v| !v.is_null()).cloned();
         let keyfile = t.get("ssh_keyfile").cloned();
         match (&password, keyfile) {
@@ -134,7 +136,7 @@ impl Config {
                 )))
             }
             (None, None) => {
-                let k = t["ssh_gateway_key"].clone();
+                let k = at(&t, "ssh_gateway_key").clone();
                 if k.is_null() {
                     return Err(Error::invalid(format!(
                         "{whose} has neither 'password' nor 'ssh_keyfile' (and no gateway key): set one"
@@ -144,12 +146,12 @@ impl Config {
             }
             _ => {}
         }
-        if !t["ssh_gateway_password"].is_null() {
+        if !at(&t, "ssh_gateway_password").is_null() {
             t.remove("ssh_gateway_key");
         }
         // sudo asks for the login password unless told otherwise, or not
         // at all (`no_sudo_password`).
-        let sudo_password = if truthy(&t["no_sudo_password"]) {
+        let sudo_password = if truthy(at(&t, "no_sudo_password")) {
             Value::Null
         } else {
             t.get("sudo_password")

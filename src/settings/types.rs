@@ -10,6 +10,7 @@ use super::{Config, CLOUD};
 use crate::drivers::{lxc, Driver};
 use crate::error::{Error, Result};
 use crate::pillar::merge::with_names;
+use crate::pillar::values::mapping_mut;
 
 impl Config {
     /// The settings of every declared type (lxc included), without `vms`,
@@ -29,7 +30,7 @@ impl Config {
                     &format!("{CLOUD}.{vt}"),
                     driver.base_settings(cloud, self.devhost()),
                     &["vms", "lxc_cloud_profiles"],
-                );
+                )?;
                 driver.normalise(&mut s);
                 if driver != Driver::Lxc {
                     // Declarations are read by `declared`, not kept here.
@@ -37,9 +38,9 @@ impl Config {
                         m.remove("vms");
                     }
                 }
-                (vt, s)
+                Ok((vt, s))
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(self.types.get_or_init(|| all))
     }
 
@@ -57,7 +58,7 @@ impl Config {
     /// lists none).
     pub fn lxc_settings(&self) -> Result<Value> {
         let mut s = self.type_settings(lxc::VT)?.clone();
-        lxc::profile::check_profiles(&s["lxc_cloud_profiles"])?;
+        lxc::profile::check_profiles(s.get("lxc_cloud_profiles").unwrap_or(&Value::Null))?;
         let vms: Map<String, Value> = self
             .declared()?
             .iter()
@@ -74,7 +75,7 @@ impl Config {
                 (cn.clone(), json!(names))
             })
             .collect();
-        s["vms"] = Value::Object(vms);
+        mapping_mut(&mut s, lxc::LXC)?.insert("vms".into(), Value::Object(vms));
         Ok(s)
     }
 

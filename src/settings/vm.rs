@@ -11,9 +11,9 @@ use super::{Config, DeclaredVm, CLOUD};
 use crate::drivers::{lxc, Driver, TypePlan};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
-use crate::pillar::merge::deep_merge;
+use crate::pillar::merge::deep_merge_map;
 use crate::pillar::names::validate;
-use crate::pillar::values::{as_str, canonical, check_mode, scalar, secret_scalar};
+use crate::pillar::values::{self, as_str, canonical, check_mode, scalar, secret_scalar};
 use crate::pools::ipam::{parse_ip, parse_prefix, Network};
 use crate::pools::mac;
 
@@ -69,22 +69,15 @@ pub struct VmAllocation {
 /// The defaults of a VM's type (and its name servers) with the VM's own
 /// pillar merged on top.
 fn merged(t: &Value, name: &str, own: &Map<String, Value>) -> Map<String, Value> {
-    let mut s = t["defaults"].clone();
-    s["dnsservers"] = t["dnsservers"].clone();
-    if let Value::Object(m) = &mut s {
-        for (k, v) in own {
-            match m.get_mut(k) {
-                Some(slot) => deep_merge(slot, v),
-                None => {
-                    m.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        m.insert("name".into(), json!(name));
-    }
-    let Value::Object(m) = s else {
-        unreachable!("defaults are a mapping")
-    };
+    let mut m = t
+        .get("defaults")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let dns = t.get("dnsservers").cloned().unwrap_or(Value::Null);
+    m.insert("dnsservers".into(), dns);
+    deep_merge_map(&mut m, own);
+    m.insert("name".into(), json!(name));
     m
 }
 
@@ -129,7 +122,15 @@ impl Config {
         for key in ["network", "netmask", "gateway"] {
             if let Some(v) = d.pillar.get(key) {
                 let what = at(key);
-                if canonical(key, v, &what)? != canonical(key, &t["defaults"][key], &what)? {
+                if canonical(key, v, &what)?
+                    != canonical(
+                        key,
+                        t.get("defaults")
+                            .and_then(|d| d.get(key))
+                            .unwrap_or(&Value::Null),
+                        &what,
+                    )?
+                {
                     return Err(Error::invalid(format!(
                         "{what} is {}: VMs of a node share its network; set {CLOUD}.{vt}.defaults.{key} instead",
                         checks::shown(key, v)
@@ -145,7 +146,7 @@ impl Config {
             check_vm_values(&s, at).and_then(|()| driver.check_vm(&s, at))
         };
         check(&|_| String::new()).or_else(|_| check(&at))?;
-        check_mode(&s["mode"], &format!("mode of {declared_at}"))?;
+        check_mode(values::at(&s, "mode"), &format!("mode of {declared_at}"))?;
         let ip = match s.get("ip").filter(|v| !v.is_null()) {
             Some(v) => {
                 let ip = parse_ip(&at("ip"), as_str(v, &at("ip"))?)?;
@@ -193,7 +194,7 @@ impl Config {
             )));
         }
         let type_plan = driver.plan_vm(t, &s, cn, &declared_at)?;
-        parse_prefix(&scalar(&s["netmask"], &at("netmask"))?)?;
+        parse_prefix(&scalar(values::at(&s, "netmask"), &at("netmask"))?)?;
         // The merged settings are dropped here (a node may declare tens of
         // thousands of VMs); `finish_vm` merges them again for its one VM.
         Ok(VmPlan {
@@ -215,7 +216,7 @@ impl Config {
     /// pillar), from its validated plan.
     pub fn merged_settings(&self, plan: &VmPlan) -> Result<Map<String, Value>> {
         let mut s = merged(self.type_settings(&plan.vt)?, &plan.vm, &plan.own);
-        let prefix = parse_prefix(&scalar(&s["netmask"], "netmask")?)?;
+        let prefix = parse_prefix(&scalar(values::at(&s, "netmask"), "netmask")?)?;
         s.insert("netmask".into(), json!(prefix.to_string()));
         // Always present, as makina-states gave it (`[]` when none).
         if s.get("additional_ips").is_none_or(Value::is_null) {

@@ -421,7 +421,8 @@ impl Store {
     /// does not exist. Only a missing file creates a store: a file that is
     /// not a mccloud store (empty, another program's database) is an error.
     pub fn open(dir: &Path) -> Result<Store> {
-        Self::open_with(dir, true, true).map(|s| s.expect("created"))
+        Self::open_with(dir, true, true)?
+            .ok_or_else(|| Error::store(&dir.join(FILE_NAME), "the store could not be created"))
     }
 
     /// Opens the store in `dir` if it exists; `None` when there is none.

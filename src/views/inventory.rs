@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use crate::alloc::Kind;
 use crate::drivers::DEFAULT_TYPE;
 use crate::error::Result;
+use crate::pillar::merge::map;
 use crate::pools::Pool;
 use crate::settings::Config;
 use crate::store::Tx;
@@ -131,14 +132,14 @@ pub fn node(config: &Config, cn: &str, held: Held) -> Result<Value> {
     if types.is_empty() {
         types.push(DEFAULT_TYPE.to_owned());
     }
-    let mut entry = json!({
-        "declared": declared.contains_key(cn),
-        "virt_types": types,
-        "vms": vms,
-        "free": free,
-    });
+    let mut entry = map([
+        ("declared", json!(declared.contains_key(cn))),
+        ("virt_types", json!(types)),
+        ("vms", json!(vms)),
+        ("free", json!(free)),
+    ]);
     if let Some(e) = error {
-        entry["error"] = json!(e);
+        entry.insert("error".into(), json!(e));
     }
-    Ok(entry)
+    Ok(Value::Object(entry))
 }

@@ -13,7 +13,9 @@ use super::proxy::{reverse_proxies, ProxiedVm, HTTP_PROXY_MODE};
 use crate::alloc::register::Registered;
 use crate::drivers::{Driver, DEFAULT_TYPE};
 use crate::error::Result;
+use crate::pillar::merge::map;
 use crate::pools::ports::reserved_ports;
+use crate::settings::vm::not_declared;
 use crate::settings::Config;
 
 /// The data of node `registered.node`, from its registration.
@@ -22,19 +24,21 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
     let mut vms = Map::new();
     let mut all_domains: Vec<String> = vec![];
     let mut domains_of = Vec::with_capacity(registered.vms.len());
+    let mut types = Vec::with_capacity(registered.vms.len());
     for (vm, alloc) in &registered.vms {
-        let plan = node.vm(vm).expect("registered VMs are declared");
+        let plan = node.vm(vm).ok_or_else(|| not_declared(&node.cn, vm))?;
         let domains = plan.domains.clone();
         all_domains.extend(domains.iter().cloned());
         vms.insert(
             vm.clone(),
             json!({
-                "ip": alloc.ip.to_string(), "mac": alloc.macs[0], "vt": plan.vt, "domains": domains,
+                "ip": alloc.ip.to_string(), "mac": alloc.macs.first(), "vt": plan.vt, "domains": domains,
                 "ssh_reverse_proxy_port": alloc.ssh, "snmp_reverse_proxy_port": alloc.snmp,
                 "virt_type": plan.vt, "vmname": vm,
             }),
         );
         domains_of.push(domains);
+        types.push(plan.vt.as_str());
     }
     all_domains.sort();
     all_domains.dedup();
@@ -42,9 +46,10 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
         .vms
         .iter()
         .zip(&domains_of)
-        .map(|((vm, a), d)| ProxiedVm {
+        .zip(&types)
+        .map(|(((vm, a), d), vt)| ProxiedVm {
             vm,
-            vt: &node.vm(vm).expect("registered VMs are declared").vt,
+            vt,
             ip: a.ip,
             domains: d,
             ssh_port: a.ssh.unwrap_or(0),
@@ -74,20 +79,24 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
         .iter()
         .map(|t| (t.clone(), json!(true)))
         .collect();
-    let mut out = json!({
-        "target": node.cn,
-        "virt_types": virt_types,
-        "domains": all_domains,
-        "has": {"firewall": config.firewall()},
-        "firewall": config.firewall(),
-        "http_proxy_mode": HTTP_PROXY_MODE,
-        "ssh_port_range": {"start": node.ssh.start, "end": node.ssh.end},
-        "snmp_port_range": {"start": node.snmp.start, "end": node.snmp.end},
-        "network": network,
-    });
-    let Value::Object(m) = &mut out else {
-        unreachable!("a mapping")
-    };
+    let firewall = config.firewall()?;
+    let mut m = map([
+        ("target", json!(node.cn)),
+        ("virt_types", Value::Object(virt_types)),
+        ("domains", json!(all_domains)),
+        ("has", json!({"firewall": firewall})),
+        ("firewall", json!(firewall)),
+        ("http_proxy_mode", json!(HTTP_PROXY_MODE)),
+        (
+            "ssh_port_range",
+            json!({"start": node.ssh.start, "end": node.ssh.end}),
+        ),
+        (
+            "snmp_port_range",
+            json!({"start": node.snmp.start, "end": node.snmp.end}),
+        ),
+        ("network", Value::Object(network)),
+    ]);
     m.extend(facts);
     m.insert(
         "reserved_ports".into(),
@@ -100,5 +109,5 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
     // Moved in, not copied: these are the large parts.
     m.insert("vms".into(), Value::Object(vms));
     m.insert("reverse_proxies".into(), proxies);
-    Ok(out)
+    Ok(Value::Object(m))
 }

@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 
 use serde_json::{json, Map, Value};
 
-use crate::pillar::merge::obj;
+use crate::pillar::merge::{map, obj};
 use crate::settings::conf::DEFAULT_CERTS_DIR;
 
 /// The only `http_proxy_mode` mccloud renders: the backends see the client
@@ -59,11 +59,11 @@ fn condition(domain: &str) -> String {
     }
 }
 
-fn raw_opts(conf: &Value, proxy: &str, which: &str) -> Value {
+fn raw_opts(conf: &Value, proxy: &str, which: &str) -> Vec<Value> {
     match conf.get(proxy).and_then(|p| p.get(which)) {
-        Some(Value::Array(a)) => Value::Array(a.clone()),
-        Some(Value::String(s)) => json!(s.lines().collect::<Vec<_>>()),
-        _ => json!([]),
+        Some(Value::Array(a)) => a.clone(),
+        Some(Value::String(s)) => s.lines().map(|l| json!(l)).collect(),
+        _ => vec![],
     }
 }
 
@@ -138,9 +138,11 @@ fn frontend(
             let entry = backends
                 .entry(d.clone())
                 .or_insert_with(|| (format!("{prefix}_{}", ident(d)), vec![]));
+            // makina-states' server names: srv_<domain><n>.
+            let n = entry.1.len() + 1;
             entry
                 .1
-                .push((format!("srv_{}", ident(v.vm)), format!("{}:80", v.ip)));
+                .push((format!("srv_{}{n}", ident(d)), format!("{}:80", v.ip)));
         }
     }
     let mut domains: Vec<&String> = backends.keys().collect();
@@ -153,13 +155,14 @@ fn frontend(
     });
     let acls: Vec<Value> = domains
         .iter()
-        .map(|d| {
-            json!({"name": format!("host_{}", ident(d)), "condition": condition(d), "backend": backends[*d].0, "domain": d})
+        .filter_map(|d| {
+            let (backend, _) = backends.get(*d)?;
+            Some(json!({"name": format!("host_{}", ident(d)), "condition": condition(d), "backend": backend, "domain": d}))
         })
         .collect();
     let pre = raw_opts(conf, proxy, "raw_opts_pre");
     let post = raw_opts(conf, proxy, "raw_opts_post");
-    let mut rules: Vec<Value> = pre.as_array().cloned().unwrap_or_default();
+    let mut rules: Vec<Value> = pre.clone();
     if prefix == "securebck" {
         rules.push(json!(X_SSL));
     }
@@ -177,7 +180,13 @@ fn frontend(
             str_of(&a["name"])
         ))
     }));
-    rules.extend(post.as_array().cloned().unwrap_or_default());
+    rules.extend(post.iter().cloned());
+    // As makina-states gave them: the http frontend's unset raw options
+    // are '' (its `mc_utils.get` default), the https frontend's [].
+    let given = |v: Vec<Value>| match v.is_empty() && prefix == "bck" {
+        true => json!(""),
+        false => Value::Array(v),
+    };
     let mut ours = Map::new();
     let mut theirs = Map::new();
     for (backend, servers) in backends.into_values() {
@@ -220,9 +229,12 @@ fn frontend(
             ("mode", json!("http")),
             ("http_proxy_mode", json!(HTTP_PROXY_MODE)),
             ("options", json!(["forwardfor"])),
-            ("raw_opts_pre", pre),
-            ("raw_opts_post", post),
+            ("raw_opts_pre", given(pre)),
+            ("raw_opts_post", given(post)),
             ("raw_opts", Value::Array(rules)),
+            // The original marked the frontends whose pre/post options
+            // were folded into raw_opts; these always are.
+            ("raw_rules_done", json!(1)),
             ("acls", Value::Array(acls)),
             ("backends", Value::Object(ours)),
         ]),
@@ -287,7 +299,7 @@ pub fn reverse_proxies(cn: &str, vms: &[ProxiedVm], conf: &Value) -> Value {
         &https,
         "securebck",
     );
-    let mut out = obj([
+    let mut out = map([
         ("target", json!(cn)),
         ("http_proxy", plain.frontend),
         ("https_proxy", secure.frontend),
@@ -298,8 +310,9 @@ pub fn reverse_proxies(cn: &str, vms: &[ProxiedVm], conf: &Value) -> Value {
         ("ssl_certs_dir", json!(certs_dir)),
         ("default_cert", json!(default_cert)),
     ]);
-    out["haproxy_cfg"] = json!(render(&out));
-    out
+    let cfg = render(&out);
+    out.insert("haproxy_cfg".into(), json!(cfg));
+    Value::Object(out)
 }
 
 fn lines(v: &Value) -> impl Iterator<Item = &str> {
@@ -349,16 +362,17 @@ fn render_frontend(out: &mut String, name: &str, f: &Value, https: bool) {
 /// The haproxy configuration of a node's reverse proxy: http and https
 /// frontends routing by Host to per-domain backends (round robin to the VMs'
 /// port 80), and one tcp `listen` per VM from its ssh port to its port 22.
-pub fn render(proxies: &Value) -> String {
+pub fn render(proxies: &Map<String, Value>) -> String {
+    let at = |k: &str| proxies.get(k).unwrap_or(&Value::Null);
     let mut out = String::from(
         "# Managed by mccloud: generated from the registry, do not edit.\n\
          global\n    maxconn 4096\n\n\
          defaults\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n",
     );
-    render_frontend(&mut out, "http-in", &proxies["http_proxy"], false);
-    render_frontend(&mut out, "https-in", &proxies["https_proxy"], true);
+    render_frontend(&mut out, "http-in", at("http_proxy"), false);
+    render_frontend(&mut out, "https-in", at("https_proxy"), true);
     out.push_str("\nbackend bck_no_such_vm\n    mode http\n    http-request return status 503\n");
-    for l in proxies["ssh_proxies"].as_array().into_iter().flatten() {
+    for l in at("ssh_proxies").as_array().into_iter().flatten() {
         out.push_str(&format!(
             "\nlisten {}\n    bind {}\n    mode tcp\n    server {} {}\n",
             l["name"].as_str().unwrap_or(""),
@@ -450,7 +464,16 @@ mod tests {
             p["https_backends"]["securebck_a.com"],
             json!({"name": "securebck_a.com", "mode": "http",
                    "raw_opts": ["balance roundrobin", "option http-server-close", "option forwardfor"],
-                   "servers": [{"name": "srv_a.com", "bind": "10.5.0.2:80", "opts": "check"}]})
+                   "servers": [{"name": "srv_a.com1", "bind": "10.5.0.2:80", "opts": "check"}]})
+        );
+        // makina-states' raw options: '' when unset on http, [] on https;
+        // both frontends marked as having folded them in.
+        assert_eq!(p["http_proxy"]["raw_opts_pre"], json!(""));
+        assert_eq!(https["raw_opts_pre"], json!([]));
+        assert_eq!(https["raw_opts_post"], json!(["x-post"]));
+        assert_eq!(
+            (&p["http_proxy"]["raw_rules_done"], &https["raw_rules_done"]),
+            (&json!(1), &json!(1))
         );
         assert_eq!(
             p["sw_proxies"],

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::error::Result;
+use crate::pillar::values;
 use crate::pools::secrets::sha512_crypt;
 use crate::settings::vm_checks::domains;
 use crate::settings::{Config, VmAllocation, VmPlan};
@@ -25,7 +26,8 @@ pub fn finish(
     // controller (the VM's master names it, or the caller is it), the VM
     // reaches it through its gateway.
     if s.get("master").and_then(Value::as_str) == Some(cn) || config.context().minion_id == cn {
-        s.insert("master".into(), s["gateway"].clone());
+        let gateway = values::at(&s, "gateway").clone();
+        s.insert("master".into(), gateway);
     }
     let args = config.script_args(&s, &whose)?;
     s.insert("script_args".into(), json!(args));
@@ -33,16 +35,18 @@ pub fn finish(
     if s.get("ssh_gateway").is_none_or(Value::is_null) {
         s.insert("ssh_gateway".into(), json!(cn));
     }
-    if !s["ssh_gateway_password"].is_null() {
+    if !values::at(&s, "ssh_gateway_password").is_null() {
         s.remove("ssh_gateway_key");
     }
     s.insert("domains".into(), json!(domains(&s, &plan.vm, &whose)?));
     if let Some(Value::Array(extra)) = s.get_mut("additional_ips") {
         for (entry, mac) in extra.iter_mut().zip(alloc.macs.iter().skip(1)) {
-            entry["mac"] = json!(mac);
+            if let Value::Object(e) = entry {
+                e.insert("mac".into(), json!(mac));
+            }
         }
     }
-    s.insert("mac".into(), json!(alloc.macs[0]));
+    s.insert("mac".into(), json!(alloc.macs.first()));
     s.insert("ip".into(), json!(alloc.ip.to_string()));
     s.insert("password".into(), json!(alloc.password));
     s.insert(

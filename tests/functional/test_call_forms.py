@@ -127,7 +127,7 @@ def test_target_settings_carry_the_original_keys(salt_env: SaltEnv) -> None:
         assert (front["name"], front["mode"], front["http_proxy_mode"]) == (name, "http", "xforwardedfor")
         assert f"use_backend {prefix}_{FIXED} if host_{FIXED}" in front["raw_opts"]
         backend = rp[f"{proxy[:-6]}_backends"][f"{prefix}_{FIXED}"]
-        assert backend["servers"] == [{"name": f"srv_{FIXED}", "bind": "10.5.10.16:80", "opts": "check"}]
+        assert backend["servers"] == [{"name": f"srv_{FIXED}1", "bind": "10.5.10.16:80", "opts": "check"}]
     assert "http-request set-header X-SSL %[ssl_fc]" in rp["https_proxy"]["raw_opts"]
     assert rp["https_proxy"]["bind"] == f"*:443 ssl crt /etc/ssl/cloud/certs/{CN}.crt crt /etc/ssl/cloud/certs"
     snmp = {(e["dport"], e["dest"]) for e in rp["sw_proxies"] if e.get("proto") == "udp" and e["dest"].endswith(":161")}

@@ -22,6 +22,7 @@ from mccloud.cli import sample_pillar
 from mccloud.drivers import lxc
 from mccloud.orchestration.generic import with_node_registry
 from tests.support.minion import Minion
+from tests.support.pillars import FLAGS
 from tests.support.runners import Offline
 
 COMPAT = Path(__file__).parent / "compat"
@@ -32,7 +33,8 @@ VM = "gfoobar.test.com"
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("compat")
-    pillar = yaml.safe_load(sample_pillar())
+    # The sample pillar as deployments carry it: with the enable flags.
+    pillar = {**FLAGS, **yaml.safe_load(sample_pillar())}
     pillar["makina-states.cloud.images.lxc"] = {"cron_sync": True, "cron_minute": "7", "cron_hour": "2"}
     pillar[f"makina-states.cloud.compute_node.conf.{CN}"] = {
         "bind_address": "127.0.0.1", "http_port": 18980, "https_port": 18943,
@@ -73,7 +75,7 @@ def test_the_controller_side_renders(cloud: dict[str, Any]) -> None:
     assert "'minute': 7" in states["compat-images-cron"] or "'minute': '7'" in states["compat-images-cron"]
     assert states[f"compat-target-{CN}"].startswith(f"{CN} lxc=True firewall=True xforwardedfor")
     assert "X-SSL %[ssl_fc]" in states[f"compat-frontend-secure-{CN}"]
-    assert states[f"compat-https_backends-securebck_{VM}"].endswith(f"server srv_{VM} 10.5.10.16:80 check")
+    assert states[f"compat-https_backends-securebck_{VM}"].endswith(f"server srv_{VM}1 10.5.10.16:80 check")
     assert any(t.startswith("DNAT all lxc:10.5.10.16:161 udp ") for t in states.values())
     assert states[f"compat-vm-{VM}"].startswith(f"{VM} lxc 10.5.10.16 {VM} {VM} 10.5.10.16 00:16:3e")
     assert sum(sid.startswith(f"compat-cert-{CN}-") for sid in states) == 6
@@ -84,6 +86,9 @@ def test_the_compute_node_side_renders_and_its_haproxy_template_passes_haproxy(c
     states = rendered(node, "compute_node")
     assert states["compat-node"].startswith(f"{CN} prefix=")
     assert f"compat-node-host-{VM}" in states
+    (image,) = [sid for sid in states if sid.startswith("compat-node-image-makina-states-trusty-")]
+    version = image.rsplit("-", 1)[1]
+    assert states[image] == f"makina-states-trusty makina-states-trusty/None {version} None None"
     if shutil.which("haproxy") is None:
         pytest.skip("haproxy is installed by ./run setup")
     text = node.ok("slsutil.renderer", f"path={COMPAT / 'cloudcontroller.cfg'}", "default_renderer=jinja")
@@ -104,6 +109,9 @@ def test_the_vm_side_renders(cloud: dict[str, Any]) -> None:
     assert states["compat-vm"].startswith(f"{VM} on {CN} ssh port ")
     assert states["compat-vm-data"].startswith(f"{VM} 10.5.10.16 00:16:3e")
     assert states["compat-vm-settings-alias"].startswith(f"{VM} is_vm=")
+    # The original's initial setup gets the crypt hash, never the clear text.
+    assert states["compat-vm-initial-password"].startswith("root:$6$")
+    assert ":foobar" not in json.dumps(states)
 
 
 def test_a_key_mccloud_does_not_provide_fails_the_render(cloud: dict[str, Any]) -> None:

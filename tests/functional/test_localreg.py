@@ -89,7 +89,7 @@ def test_a_node_registry_written_by_the_deploy_state_is_what_cn_settings_answers
         "ip": data["vm"]["vm"]["ip"], "domains": ["a.example.net"]}
     assert got["cnSettings"]["rp"]["reverse_proxies"] == cn["reverse_proxies"]
     assert got["lxcSettings"]["bridge"] == "lxcbr1" and got["lxcSettings"]["netmask"] == "16"
-    assert "makina-states-trusty" in got["imgSettings"]["lxc"]["images"]
+    assert got["imgSettings"]["makina-states-trusty"]["lxc_tarball_ver"]
     assert got["cloudSettings"]["awkward"] == AWKWARD
     # Rewritten whole by the next deploy.
     node["cn_registry"]["cnSettings"]["cn"]["vms"].pop("b.example.net")
@@ -129,7 +129,9 @@ def test_a_vm_registry_written_into_the_guest_is_what_vm_settings_answers_there(
     assert got["mccloud_vm_ssh_port"] == vm["vm"]["ssh_reverse_proxy_port"]
     assert got["vmSettings"] == {"vm_name": "a.example.net", "vm_vt": "lxc"}
     assert got["cnSettings"] == {"virt_types": ["lxc"]} and got["isdevhost"] is False
-    assert got["vtVmData"]["ip"] == vm["vm"]["ip"] and "password" not in got["vtVmData"]
+    assert got["vtVmData"]["ip"] == vm["vm"]["ip"]
+    # The original's key, holding the crypt hash: never the clear text.
+    assert got["vtVmData"]["password"] == got["vtVmData"]["password_hash"] and got["vtVmData"]["password"].startswith("$6$")
     assert got["vtVmData"]["password_hash"].startswith("$6$")
     assert guest.ok("mc_cloud_vm.settings", "ttl=0") == {**got, "markers": markers}
     bad = guest.call("mc_cloud_vm.vm_settings", "suf=/../x")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import yaml
+
 from tests.support.saltenv import SaltEnv
 
 CLOUD = "makina-states.cloud"
@@ -129,3 +131,36 @@ def test_images_and_saltify_shapes(salt_env: SaltEnv) -> None:
     salt_env.set_pillar({f"{CLOUD}.images.lxc.cron_minute": "3;reboot"})
     r = salt_env.mastersalt_call("mc_cloud_images.settings")
     assert r.returncode != 0 and "makina-states.cloud.images.lxc.cron_minute" in r.output
+
+
+ISSUE_PILLAR = """
+makina-states.cloud.generic: true
+makina-states.cloud.lxc: true
+makina-states.cloud.saltify: true
+makina-states.cloud.lxc.vms.cn1.example.net:
+  a.example.net: {}
+makina-states.cloud.saltify.targets.bm1.example.net:
+  password: s3cret
+"""
+
+
+def test_the_enable_flags_deployments_carry_change_no_result(salt_env: SaltEnv) -> None:
+    """The pillar nearly every makina-states deployment carries: the same
+    answers through the real mastersalt-call as without its flags."""
+    calls = [("mc_cloud_lxc.get_settings_for_vm", "cn1.example.net", "a.example.net"), ("mc_cloud_lxc.settings",),
+             ("mc_cloud_images.settings",), ("mc_cloud_saltify.settings",), ("mc_cloud.settings",),
+             ("mc_cloud_saltify.settings_for_target", "bm1.example.net"),
+             ("mc_cloud_compute_node.get_settings_for_target", "cn1.example.net")]
+    flagged = yaml.safe_load(ISSUE_PILLAR)
+    answers = []
+    for pillar in ({k: v for k, v in flagged.items() if not isinstance(v, bool)}, flagged):
+        salt_env.set_pillar(pillar)
+        answers.append([settings(salt_env, *call) for call in calls])
+        answers[-1].append(settings(salt_env, "mc_cloud.registry")["is"])
+    without, with_flags = answers
+    assert without.pop() == {"generic": False, "lxc": False, "saltify": False}
+    assert with_flags.pop() == {"generic": True, "lxc": True, "saltify": True}
+    assert with_flags == without
+    vm = with_flags[0]
+    assert (vm["ip"], vm["network"], vm["ssh_gateway"]) == ("10.5.0.2", "10.5.0.0", "cn1.example.net")
+    assert with_flags[3]["targets"] == {"bm1.example.net": {}}

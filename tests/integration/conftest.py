@@ -30,6 +30,7 @@ import yaml
 
 from mccloud.orchestration import sls_root
 from tests.support.net import bridge_up
+from tests.support.pillars import FLAGS
 
 NET = "10.199.7"
 GATEWAY = f"{NET}.1"
@@ -112,6 +113,8 @@ def test_states(cloud_root: Path) -> Path:
 
 def cloud_pillar(root: Path, node: str, bridge: str, vms: dict[str, Any]) -> dict[str, Any]:
     return {
+        # As deployments carry them: the registries' enable flags.
+        **FLAGS,
         "makina-states.cloud.master": node,
         "makina-states.cloud.lxc.defaults.network": f"{NET}.0",
         "makina-states.cloud.lxc.defaults.netmask": "24",

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mccloud
 from mccloud import AllocationError, InvalidInputError, MccloudError, NotFoundError, StoreError
@@ -154,3 +156,41 @@ def test_declared_settings_before_allocation() -> None:
     assert s["lxc_path"] == "/srv/lxc" and "ip" not in s and "password" not in s
     with pytest.raises(NotFoundError, match="b.vm is not declared"):
         cfg.vm_declared_settings(CN, "b.vm")
+
+
+# Pillar values as YAML may give them: any tree of scalars, lists and
+# mappings (int and float keys included), at the keys the registry reads.
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                     st.sampled_from(["", "10.5.0.9", "lvm", "small", "*.a.org", "x y"]), st.text(max_size=8))
+_TREES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3),
+    st.dictionaries(st.one_of(st.sampled_from(["vms", "defaults", "conf", "targets", "ip", "domains",
+                                               "a.vm", CN, "lxc", "images", "ssl"]), st.integers()),
+                    inner, max_size=3)), max_leaves=12)
+_KEYS = ["makina-states.cloud", "makina-states.cloud.lxc", "makina-states.cloud.saltify",
+         "makina-states.cloud.compute_node", "makina-states.cloud.images", "makina-states.cloud.lxc.defaults",
+         f"makina-states.cloud.lxc.vms.{CN}", f"makina-states.cloud.lxc.vms.{CN}.a.vm",
+         f"makina-states.cloud.compute_node.conf.{CN}", "makina-states.cloud.saltify.targets.t.vm"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pillar=st.dictionaries(st.sampled_from(_KEYS), _TREES, max_size=4))
+def test_no_pillar_crosses_the_binding_as_a_panic(tmp_path: Path, pillar: dict[str, Any]) -> None:
+    """Every method answers with a result or a mccloud error: a Rust panic
+    would surface as ``PanicException``, which is not an ``Exception``."""
+    store = tmp_path / f"store-{abs(hash(repr(pillar)))}"
+    calls = []
+    try:
+        cfg = mccloud.Config(CTX, {f"makina-states.cloud.lxc.vms.{CN}": {"a.vm": {}}, **pillar})
+    except MccloudError:
+        return
+    reg = mccloud.Registry(cfg, str(store))
+    for call in (cfg.cloud_settings, cfg.controller_settings, cfg.lxc_settings, cfg.compute_node_settings,
+                 cfg.saltify_settings, lambda: cfg.saltify_target("t.vm"), cfg.images_settings,
+                 lambda: cfg.node_of("a.vm"), lambda: reg.vm_settings(CN, "a.vm"),
+                 lambda: reg.target_settings(CN), reg.inventory, lambda: reg.destroy_vm(CN, "a.vm")):
+        try:
+            calls.append(call())
+        except MccloudError as exc:
+            calls.append(str(exc))
+    assert len(calls) == 12

@@ -42,7 +42,7 @@ def test_a_node_deploy_pushes_the_node_registry_first(offline: Offline, jobs: Jo
     assert reg["cnSettings"]["rp"] == {"reverse_proxies": data["reverse_proxies"], "target": CN}
     assert reg["cloudSettings"] == offline.config.cloud_settings()
     assert reg["lxcSettings"]["gateway"] == "10.5.0.1" and reg["lxcSettings"]["use_bridge"] is True
-    assert reg["imgSettings"] == offline.config.images_settings()
+    assert reg["imgSettings"] == offline.config.images_settings()["lxc"]["images"]
     assert "s3cret-clear" not in repr(data)
 
 

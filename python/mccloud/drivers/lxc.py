@@ -189,8 +189,9 @@ def post_deploy_controller(env: Env) -> Outcome:
 def cn_sls_pillar(env: Env, target: str) -> dict[str, Any]:
     """What the lxc driver adds to a compute node's registry:
     ``lxcSettings`` (the lxc defaults: bridge, gateway, network, netmask ...)
-    and ``imgSettings`` (the images settings)."""
-    return {"lxcSettings": dict(env.config.lxc_settings()["defaults"]), "imgSettings": env.config.images_settings()}
+    and ``imgSettings`` (the lxc images by name, as makina-states keyed them)."""
+    return {"lxcSettings": dict(env.config.lxc_settings()["defaults"]),
+            "imgSettings": dict(env.config.images_settings()["lxc"]["images"])}
 
 
 def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::with_names;
 use crate::pillar::names::validate;
-use crate::pillar::values::{as_str, scalar};
+use crate::pillar::values::{as_str, mapping, mapping_mut, scalar};
 use sha2::{Digest, Sha256};
 
 /// Pillar prefix of the images.
@@ -36,6 +36,7 @@ const RECIPE: [&str; 4] = ["template", "release", "packages", "template_args"];
 ///   these keys keeps them (an image provided another way).
 pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) -> Result<Value> {
     let defaults = json!({
+        "kvm": {},
         "lxc": {
             "images_root": lxc_path,
             "cron_sync": !devhost,
@@ -51,9 +52,18 @@ pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) ->
             },
         }
     });
-    let mut s = with_names(pillar, IMAGES, defaults, &["lxc.images"]);
-    let default = as_str(&s["lxc"]["default"], &format!("{IMAGES}.lxc.default"))?.to_owned();
-    let images = s["lxc"]["images"].as_object().cloned().unwrap_or_default();
+    let mut s = with_names(pillar, IMAGES, defaults, &["lxc.images"])?;
+    let lxc_key = format!("{IMAGES}.lxc");
+    let lxc = mapping_mut(
+        mapping_mut(&mut s, IMAGES)?
+            .entry("lxc")
+            .or_insert_with(|| json!({})),
+        &lxc_key,
+    )?;
+    let what = |k: &str| format!("pillar value {lxc_key}.{k}");
+    let at = |m: &Map<String, Value>, k: &str| m.get(k).cloned().unwrap_or(Value::Null);
+    let default = as_str(&at(lxc, "default"), &what("default"))?.to_owned();
+    let images = mapping(&at(lxc, "images"), &format!("{lxc_key}.images"))?.clone();
     let Some(first) = images.get(&default) else {
         return Err(Error::invalid(format!(
             "default image {default} is not declared under pillar {IMAGES}.lxc.images"
@@ -68,24 +78,23 @@ pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) ->
     for (name, img) in ordered.iter_mut() {
         describe(name, img);
     }
-    s["lxc"]["images"] = Value::Object(ordered);
-    let lxc = &mut s["lxc"];
-    let what = |k: &str| format!("pillar value {IMAGES}.lxc.{k}");
+    lxc.insert("images".into(), Value::Object(ordered));
     checks::abs_path(
         &what("images_root"),
-        checks::string(&what("images_root"), &lxc["images_root"], false)?,
+        checks::string(&what("images_root"), &at(lxc, "images_root"), false)?,
     )?;
-    if !lxc["cron_sync"].is_boolean() {
+    let sync = at(lxc, "cron_sync");
+    if !sync.is_boolean() {
         return Err(Error::invalid(format!(
             "{} must be true or false, not {}",
             what("cron_sync"),
-            checks::brief(&lxc["cron_sync"])
+            checks::brief(&sync)
         )));
     }
     for (k, max) in [("cron_hour", 23), ("cron_minute", 59)] {
-        let field = scalar(&lxc[k], &what(k))?;
+        let field = scalar(&at(lxc, k), &what(k))?;
         cron_field(&what(k), &field, max)?;
-        lxc[k] = json!(field);
+        lxc.insert(k.into(), json!(field));
     }
     Ok(s)
 }
@@ -112,13 +121,21 @@ fn describe(name: &str, img: &mut Value) {
         text("release", "bookworm")
     );
     let Value::Object(m) = img else { return };
+    let version = digest.get(..16).unwrap_or(&digest).to_owned();
     for (k, v) in [
-        ("builder_ref", format!("{name}-lxc-ref.foo.net")),
-        ("source", source),
-        ("version", digest[..16].to_owned()),
-        ("checksum", format!("sha256:{digest}")),
+        ("builder_ref", json!(format!("{name}-lxc-ref.foo.net"))),
+        ("source", json!(source)),
+        ("checksum", json!(format!("sha256:{digest}"))),
+        // makina-states' names for a downloadable archive of the image:
+        // mccloud builds images from their recipe and copies them from
+        // the controller, so there is no archive to fetch or check.
+        ("lxc_tarball", Value::Null),
+        ("lxc_tarball_name", Value::Null),
+        ("lxc_tarball_md5", Value::Null),
+        ("lxc_tarball_ver", json!(version)),
+        ("version", json!(version)),
     ] {
-        m.entry(k).or_insert_with(|| json!(v));
+        m.entry(k).or_insert(v);
     }
 }
 

@@ -33,7 +33,7 @@ pub const SEED_TARGETS: &str = "makina-states.services.cloud.lxc.targets";
 /// development mode", seed 003); elsewhere to dir copies.
 pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
     let ptype = if devhost { "overlayfs" } else { "dir" };
-    let mut defaults = json!({
+    let mut defaults = serde_json::json!({
         "autostart": true, "snapshot": devhost, "size": null, "profile": "medium",
         "profile_type": ptype, "backing": ptype, "gateway": g["gateway"],
         "network": g["network"], "netmask": g["netmask"], "netmask_full": g["netmask_full"],
@@ -42,8 +42,8 @@ pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
         "ssh_username": g["ssh_username"], "vgname": "lxc", "lvname": null, "lxc_conf": [],
         "lxc_conf_unset": [], "fstab": null, "lxc_path": "/var/lib/lxc",
     });
-    for key in super::FROM_CLOUD {
-        defaults[key] = g[key].clone();
+    if let Value::Object(d) = &mut defaults {
+        super::copy_keys(d, g, &super::FROM_CLOUD);
     }
     let sizes: Map<String, Value> = SIZES
         .iter()

@@ -19,11 +19,14 @@ compat-node-host-{{ vmname }}:
     - ip: {{ vm.ip }}
     - names: {{ vm.domains | tojson }}
 {%- endfor %}
-{%- for name, img in reg.imgSettings.items() %}
+{#- As makina-states' cloud/lxc/compute_node/images.sls reads them. #}
+{%- for name, imgdata in reg.imgSettings.items() %}
+{%- set arc = '{0}/{1}'.format(name, imgdata['lxc_tarball_name']) %}
+{%- set tversion = imgdata['lxc_tarball_ver'] %}
 
-compat-node-image-{{ name }}:
+compat-node-image-{{ name }}-{{ tversion }}:
   test.show_notification:
-    - text: "{{ name }}"
+    - text: "{{ name }} {{ arc }} {{ tversion }} {{ imgdata.lxc_tarball }} {{ imgdata.lxc_tarball_md5 }}"
 {%- endfor %}
 
 compat-node-haproxy:

@@ -10,6 +10,11 @@ compat-vm-data:
   test.show_notification:
     - text: "{{ vm.name }} {{ vm.ip }} {{ vm.mac }} {{ vm.gateway }} {{ vm.netmask }} {{ vm.domains | join(',') }} {{ vm.dnsservers | join(',') }} {{ vm.master }}:{{ vm.master_port }} {{ vm.mode }}"
 
+{#- As makina-states' cloud/lxc/vm/initial_setup.sls reads it. #}
+compat-vm-initial-password:
+  test.show_notification:
+    - text: "root:{{ vm.password }}"
+
 compat-vm-settings-alias:
   test.show_notification:
     - text: "{{ salt['mc_cloud_vm.settings']().mccloud_vmname }} is_vm={{ salt['mc_cloud.is_vm']() }}"
