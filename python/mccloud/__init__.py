@@ -1,8 +1,8 @@
 """mccloud: the cloud-controller registry for Salt.
 
 The Rust core lives in :mod:`mccloud._native`; this package re-exports it and
-ships the Salt loader shims (``modules/``, ``runners/``, ``states/``) found
-through the ``salt.loader`` entry point.
+ships the Salt loader shims (``modules/``, ``runners/``, ``pillar/``) found
+through the ``salt.loader`` entry point, and the SLS tree (``sls/``).
 """
 
 from mccloud._native import (
@@ -14,6 +14,7 @@ from mccloud._native import (
     NotFoundError,
     Registry,
     StoreError,
+    check_domain,
     gen_id,
     sha512_crypt,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "NotFoundError",
     "Registry",
     "StoreError",
+    "check_domain",
     "gen_id",
     "sha512_crypt",
 ]

@@ -202,13 +202,28 @@ def node_registry(node: Mapping[str, Any], cloud: Mapping[str, Any], drivers: Ma
     }
 
 
+#: What a VM receives of its own settings (``vtVmData``): an allow-list, so
+#: that a setting added later reaches no VM until it is listed here. No
+#: gateway credentials, no controller paths, never the clear password:
+#: ``password`` is the SHA-512 crypt hash (``password_hash``), the form
+#: ``chpasswd -e`` and the original's lxc spawn path take, so the
+#: original's ``cloud/lxc/vm/initial_setup.sls`` renders without the secret.
+VM_SETTINGS = (
+    "name", "vt", "domains", "ip", "mac", "additional_ips", "gateway", "network", "netmask", "netmask_full",
+    "dnsservers", "master", "master_port", "mode", "bootsalt_branch", "users", "sudo", "ssh_username",
+    "password_hash", "profile", "profile_type", "backing", "image", "from_container", "snapshot", "autostart",
+    "size", "ssh_gateway", "ssh_reverse_proxy_port", "snmp_reverse_proxy_port",
+)
+#: What a VM receives of the cloud settings (``cloudSettings``): the
+#: original's own list for a VM.
+VM_CLOUD_SETTINGS = ("all_sls_dir", "compute_node_sls_dir", "root", "prefix")
+
+
 def vm_registry(vm: str, cn: str, settings: Mapping[str, Any], virt_types: list[str], cloud: Mapping[str, Any],
                 devhost: bool) -> dict[str, Any]:
-    """A VM's registry, in the original's keys. ``vtVmData`` holds the VM's
-    settings without the clear-text password: its ``password`` is the
-    SHA-512 crypt hash (``password_hash``), the form ``chpasswd -e`` and the
-    original's lxc spawn path take, so the original's
-    ``cloud/lxc/vm/initial_setup.sls`` renders without the secret."""
+    """A VM's registry, in the original's keys, built from allow-lists
+    (:data:`VM_SETTINGS`, :data:`VM_CLOUD_SETTINGS`): a VM is a tenant."""
+    own = {k: settings[k] for k in VM_SETTINGS if k in settings}
     return {
         "mccloud_vmname": vm,
         "mccloud_targetname": cn,
@@ -216,6 +231,6 @@ def vm_registry(vm: str, cn: str, settings: Mapping[str, Any], virt_types: list[
         "isdevhost": devhost,
         "vmSettings": {"vm_name": vm, "vm_vt": settings.get("vt")},
         "cnSettings": {"virt_types": list(virt_types)},
-        "vtVmData": {**settings, "password": settings.get("password_hash")},
-        "cloudSettings": dict(cloud),
+        "vtVmData": {**own, "password": settings.get("password_hash")},
+        "cloudSettings": {k: cloud[k] for k in VM_CLOUD_SETTINGS if k in cloud},
     }

@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mccloud import ArgumentError, InvalidInputError, MccloudError, NotFoundError
+from mccloud import ArgumentError, InvalidInputError, MccloudError, NotFoundError, check_domain
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,6 @@ SUBJECT_KEYS = {
     "emailAddress": NameOID.EMAIL_ADDRESS,
 }
 
-_LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
-_DOMAIN = re.compile(rf"(\*\.)?{_LABEL}(\.{_LABEL})*")
 _CA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}")
 _TMP_SUFFIX = ".part"
 #: The directory of operators' certificates, beside the CA's.
@@ -154,16 +152,18 @@ class CertFiles:
 
 def validate_domain(domain: Any) -> str:
     """``domain`` lower-cased, if it is a DNS host name, optionally a
-    wildcard ``*.<at least two labels>``; :class:`BadDomainError` otherwise."""
+    wildcard ``*.<at least two labels>``; :class:`BadDomainError` otherwise.
+    The registry's own rule (:func:`mccloud.check_domain`): a domain the
+    registry accepts is one a certificate is issued for."""
     if not isinstance(domain, str):
         raise BadDomainError(f"domain {domain!r} is not a string: give a DNS name such as vm1.example.com")
-    name = domain.lower()
-    if not _DOMAIN.fullmatch(name) or len(name) > 253 or (name.startswith("*.") and name.count(".") < 2):
-        raise BadDomainError(
-            f"domain {domain!r} is not a DNS name: use labels of letters, digits and inner hyphens"
-            " separated by dots, at most 253 characters, optionally starting with '*.' followed by"
-            " at least two labels (internationalised names in their xn-- form)")
-    return name
+    if domain == "*":
+        raise BadDomainError("domain '*' routes every host to one VM and has no certificate of its own")
+    try:
+        return check_domain(domain)
+    except InvalidInputError as exc:
+        advice = str(exc).rsplit(" is not a domain: ", 1)[-1]
+        raise BadDomainError(f"domain {domain!r} is not a DNS name: {advice}") from None
 
 
 def file_stem(domain: str) -> str:
@@ -359,6 +359,10 @@ def _ensure_ca(ssl_dir: Path, settings: CASettings) -> CA:
         _write(key_path, _key_pem(key), 0o600)
         _write(cert_path, _ca_cert(settings, key).public_bytes(serialization.Encoding.PEM), 0o644)
         log.info("created the certificate authority %s", cert_path)
+    # A CA made by an older version, or copied in by hand, is made private
+    # again: its directory 0700, its key 0600.
+    _tighten(folder, 0o700)
+    _tighten(key_path, 0o600)
     cert = read_cert(cert_path)
     key = _read_key(key_path, f"the key of CA certificate {cert_path}; restore it, or remove both"
                     " files to create a new CA (every certificate it signed is then issued again)")
@@ -572,6 +576,15 @@ def _join_pem(*parts: str) -> str:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+
+
+def _tighten(path: Path, mode: int) -> None:
+    """Takes from ``path`` any permission beyond ``mode`` (it must exist)."""
+    with contextlib.suppress(FileNotFoundError):
+        current = path.stat().st_mode & 0o777
+        if current & ~mode:
+            os.chmod(path, current & mode)
+            log.warning("%s was mode %o: made %o", path, current, current & mode)
 
 
 def _mkdir(path: Path) -> None:

@@ -41,21 +41,43 @@ pub fn hostname(what: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// A domain routed by the reverse proxy: a host name, `*.` and a host name,
-/// or `*` (every host).
-pub fn domain(what: &str, value: &str) -> Result<()> {
+/// A domain the reverse proxy routes and the controller's CA certifies,
+/// lower-cased: a DNS name (dot-separated labels of letters, digits and
+/// inner hyphens, at most 63 characters each and 253 in all), optionally
+/// `*.` and at least two labels (`*.example.com`, never `*.com`), or `*`
+/// (every host, routed but never certified). The one rule of the registry,
+/// the certificates (`mccloud.pki`) and haproxy's names: what passes here
+/// is served, certified and named without collision.
+pub fn domain(what: &str, value: &str) -> Result<String> {
     if value == "*" {
-        return Ok(());
+        return Ok(value.to_owned());
     }
-    hostname(what, value.strip_prefix("*.").unwrap_or(value)).map_err(|_| {
-        bad(
-            what,
-            value,
-            false,
-            "is not a domain",
-            "use a host name such as www.example.com, optionally prefixed with '*.'",
-        )
-    })
+    let name = value.to_ascii_lowercase();
+    let (wildcard, base) = match name.strip_prefix("*.") {
+        Some(base) => (true, base),
+        None => (false, name.as_str()),
+    };
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    let labels = base.split('.').count();
+    let ok = name.len() <= 253 && base.split('.').all(label_ok) && (!wildcard || labels >= 2);
+    if ok {
+        return Ok(name);
+    }
+    no_controls(what, value, false)?;
+    Err(bad(
+        what,
+        value,
+        false,
+        "is not a domain",
+        "use a DNS name such as www.example.com (letters, digits and inner hyphens in \
+         dot-separated labels, no '_'), optionally '*.' and at least two labels such as \
+         *.example.com, or '*' for every host",
+    ))
 }
 
 /// A host name or an IP address (v4 or v6).

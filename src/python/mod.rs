@@ -256,12 +256,19 @@ fn sha512_crypt(password: &str, salt: &str) -> String {
     crate::pools::secrets::sha512_crypt(password, salt)
 }
 
+/// `domain` lower-cased if the registry, the certificates and haproxy
+/// accept it (the one domain rule); `InvalidInputError` otherwise.
+#[pyfunction]
+fn check_domain(domain: &str) -> PyResult<String> {
+    crate::pillar::hosts::domain("domain", domain).map_err(to_py)
+}
+
 /// The native module: a list of exports only.
 #[pymodule]
 mod _native {
     #[pymodule_export]
     use super::{
-        gen_id, sha512_crypt, AllocationError, ArgumentError, Config, InvalidInputError,
-        MccloudError, NotFoundError, Registry, StoreError,
+        check_domain, gen_id, sha512_crypt, AllocationError, ArgumentError, Config,
+        InvalidInputError, MccloudError, NotFoundError, Registry, StoreError,
     };
 }

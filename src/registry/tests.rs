@@ -863,7 +863,7 @@ fn cases(n: u32) -> ProptestConfig {
 }
 
 fn vm_names(max: usize) -> impl Strategy<Value = Vec<String>> {
-    proptest::collection::btree_set("[a-z][a-z0-9-]{0,5}\\.test", 1..=max)
+    proptest::collection::btree_set("[a-z]([a-z0-9-]{0,4}[a-z0-9])?\\.test", 1..=max)
         .prop_map(|s| s.into_iter().collect())
 }
 

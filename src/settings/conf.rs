@@ -14,6 +14,8 @@ use crate::pillar::values::kind_of;
 /// `<domain>.crt` per domain, issued by the controller's CA), as
 /// makina-states placed them.
 pub const DEFAULT_CERTS_DIR: &str = "/etc/ssl/cloud/certs";
+/// What the name of every firewall chain mccloud manages starts with.
+pub const CHAIN_PREFIX: &str = "MCCLOUD";
 
 impl Config {
     /// The node's own `makina-states.cloud.compute_node.conf.<cn>` mapping,
@@ -110,15 +112,18 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
                 }
             }
             "firewall_chain" => {
+                // mccloud flushes and rebuilds its chain: only a chain of
+                // its own, never INPUT, PREROUTING or another tool's.
                 let c = checks::string(&what(k), v, false)?;
                 let ok = c.len() <= 28
-                    && !c.starts_with('-')
-                    && !c.is_empty()
+                    && c.starts_with(CHAIN_PREFIX)
                     && c.chars()
                         .all(|x| x.is_ascii_alphanumeric() || x == '-' || x == '_');
                 if !ok {
                     return Err(Error::invalid(format!(
-                        "{} {c:?} is not an iptables chain name: use up to 28 letters, digits, '-' and '_'",
+                        "{} {c:?} is not a chain of mccloud's own: mccloud empties and rebuilds it; use a \
+                         name starting with {CHAIN_PREFIX} (up to 28 letters, digits, '-' and '_'), such as \
+                         MCCLOUD-INPUT",
                         what(k)
                     )));
                 }

@@ -70,6 +70,7 @@ pub struct Config {
     cloud: OnceLock<Value>,
     declared: OnceLock<Declared>,
     types: OnceLock<BTreeMap<String, Value>>,
+    minions: OnceLock<BTreeMap<String, String>>,
     plans: Arc<Mutex<HashMap<String, Arc<NodePlan>>>>,
 }
 
@@ -83,6 +84,7 @@ impl Config {
             cloud: OnceLock::new(),
             declared: OnceLock::new(),
             types: OnceLock::new(),
+            minions: OnceLock::new(),
             plans: Arc::default(),
         }
     }
@@ -110,6 +112,82 @@ impl Config {
             || forms(&self.pillar, &["makina-states", "nodetypes", "devhost"])
                 .last()
                 .is_some_and(|(_, v, _)| truthy(v))
+    }
+
+    /// The minion ids that are not VMs, lower-cased, each with what it is:
+    /// the controller's (this minion's and the cloud's `master`), every
+    /// compute node's and every saltify target's. A VM named after one of
+    /// them would take over its Salt key.
+    pub fn other_minions(&self) -> &BTreeMap<String, String> {
+        self.minions.get_or_init(|| {
+            let mut ids = BTreeMap::new();
+            for t in self.saltify_target_names() {
+                ids.insert(t.to_ascii_lowercase(), format!("saltify target {t}"));
+            }
+            for cn in self.declared().into_iter().flat_map(|d| d.keys()) {
+                ids.insert(cn.to_ascii_lowercase(), format!("compute node {cn}"));
+            }
+            let master = self
+                .cloud_ref()
+                .ok()
+                .and_then(|c| c.get("master")?.as_str());
+            for id in [Some(self.ctx.minion_id.as_str()), master]
+                .into_iter()
+                .flatten()
+            {
+                if !id.is_empty() {
+                    ids.insert(id.to_ascii_lowercase(), format!("the controller {id}"));
+                }
+            }
+            ids
+        })
+    }
+
+    /// Checks a bootstrap `script` path (cloud-wide or a VM's): the file is
+    /// copied into the target and run there, so it may only be mccloud's
+    /// own bootstrap script or a file of the scripts directory
+    /// (`makina-states.cloud.scripts_dir`, `<root>/makina-states/_scripts`
+    /// where makina-states kept `boot-salt.sh`), never any file of the
+    /// controller. The runner checks the resolved path again.
+    pub(crate) fn check_script(&self, what: &str, script: &str, cloud: &Value) -> Result<()> {
+        if script.is_empty() || Some(script) == self.ctx.bootstrap_script.as_deref() {
+            return Ok(());
+        }
+        checks::abs_path(what, script)?;
+        let dir = cloud
+            .get("scripts_dir")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let inside = script
+            .strip_prefix(dir.trim_end_matches('/'))
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|name| {
+                !name.is_empty()
+                    && name
+                        .split('/')
+                        .all(|p| p != ".." && p != "." && !p.is_empty())
+            });
+        checks::ensure(
+            !dir.is_empty() && inside,
+            what,
+            script,
+            "is not a bootstrap script of the controller's",
+            &format!(
+                "use mccloud's own (leave 'script' unset) or a file under {CLOUD}.scripts_dir ({dir}): \
+                 the script is copied into the target"
+            ),
+        )
+    }
+
+    /// Refuses a VM named after another minion (see [`Config::other_minions`]).
+    pub fn check_vm_id(&self, vm: &str, whose: &str) -> Result<()> {
+        match self.other_minions().get(&vm.to_ascii_lowercase()) {
+            Some(other) => Err(Error::invalid(format!(
+                "{whose} has the minion id of {other}: a VM would take over its Salt key; \
+                 give the VM another name"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The pillar root the registry lives under.
@@ -187,6 +265,7 @@ impl Config {
             "mode": "mastersalt",
             "script": self.ctx.bootstrap_script.clone()
                 .unwrap_or_else(|| format!("{root}/makina-states/_scripts/boot-salt.sh")),
+            "scripts_dir": format!("{root}/makina-states/_scripts"),
             "bootsalt_args": "-C --from-salt-cloud -no-M",
             "bootsalt_mastersalt_args": "-C --from-salt-cloud --mastersalt-minion",
             "bootsalt_branch": branch,
@@ -212,6 +291,11 @@ impl Config {
         )?;
         resolve_dirs(s)?;
         check_cloud(&merged)?;
+        let script = merged
+            .get("script")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        self.check_script(&format!("{CLOUD}.script"), script, &merged)?;
         check_ssl(merged.get("ssl").unwrap_or(&Value::Null))?;
         Ok(merged)
     }
@@ -330,7 +414,7 @@ fn check_cloud(s: &Value) -> Result<()> {
     let what = |k: &str| format!("{CLOUD}.{k}");
     checks::no_controls_deep(&format!("pillar {CLOUD}"), s)?;
     let text = |k: &str| s.get(k).and_then(Value::as_str).filter(|v| !v.is_empty());
-    for k in ["script", "ssh_gateway_key", "root", "prefix"] {
+    for k in ["script", "ssh_gateway_key", "root", "prefix", "scripts_dir"] {
         if let Some(v) = text(k) {
             checks::abs_path(&what(k), v)?;
         }

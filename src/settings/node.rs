@@ -162,7 +162,11 @@ impl Config {
     fn build_node_plan(&self, cn: &str) -> Result<NodePlan> {
         crate::counters::count(crate::counters::Work::NodePlan);
         let vms = self.node_vms(cn)?;
-        let mut types = self.declared()?[cn].hosted_types();
+        let mut types = self
+            .declared()?
+            .get(cn)
+            .map(|node| node.hosted_types())
+            .unwrap_or_default();
         if types.is_empty() {
             types.push(crate::drivers::DEFAULT_TYPE.to_owned());
         }

@@ -76,9 +76,36 @@ impl Config {
         Ok((s, targets))
     }
 
-    /// `mc_cloud_saltify.settings_for_target(name)`.
+    /// The saltify targets' names (none when the saltify settings cannot
+    /// be read: the calls that read them say why).
+    pub(crate) fn saltify_target_names(&self) -> Vec<String> {
+        self.saltify_merged()
+            .map(|(_, targets)| targets.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// `mc_cloud_saltify.settings_for_target(name)`. A target may be a
+    /// compute node (made a minion before it hosts VMs), never a VM nor the
+    /// controller: their keys are theirs.
     pub fn saltify_target(&self, name: &str) -> Result<Value> {
         validate("saltify target", name)?;
+        let lower = name.to_ascii_lowercase();
+        let is_vm = self
+            .declared()?
+            .values()
+            .flat_map(|node| node.vms.iter())
+            .any(|d| d.name.to_ascii_lowercase() == lower);
+        let controller = self
+            .other_minions()
+            .get(&lower)
+            .filter(|what| what.starts_with("the controller"));
+        if is_vm || controller.is_some() {
+            let what = controller.cloned().unwrap_or_else(|| format!("VM {name}"));
+            return Err(Error::invalid(format!(
+                "saltify target {name} has the minion id of {what}: saltify would take over its Salt key; \
+                 remove it from pillar key {SALTIFY}.targets"
+            )));
+        }
         let (s, targets) = self.saltify_merged()?;
         if let Some(e) = s.get("errors").and_then(|e| e.get(name)) {
             return Err(Error::Invalid(e.as_str().unwrap_or_default().to_owned()));

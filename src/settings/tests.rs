@@ -1277,3 +1277,128 @@ fn cron_fields_are_crontab_syntax_only() {
     let cfg = config(json!({format!("{IMAGES}.lxc.cron_sync"): "yes"}));
     invalid(cfg.images_settings(), &["cron_sync", "true or false"]);
 }
+
+#[test]
+fn a_vm_may_not_take_another_minions_id() {
+    let extra = json!({
+        "makina-states.cloud.master": "controller.test",
+        "makina-states.cloud.saltify.targets.bm1.test": {"password": "x"},
+    });
+    for (vm, other) in [
+        ("controller.test", "the controller controller.test"),
+        ("cn2.test", "compute node cn2.test"),
+        ("BM1.test", "saltify target bm1.test"),
+    ] {
+        let mut p = object(node_pillar(CN, json!({ vm: {} }), extra.clone()));
+        p.insert(format!("{LXC}.vms.cn2.test"), json!({}));
+        let cfg = Config::new(ctx("ctl"), p);
+        let msg = invalid(cfg.vm_plan(CN, vm), &[vm, other, "take over its Salt key"]);
+        assert!(msg.contains("another name"), "{msg}");
+    }
+    // The controller's own minion id counts too.
+    let cfg = Config::new(
+        ctx("ok.test"),
+        object(node_pillar(CN, json!({"ok.test": {}}), json!({}))),
+    );
+    invalid(cfg.vm_plan(CN, "ok.test"), &["the controller ok.test"]);
+}
+
+#[test]
+fn a_saltify_target_may_be_a_node_never_a_vm_nor_the_controller() {
+    let extra = json!({
+        "makina-states.cloud.saltify.targets": {
+            CN: {"password": "x"}, VM: {"password": "x"}, "ctl": {"password": "x"},
+        },
+    });
+    let cfg = config(node_pillar(CN, json!({VM: {}}), extra));
+    assert!(
+        cfg.saltify_target(CN).is_ok(),
+        "a compute node is saltified first"
+    );
+    invalid(
+        cfg.saltify_target(VM),
+        &[VM, "VM", "take over its Salt key"],
+    );
+    invalid(cfg.saltify_target("ctl"), &["the controller ctl"]);
+}
+
+#[test]
+fn a_bootstrap_script_is_mccloud_s_own_or_in_the_scripts_directory() {
+    let own = "/usr/lib/mccloud/bootstrap-salt.sh";
+    let cfg = |script: Value| {
+        let c = Context {
+            bootstrap_script: Some(own.into()),
+            ..ctx("ctl")
+        };
+        Config::new(
+            c,
+            object(node_pillar(CN, json!({VM: {"script": script}}), json!({}))),
+        )
+    };
+    assert!(cfg(json!(own)).vm_plan(CN, VM).is_ok());
+    let fine = "/srv/mastersalt/makina-states/_scripts/boot-salt.sh";
+    assert!(cfg(json!(fine)).vm_plan(CN, VM).is_ok());
+    for bad in [
+        "/root/.ssh/id_rsa_mccloud",
+        "/etc/mastersalt/pki/master/master.pem",
+        "/srv/mastersalt/makina-states/_scripts/x/../../../../etc/shadow",
+    ] {
+        invalid(cfg(json!(bad)).vm_plan(CN, VM), &["script"]);
+    }
+    invalid(
+        cfg(json!("/root/.ssh/id_rsa_mccloud")).vm_plan(CN, VM),
+        &["scripts_dir", "copied into the target"],
+    );
+    let global = config(json!({"makina-states.cloud.script": "/etc/shadow"}));
+    invalid(
+        global.cloud_settings(),
+        &["makina-states.cloud.script", "not a bootstrap script"],
+    );
+}
+
+#[test]
+fn one_domain_rule_for_the_registry_the_certificates_and_haproxy() {
+    for ok in [
+        "www.example.com",
+        "*.example.com",
+        "*",
+        "xn--bcher-kva.example",
+        "A.Example.COM",
+    ] {
+        assert!(checks::domain("d", ok).is_ok(), "{ok}");
+    }
+    assert_eq!(
+        checks::domain("d", "A.Example.COM").unwrap(),
+        "a.example.com"
+    );
+    for bad in [
+        "web_1.example.com",
+        "*.com",
+        "-a.com",
+        "a-.com",
+        "a..com",
+        "*",
+        "a b.com",
+        "",
+    ]
+    .into_iter()
+    .filter(|d| *d != "*")
+    {
+        invalid(checks::domain("d", bad), &["is not a domain"]);
+    }
+    let vms = json!({VM: {"domains": ["web_1.example.com"]}});
+    invalid(
+        config(node_pillar(CN, vms, json!({}))).vm_plan(CN, VM),
+        &["web_1.example.com"],
+    );
+}
+
+#[test]
+fn the_firewall_chain_is_mccloud_s_own() {
+    for chain in ["INPUT", "POSTROUTING", "f2b-sshd", "DOCKER-USER"] {
+        let conf = json!({ format!("{COMPUTE_NODE}.conf.{CN}.firewall_chain"): chain });
+        invalid(config(conf).node_conf(CN), &[chain, "MCCLOUD"]);
+    }
+    let conf = json!({ format!("{COMPUTE_NODE}.conf.{CN}.firewall_chain"): "MCCLOUD-FW2" });
+    assert!(config(conf).node_conf(CN).is_ok());
+}

@@ -107,6 +107,7 @@ impl Config {
     ) -> Result<VmPlan> {
         crate::counters::count(crate::counters::Work::VmPlan);
         let whose = format!("VM {} on compute node {cn}", d.name);
+        self.check_vm_id(&d.name, &whose)?;
         let vt = &d.vt;
         let driver = Driver::of(vt);
         let at = |key: &str| -> String {
@@ -146,6 +147,9 @@ impl Config {
             check_vm_values(&s, at).and_then(|()| driver.check_vm(&s, at))
         };
         check(&|_| String::new()).or_else(|_| check(&at))?;
+        if let Some(script) = d.pillar.get("script").and_then(Value::as_str) {
+            self.check_script(&at("script"), script, self.cloud_ref()?)?;
+        }
         check_mode(values::at(&s, "mode"), &format!("mode of {declared_at}"))?;
         let ip = match s.get("ip").filter(|v| !v.is_null()) {
             Some(v) => {

@@ -25,17 +25,16 @@ pub(super) fn with_branch(args: &str, branch: &str) -> String {
     }
 }
 
-/// The VM id first, then the other domains sorted, without duplicates.
+/// The VM id first, then the other domains sorted, without duplicates,
+/// lower-cased; each one a domain the certificates accept (the VM id too:
+/// it is served and certified as its first domain).
 pub(crate) fn domains(s: &Map<String, Value>, vm: &str, whose: &str) -> Result<Vec<String>> {
+    let vm = checks::domain("the VM's name (its first domain)", vm)?;
     let mut others: Vec<String> = match s.get("domains") {
         None | Some(Value::Null) => vec![],
         Some(Value::Array(a)) => a
             .iter()
-            .map(|d| {
-                let d = as_str(d, whose)?;
-                checks::domain(whose, d)?;
-                Ok(d.to_owned())
-            })
+            .map(|d| checks::domain(whose, as_str(d, whose)?))
             .collect::<Result<_>>()?,
         Some(other) => {
             return Err(Error::invalid(format!(
@@ -44,10 +43,10 @@ pub(crate) fn domains(s: &Map<String, Value>, vm: &str, whose: &str) -> Result<V
             )))
         }
     };
-    others.retain(|d| d != vm);
+    others.retain(|d| *d != vm);
     others.sort();
     others.dedup();
-    others.insert(0, vm.to_owned());
+    others.insert(0, vm);
     Ok(others)
 }
 

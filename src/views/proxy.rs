@@ -38,24 +38,31 @@ pub struct ProxiedVm<'a> {
     pub snmp_port: u16,
 }
 
-/// An haproxy-safe identifier for a domain: `*` becomes `star`.
+/// An haproxy identifier for a domain, one per domain: a wildcard's `*`
+/// is written `_star`, and no domain holds `_` (the one domain rule,
+/// `pillar::hosts::domain`), so `*.foo.com` (`_star.foo.com`) and
+/// `star.foo.com` never share a backend.
 pub fn ident(domain: &str) -> String {
-    domain.replace('*', "star")
+    domain.replace('*', "_star")
 }
 
 /// The file holding a domain's certificate and key in the node's
-/// certificates directory: `<domain>.crt`, a wildcard's `*` written `_star`
-/// (no host name holds `_`, so `*.foo.com` and `star.foo.com` differ).
+/// certificates directory: `<domain>.crt`, a wildcard's `*` written `_star`.
 pub fn cert_file(domain: &str) -> String {
-    format!("{}.crt", domain.replace('*', "_star"))
+    format!("{}.crt", ident(domain))
 }
 
-/// The ACL condition for a domain: exact host, or suffix for `*.x`.
+/// The host a request names: its `Host` header without a port.
+const HOST: &str = "req.hdr(host),field(1,:)";
+
+/// The ACL condition for a domain: that host exactly; for `*.x`, hosts
+/// ending in `.x` (a subdomain of `x`: never `evilx`, nor `x` itself, as
+/// a certificate for `*.x` reads); `*` every host.
 fn condition(domain: &str) -> String {
     match domain.strip_prefix("*.") {
-        Some(suffix) => format!("hdr_end(host) -i {suffix}"),
+        Some(suffix) => format!("{HOST} -m end -i .{suffix}"),
         None if domain == "*" => "always_true".into(),
-        None => format!("hdr(host) -i {domain}"),
+        None => format!("{HOST} -m str -i {domain}"),
     }
 }
 
@@ -408,8 +415,9 @@ mod tests {
         let conf = json!({"http_proxy": {"raw_opts_pre": ["timeout client 1m"]}});
         let p = reverse_proxies("node.shared.com", &vms, &conf);
         let cfg = p["haproxy_cfg"].as_str().unwrap();
-        assert!(cfg.contains("acl host_star.shared.com hdr_end(host) -i shared.com"));
-        assert!(cfg.contains("use_backend bck_star.shared.com if host_star.shared.com"));
+        assert!(cfg
+            .contains("acl host__star.shared.com req.hdr(host),field(1,:) -m end -i .shared.com"));
+        assert!(cfg.contains("use_backend bck__star.shared.com if host__star.shared.com"));
         assert!(cfg.contains(
             "listen lst_b.com\n    bind *:40001\n    mode tcp\n    server b.com 10.5.0.3:22"
         ));
@@ -422,14 +430,17 @@ mod tests {
         );
         assert!(cfg.contains("    timeout client 1m\n    acl host_a.com"));
         let http = &p["http_proxy"];
-        let shared = &http["backends"]["bck_star.shared.com"]["servers"];
+        let shared = &http["backends"]["bck__star.shared.com"]["servers"];
         assert_eq!(shared.as_array().unwrap().len(), 2);
         let acls = http["acls"].as_array().unwrap();
         assert_eq!(
             acls.last().unwrap()["condition"],
-            "hdr_end(host) -i shared.com"
+            "req.hdr(host),field(1,:) -m end -i .shared.com"
         );
-        assert_eq!(acls[0]["condition"], "hdr(host) -i a.com");
+        assert_eq!(
+            acls[0]["condition"],
+            "req.hdr(host),field(1,:) -m str -i a.com"
+        );
         assert_eq!(http["raw_opts_pre"], json!(["timeout client 1m"]));
         assert_eq!(
             p["https_proxy"]["backends"]["securebck_a.com"]["servers"][0]["address"],
@@ -455,7 +466,7 @@ mod tests {
             https["raw_opts"],
             json!([
                 "http-request set-header X-SSL %[ssl_fc]",
-                "acl host_a.com hdr(host) -i a.com",
+                "acl host_a.com req.hdr(host),field(1,:) -m str -i a.com",
                 "use_backend securebck_a.com if host_a.com",
                 "x-post"
             ])

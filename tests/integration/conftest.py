@@ -217,6 +217,8 @@ def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge:
         "pillar_roots": {"base": [str(cloud_root / "pillar")]},
         "mccloud_store_dir": str(cloud_root / "store"),
         "mccloud_sls_timeout": 600,
+        # Job data reaches each minion through its own pillar (mccloud.orchestration.private).
+        "ext_pillar": [{"mccloud": {}}],
     }
     write_pillar(cloud_root, {})
     factory = salt_factories.salt_master_daemon("mccloud-master", overrides=overrides,

@@ -90,7 +90,7 @@ def test_target_settings_and_inventory_shape(tmp_path: Path) -> None:
     t = reg.target_settings(CN)
     assert set(t) >= {"target", "domains", "vms", "reverse_proxies", "has"}
     assert t["domains"] == ["*.shared.org", "a.vm", "b.vm"]
-    backend = t["reverse_proxies"]["http_proxy"]["backends"]["bck_star.shared.org"]
+    backend = t["reverse_proxies"]["http_proxy"]["backends"]["bck__star.shared.org"]
     assert len(backend["servers"]) == 2
     inv = reg.inventory()
     node = inv[CN]

@@ -79,12 +79,12 @@ def test_haproxy_config_for_shared_and_wildcard_domains(tmp_path: Path) -> None:
     check = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr + cfg
     assert cfg.count("\nbackend bck_www.a.org\n") == 1 and cfg.count("\nbackend securebck_www.a.org\n") == 1
-    shared = cfg.split("\nbackend bck_star.shared.org\n")[1].split("\n\n")[0]
-    assert "server srv_star.shared.org1 " in shared and "server srv_star.shared.org2 " in shared
-    assert "acl host_star.shared.org hdr_end(host) -i shared.org" in cfg
-    assert "acl host_star always_true" in cfg
+    shared = cfg.split("\nbackend bck__star.shared.org\n")[1].split("\n\n")[0]
+    assert "server srv__star.shared.org1 " in shared and "server srv__star.shared.org2 " in shared
+    assert "acl host__star.shared.org req.hdr(host),field(1,:) -m end -i .shared.org" in cfg
+    assert "acl host__star always_true" in cfg
     # exact names are matched before wildcards
-    assert cfg.index("acl host_www.a.org") < cfg.index("acl host_star.shared.org") < cfg.index("acl host_star ")
+    assert cfg.index("acl host_www.a.org") < cfg.index("acl host__star.shared.org") < cfg.index("acl host__star ")
     assert "    timeout client 2m\n" in cfg and "http-request set-header X-Via mccloud" in cfg
     for vm, v in t["vms"].items():
         assert f"bind 127.0.0.1:{v['ssh_reverse_proxy_port']}\n    mode tcp\n    server {vm} {v['ip']}:22" in cfg

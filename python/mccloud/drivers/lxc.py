@@ -121,7 +121,9 @@ def sync_images(env: Env, target: str) -> Outcome:
         return out
     data = node_data(env, target)
     key = env.config.controller_settings()["ssh_key"]
-    ssh = f"ssh -i {shlex.quote(key)} -o BatchMode=yes -o StrictHostKeyChecking=accept-new"
+    known = shlex.quote(f"{key}.known_hosts")  # mccloud's own, never root's known_hosts
+    ssh = (f"ssh -i {shlex.quote(key)} -o BatchMode=yes -o StrictHostKeyChecking=accept-new "
+           f"-o UserKnownHostsFile={known}")
     for name in data["images"]:
         src = os.path.join(data["lxc_path"], name)
         version = _image_version(src)

@@ -23,8 +23,9 @@ SCRIPT = "/usr/local/sbin/mccloud-bootstrap-salt"
 def ssh_command(t: Mapping[str, Any], known_hosts: Path) -> tuple[list[str], dict[str, str]]:
     """The ssh command line for target ``t`` (key, or password through
     sshpass's environment: never on a command line) and its environment.
-    Host keys are learnt on first contact into mccloud's own
-    ``known_hosts`` (beside the controller's key) and checked after."""
+    Host keys are learnt on first contact into mccloud's own known hosts
+    file (``<controller key>.known_hosts``, never root's ``known_hosts``)
+    and checked after."""
     env = dict(os.environ)
     cmd = ["ssh", "-p", str(t.get("ssh_port") or 22), "-o", "ConnectTimeout=15",
            "-o", "StrictHostKeyChecking=accept-new", "-o", f"UserKnownHostsFile={known_hosts}",
@@ -84,7 +85,8 @@ def saltify(env: Env, name: str) -> Outcome:
                         "or give an ssh_keyfile")
     if t.get("ssh_keyfile") and not os.path.exists(str(t["ssh_keyfile"])):
         return out.fail(f"ssh key {t['ssh_keyfile']} of saltify target {name} does not exist on the controller")
-    known_hosts = Path(str(env.config.controller_settings()["ssh_key"])).parent / "known_hosts"
+    key = Path(str(env.config.controller_settings()["ssh_key"]))
+    known_hosts = key.with_name(key.name + ".known_hosts")
     ssh, ssh_env = ssh_command(t, known_hosts)
     where = f"{t['ssh_username']}@{t['ssh_host']}:{t.get('ssh_port') or 22}"
     env.progress(f"{name}: checking ssh access ({where})")

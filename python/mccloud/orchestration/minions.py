@@ -23,6 +23,7 @@ Master options (in the controller's master configuration):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import mccloud
 from mccloud import saltsupport
@@ -92,9 +93,16 @@ def seed(opts: Mapping[str, Any], minion: str, settings: Mapping[str, Any]) -> d
     minion configuration, the key pair and the master's public key."""
     mode = check_mode(settings.get("mode") or "salt")
     mopts = master_opts(opts, mode)
+    if not ours(mopts, minion):
+        raise mccloud.InvalidInputError(
+            f"the {mode} master holds a key for {minion} that mccloud did not make: it belongs to another "
+            f"minion, which a VM or target of that name would take over. Rename the VM or target; if the key is "
+            f"a leftover of this one, delete it first (salt-key -c {os.path.dirname(master_conf(opts, mode))} "
+            f"-d {minion})")
     keys = wheel(mopts, "key.gen_accept")(minion, force=True)
     if not isinstance(keys, dict) or "priv" not in keys:
         raise mccloud.MccloudError(f"the {mode} master could not generate and accept a key for {minion}: {keys!r}")
+    _remember(mopts, minion)
     master_pub = Path(mopts["pki_dir"]) / "master.pub"
     try:
         master_key = master_pub.read_text()
@@ -168,19 +176,69 @@ def wheel(mopts: Mapping[str, Any], fun: str) -> Callable[..., Any]:
     return locked
 
 
+_KEY_DIRS = ("minions", "minions_pre", "minions_rejected", "minions_denied")
+
+
+def _key_name(minion: str) -> str:
+    if not minion or "/" in minion or minion in (".", ".."):
+        raise mccloud.ArgumentError(f"minion id {minion!r} cannot name a key")
+    return minion
+
+
+def _record(mopts: Mapping[str, Any], minion: str) -> Path:
+    """Where a master's options say mccloud keeps the public key it made
+    for ``minion`` (under the master's cache directory)."""
+    digest = hashlib.sha256(minion.encode()).hexdigest()
+    return Path(str(mopts.get("cachedir") or "/var/cache/salt/master")) / "mccloud" / "keys" / digest
+
+
+def _held(mopts: Mapping[str, Any], minion: str) -> str | None:
+    """The public key the master holds for ``minion`` (any state), if any."""
+    for sub in _KEY_DIRS:
+        path = Path(str(mopts["pki_dir"])) / sub / _key_name(minion)
+        if path.is_file():
+            return path.read_text()
+    return None
+
+
+def ours(mopts: Mapping[str, Any], minion: str) -> bool:
+    """Whether the master holds no key for ``minion``, or the one mccloud
+    made: a key mccloud did not make belongs to another minion."""
+    held = _held(mopts, minion)
+    if held is None:
+        return True
+    try:
+        return _record(mopts, minion).read_text() == held
+    except OSError:
+        return False
+
+
+def _remember(mopts: Mapping[str, Any], minion: str) -> None:
+    held = _held(mopts, minion)
+    if held is None:
+        return
+    path = _record(mopts, minion)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(held)
+
+
 def forget(opts: Mapping[str, Any], minion: str) -> list[str]:
-    """Deletes ``minion``'s key from every master of a mode that holds it,
-    like ``salt-cloud -d``; returns the modes it was removed from."""
+    """Deletes the key mccloud made for ``minion`` from every master of a
+    mode that holds it, like ``salt-cloud -d``; returns the modes it was
+    removed from. A key mccloud did not make is another minion's: kept."""
     gone = []
     for mode in MODES:
         try:
             mopts = master_opts(opts, mode)
         except mccloud.NotFoundError:
             continue
-        held = wheel(mopts, "key.list_all")()
-        if any(minion in ids for ids in held.values() if isinstance(ids, list)):
-            wheel(mopts, "key.delete")(minion)
-            gone.append(mode)
+        if _held(mopts, minion) is None or not ours(mopts, minion):
+            continue
+        wheel(mopts, "key.delete")(minion)
+        _record(mopts, minion).unlink(missing_ok=True)
+        gone.append(mode)
     return gone
 
 
@@ -264,13 +322,36 @@ def build_wheelhouse(opts: Mapping[str, Any], progress: Callable[[str], None], f
     """Builds the wheelhouse (Salt at the controller's version and its
     dependencies, as wheels) with pip, once: an intact one of the right
     version is kept. Built aside and renamed into place, so a failed build
-    leaves the previous one whole."""
+    leaves the previous one whole. One build at a time: a second one
+    waits for the first, then finds its result."""
     dest = wheelhouse_dir(opts)
-    problem = wheelhouse_state(dest)
-    if problem is None and not force:
+    if wheelhouse_state(dest) is None and not force:
         return {"result": True, "comment": f"wheelhouse {dest} is up to date (Salt {salt_version()})", "changes": {}}
-    version = salt_version()
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(dest):
+        problem = wheelhouse_state(dest)
+        if problem is None and not force:
+            return {"result": True, "comment": f"wheelhouse {dest} is up to date (Salt {salt_version()})",
+                    "changes": {}}
+        return _build(opts, dest, problem, progress)
+
+
+@contextlib.contextmanager
+def _build_lock(dest: Path) -> Iterator[None]:
+    """An exclusive lock beside the wheelhouse, across processes."""
+    import fcntl
+
+    fd = os.open(dest.with_name(f".{dest.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _build(opts: Mapping[str, Any], dest: Path, problem: str | None,
+           progress: Callable[[str], None]) -> dict[str, Any]:
+    version = salt_version()
     work = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=dest.parent))
     started = time.monotonic()
     try:

@@ -18,7 +18,11 @@ import re
 from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
-#: Pillar key under which runners pass registry data to the SLS they apply.
+import mccloud
+from mccloud.orchestration import private
+
+#: Pillar key of the data a masterless ``salt-call`` passes to the SLS (a
+#: runner's job gets it from the minion's own pillar: :mod:`.private`).
 DATA_KEY = "mccloud"
 #: Seconds to wait for a minion to finish an SLS.
 DEFAULT_TIMEOUT = 900
@@ -132,15 +136,23 @@ def apply_batch(
     timeout: int | None = None,
 ) -> list[tuple[str, Step]]:
     """Applies the SLS of ``steps`` (``(name, sls)`` pairs, in order) on
-    minion ``target`` as one ``state.sls`` job with ``data`` as pillar key
-    ``mccloud``; returns each step's mapping (``result``, ``comment``,
-    ``changes``), up to the first failure."""
+    minion ``target`` as one ``state.sls`` job; returns each step's mapping
+    (``result``, ``comment``, ``changes``), up to the first failure.
+
+    ``data`` reaches the SLS (``makina-states/cloud/generic/job.jinja``)
+    through ``target``'s own pillar, never through the publication, which
+    every minion of the master can read: it is deposited for ``target``
+    (:mod:`.private`) and the publication carries only its token."""
     import salt.client
 
     if not steps:
         return []
     wait = int(timeout or opts.get("mccloud_sls_timeout") or DEFAULT_TIMEOUT)
     first = steps[0][0]
+    try:
+        private.require(opts)
+    except mccloud.MccloudError as exc:
+        return [(first, {"result": False, "comment": str(exc)})]
     if target not in accepted_minions(opts):
         return [(first, {"result": False, "comment": f"minion {target} is not known to this master "
                          "(no accepted key): install and start its minion, then accept its key"})]
@@ -148,11 +160,12 @@ def apply_batch(
     progress(f"{target}: applying {', '.join(mods)}")
     client = salt.client.get_local_client(opts["conf_file"])
     try:
-        rets = client.cmd(
-            target, "state.sls", arg=[",".join(mods)],
-            kwarg={"pillar": {DATA_KEY: dict(data)}, "failhard": True, "concurrent": True},
-            timeout=wait, full_return=True,
-        )
+        with private.deposit(opts, target, data) as token:
+            rets = client.cmd(
+                target, "state.sls", arg=[",".join(mods)],
+                kwarg={"pillar": {private.TOKEN_KEY: token}, "failhard": True, "concurrent": True},
+                timeout=wait, full_return=True,
+            )
     finally:
         client.destroy()
     if target not in rets:

@@ -8,7 +8,8 @@
     the ports reach it through the environment, never through a shell line.
     It is re-run whenever the chain does not carry the digest of the script
     and its inputs (changed rules, reboot). #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set c = d.conf %}
 {%- if d.has.firewall %}
 {%- set ssh = d.vms.values() | map(attribute='ssh_reverse_proxy_port') | map('string') | list %}

@@ -1,6 +1,7 @@
 {#- One managed block in the hosts file: `<vm ip> <domain>` for every domain
     of every VM of the node. Rewritten whole, so removed VMs disappear. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set lines = [] %}
 {%- for vm, v in d.vms | dictsort %}
 {%- for dom in v.domains %}

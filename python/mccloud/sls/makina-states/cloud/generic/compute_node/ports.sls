@@ -1,7 +1,8 @@
 {#- The reverse-proxy port ranges are reserved from the kernel's ephemeral
     ports, so no outgoing connection can take a VM's port. Applied before
     the reverse proxy (see reverse_proxy.sls for ports taken earlier). #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 mccloud-reserved-ports:
   sysctl.present:
     - failhard: true

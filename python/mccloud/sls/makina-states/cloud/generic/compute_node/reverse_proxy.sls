@@ -5,7 +5,8 @@
     opened before the port ranges were reserved (ports.sls) can hold a VM's
     port, and haproxy would then fail to bind it. Commands receive data
     through their environment only. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
+{%- set d = job %}
 {%- set c = d.conf %}
 {#- Which ports haproxy binds, and which of them another process holds
     (`ss`, run without a shell; haproxy's own sockets are fine). #}
@@ -69,9 +70,21 @@ mccloud-haproxy-ports-free:
     (certificate and key, issued by the controller's CA) from pillar
     mccloud:ssl_certs, written without showing their contents. The
     directory holds only these: certificates of domains no longer served
-    are removed. #}
+    are removed. The directory must be mccloud's own: one it made (marked
+    by its .mccloud-certs file) or an empty one; a directory holding files
+    of others (/etc/ssl/certs and its CA bundle, say) is refused, never
+    emptied nor made private. #}
 {%- set certs_dir = d.reverse_proxies.ssl_certs_dir %}
 {%- set own_cert = c.get('ssl_cert') or '' %}
+{%- set marker = certs_dir ~ '/.mccloud-certs' %}
+{%- set present = salt['file.directory_exists'](certs_dir) %}
+{%- set entries = salt['file.readdir'](certs_dir) | reject('in', ['.', '..']) | list if present else [] %}
+{%- set foreign = present and entries and not salt['file.file_exists'](marker) %}
+{%- if foreign %}
+{{- raise('ssl_certs_dir ' ~ certs_dir ~ ' holds files mccloud did not write (' ~ (entries[:3] | join(', '))
+          ~ '): mccloud empties it of certificates it no longer serves, so it must be a directory of its own; set '
+          ~ 'makina-states.cloud.compute_node.conf.' ~ d.target ~ '.ssl_certs_dir to one, such as /etc/ssl/cloud/certs') }}
+{%- endif %}
 mccloud-haproxy-certs-dir:
   file.directory:
     - failhard: true
@@ -79,21 +92,30 @@ mccloud-haproxy-certs-dir:
     - makedirs: true
     - mode: '0700'
     - clean: true
-{%- if own_cert and salt['file.dirname'](own_cert) == certs_dir %}
-    - exclude_pat: {{ salt['file.basename'](own_cert) | tojson }}
-{%- endif %}
+    - exclude_pat: {{ ('E@^(\\.mccloud-certs' ~ ('|' ~ (salt['file.basename'](own_cert) | regex_escape)
+                       if own_cert and salt['file.dirname'](own_cert) == certs_dir else '') ~ ')$') | tojson }}
     - require:
+      - file: mccloud-haproxy-certs-marker
 {%- for domain, pem in d.get('ssl_certs', []) %}
       - file: mccloud-haproxy-cert-{{ loop.index0 }}
 {%- endfor %}
       - pkg: mccloud-haproxy-pkg
+
+mccloud-haproxy-certs-marker:
+  file.managed:
+    - failhard: true
+    - name: {{ marker | tojson }}
+    - contents: "The certificates haproxy serves, written by mccloud: this directory is its own."
+    - makedirs: true
+    - dir_mode: '0700'
+    - mode: '0600'
 {%- for domain, pem in d.get('ssl_certs', []) %}
 
 mccloud-haproxy-cert-{{ loop.index0 }}:
   file.managed:
     - failhard: true
     - name: {{ (certs_dir ~ '/' ~ domain | replace('*', '_star') ~ '.crt') | tojson }}
-    - contents_pillar: mccloud:ssl_certs:{{ loop.index0 }}:1
+    - contents_pillar: {{ job_key }}:ssl_certs:{{ loop.index0 }}:1
     - makedirs: true
     - dir_mode: '0700'
     - mode: '0600'
@@ -104,7 +126,7 @@ mccloud-haproxy-config:
   file.managed:
     - failhard: true
     - name: {{ c.haproxy_config | tojson }}
-    - contents_pillar: mccloud:reverse_proxies:haproxy_cfg
+    - contents_pillar: {{ job_key }}:reverse_proxies:haproxy_cfg
     - makedirs: true
     - mode: '0644'
     - check_cmd: haproxy -q -c -f

@@ -1,7 +1,8 @@
 {#- Controller layout: the registry directory and the controller's ssh key
     pair (used to reach compute nodes and VMs). Data: pillar mccloud;
     commands receive it through their environment only. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 mccloud-controller-store-dir:
   file.directory:
     - name: {{ d.store_dir | tojson }}

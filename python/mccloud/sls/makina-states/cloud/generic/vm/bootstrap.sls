@@ -7,7 +7,8 @@
     /etc/salt serves a masterless salt-call --local. The driver's
     bootstrap SLS then runs the script inside the guest.
     Data: pillar mccloud (rootfs, minion). #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
+{%- set d = job %}
 {%- set m = d.minion %}
 {%- set conf = d.rootfs ~ m.conf_dir %}
 include:
@@ -17,7 +18,7 @@ mccloud-vm-minion-config:
   file.managed:
     - failhard: true
     - name: {{ (conf ~ '/minion.d/mccloud.conf') | tojson }}
-    - contents_pillar: mccloud:minion:config
+    - contents_pillar: {{ job_key }}:minion:config
     - makedirs: true
     - mode: '0644'
     - follow_symlinks: false
@@ -40,7 +41,7 @@ mccloud-vm-minion-{{ id }}:
   file.managed:
     - failhard: true
     - name: {{ (conf ~ '/pki/minion/' ~ file) | tojson }}
-    - contents_pillar: mccloud:minion:{{ key }}
+    - contents_pillar: {{ job_key }}:minion:{{ key }}
     - mode: {{ mode | tojson }}
     - follow_symlinks: false
     - show_changes: false
@@ -77,7 +78,7 @@ mccloud-vm-bootstrap-script:
   file.managed:
     - failhard: true
     - name: {{ (d.rootfs ~ '/usr/local/sbin/mccloud-bootstrap-salt') | tojson }}
-    - contents_pillar: mccloud:minion:script
+    - contents_pillar: {{ job_key }}:minion:script
     - makedirs: true
     - mode: '0755'
     - follow_symlinks: false

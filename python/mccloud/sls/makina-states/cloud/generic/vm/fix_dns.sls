@@ -1,6 +1,7 @@
 {#- The VM's resolvers, written into its root filesystem from the compute
     node. Data: pillar mccloud (vm, rootfs). #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set resolv = d.rootfs ~ '/etc/resolv.conf' %}
 {%- set lines = ['# Managed by mccloud'] %}
 {%- for ns in d.vm.dnsservers %}{% do lines.append('nameserver ' ~ ns) %}{% endfor %}

@@ -3,7 +3,8 @@
     reverse-proxy port), the cloud grains, the controller's public key for
     root, and the VM's registry (registry.sls). Data: pillar mccloud (vm,
     target, rootfs, controller_pubkey, vm_registry). #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set root = d.rootfs %}
 include:
   - makina-states.cloud.generic.vm.rootfs_guard

@@ -2,7 +2,8 @@
     into the VM's root filesystem: what mc_cloud_vm.vm_settings answers
     inside the VM, in the original's keys. Written whole from pillar
     mccloud:vm_registry at every provisioning, atomically, mode 0600. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
+{%- set d = job %}
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
 
@@ -10,7 +11,7 @@ mccloud-vm-registry:
   file.serialize:
     - failhard: true
     - name: {{ (d.rootfs ~ '/etc/makina-states/cloud_vm_settings.yaml') | tojson }}
-    - dataset_pillar: mccloud:vm_registry
+    - dataset_pillar: {{ job_key }}:vm_registry
     - serializer: yaml
     - makedirs: true
     - mode: '0600'

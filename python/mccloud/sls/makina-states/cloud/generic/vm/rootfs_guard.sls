@@ -10,7 +10,8 @@
     looking up <state>.mod_run_check, which no state module defines, and
     that lookup loads every state module of the installation (about two
     seconds per job on a small node). #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set paths = ['etc', 'etc/shadow', 'etc/salt', 'etc/salt/grains', 'etc/network',
                  'etc/network/interfaces', 'root', 'root/.ssh', 'root/.ssh/authorized_keys',
                  'this_host', 'this_port', 'etc/salt/minion.d', 'etc/salt/minion.d/mccloud.conf',

@@ -10,7 +10,8 @@
     true) from the controller's wheelhouse, with the bootstrap script's
     --install-only run in a chroot: VMs cloned from it only configure and
     start their minion. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set needs = {'debian': ['debootstrap'], 'busybox': ['busybox-static'], 'sshd': ['openssh-server']} %}
 {%- for name, img in d.images | dictsort %}
 {%- set i = loop.index0 %}

@@ -3,7 +3,8 @@
     outside. Data: pillar mccloud (the node's settings from the registry).
     Commands and scripts are static: they read the bridge, the address and
     the network from their environment. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set n = d.network %}
 {%- set br = n.bridge | string %}
 {%- set address = n.gateway ~ '/' ~ n.netmask %}

@@ -8,7 +8,8 @@
     so a migrated controller's entry is replaced, not doubled.
     Data: pillar mccloud:image_sync (cron_sync, cron_minute, cron_hour,
     mastersalt). #}
-{%- set s = pillar['mccloud'].image_sync %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set s = job.image_sync %}
 {%- set command = 'salt-run -c ' ~ ('/etc/mastersalt' if s.mastersalt else '/etc/salt')
                   ~ ' -l warning mc_cloud_lxc.sync_images >/dev/null' %}
 {%- set identifier = 'ms lxc image synchronniser' %}

@@ -5,7 +5,8 @@
     the minion's service. The generic bootstrap SLS placed the
     configuration, keys and script before. Data: pillar mccloud (vm,
     lxc_path, minion, wheelhouse). #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set m = d.minion %}
 include:
   - makina-states.cloud.generic.vm.bootstrap

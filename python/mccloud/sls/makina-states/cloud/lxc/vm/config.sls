@@ -9,7 +9,8 @@
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
 
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
+{%- set d = job %}
 {%- set v = d.vm %}
 {%- set dir = d.lxc_path ~ '/' ~ v.name %}
 {%- set cfg = dir ~ '/config' %}
@@ -19,7 +20,7 @@ mccloud-lxc-vm-config:
   file.managed:
     - failhard: true
     - name: {{ conf | tojson }}
-    - contents_pillar: mccloud:vm:lxc_config
+    - contents_pillar: {{ job_key }}:vm:lxc_config
     - mode: '0644'
     - follow_symlinks: false
 

@@ -2,7 +2,8 @@
     mccloud:destroy (name, lxc_path), given to the command through its
     environment. Applied in one job with the node's reverse proxy, hosts
     and firewall (pillar mccloud: the node's settings without the VM). #}
-{%- set d = pillar['mccloud'].destroy %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job.destroy %}
 mccloud-lxc-vm-destroy:
   cmd.run:
     - failhard: true

@@ -3,7 +3,8 @@
     overlayfs clone's upper layer holds only what the guest changed: its
     /etc/shadow is first copied up from the template (rootfs_lower), owner
     and mode kept, unless the clone already has its own. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
 

@@ -1,5 +1,6 @@
 {#- lxc part of preprovisioning: the lxc VM grains. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 include:
   - makina-states.cloud.generic.vm.rootfs_guard
 

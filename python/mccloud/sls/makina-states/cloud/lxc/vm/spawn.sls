@@ -15,7 +15,8 @@
       dir        a snapshot when the template is a btrfs subvolume (lxc path
                  on btrfs), else a full copy
     The template's storage is read from its own lxc.rootfs.path. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set v = d.vm %}
 {%- set P = d.lxc_path %}
 {%- set img = d.images.get(v.image, {'template': v.image}) if v.image is string else {} %}

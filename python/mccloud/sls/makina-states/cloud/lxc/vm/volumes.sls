@@ -1,5 +1,6 @@
 {#- Volumes: the host side of every bind mount of the VM's fstab exists. #}
-{%- set d = pillar['mccloud'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set sources = [] %}
 {%- for line in d.vm.fstab or [] %}
 {%- set src = (line | string).split()[0] if (line | string).split() else '' %}

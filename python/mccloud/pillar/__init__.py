@@ -1,0 +1,1 @@
+"""Salt ext_pillar modules (found through the ``salt.loader`` entry point)."""
