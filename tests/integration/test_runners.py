@@ -66,7 +66,7 @@ def test_compute_node_deploy(cloud: Cloud) -> None:
     text = cfg.read_text()
     assert f"bind 127.0.0.1:{vm1['ssh_reverse_proxy_port']}" in text
     assert f"server vm2.test.lan {NET}.50:22" in text
-    assert "hdr_end(host) -i shared.lan" in text
+    assert "req.hdr(host),field(1,:) -m end -i .shared.lan" in text
     hosts = (cloud.root / "etc" / "hosts").read_text()
     assert f"{NET}.2 one.lan" in hosts and f"{NET}.50 vm2.test.lan" in hosts
     assert hosts.startswith("127.0.0.1 localhost")

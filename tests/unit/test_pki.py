@@ -533,3 +533,14 @@ def test_sigkill_while_issuing_leaves_only_whole_files(tmp_path: Path) -> None:
             verify(ssl_dir, pem, name)
         assert list(ssl_dir.rglob("*.part")) == [], "a killed writer's temporary files are cleaned"
     assert mid_write, "no kill landed while a file was written: the test proved nothing"
+
+
+def test_a_loose_ca_is_made_private_again(tmp_path: Path) -> None:
+    pki.ssl_certs(tmp_path, ["vm1.foo.com"], CA, DAYS)
+    (folder,) = [p for p in tmp_path.rglob("*") if p.is_dir() and any(p.glob("*_ca_cert.key"))]
+    (key,) = folder.glob("*_ca_cert.key")
+    os.chmod(folder, 0o755)
+    os.chmod(key, 0o644)
+    pki.ssl_certs(tmp_path, ["vm1.foo.com"], CA, DAYS)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600

@@ -1,6 +1,7 @@
 {#- nsbox on a compute node: the guests' bridge carrying the gateway
-    address, and the guest service. Data: pillar mccloud (node data). #}
-{%- set d = pillar['mccloud'] %}
+    address, and the guest service. Data: the job's (job.jinja) (node data). #}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set n = d.network %}
 mccloud-nsbox-bridge:
   cmd.run:

@@ -1,7 +1,8 @@
 {#- Destroy an nsbox guest: stop its service, delete its namespace (which
     deletes both ends of its veth) and its root directory. Data: pillar
     mccloud:destroy (rootfs, netns). #}
-{%- set d = pillar['mccloud']['destroy'] %}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job['destroy'] %}
 mccloud-nsbox-service-stop:
   cmd.run:
     - name: start-stop-daemon --stop --retry 5 --pidfile "$PIDFILE" --remove-pidfile

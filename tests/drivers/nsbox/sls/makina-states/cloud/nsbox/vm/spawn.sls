@@ -1,8 +1,9 @@
 {#- Spawn an nsbox guest: a network namespace with one veth on the node's
     bridge (the VM's MAC and IP from the registry, the gateway as default
     route), a root directory, and the guest service started inside the
-    namespace. Data: pillar mccloud (vm, rootfs, netns, veth, bridge). #}
-{%- set d = pillar['mccloud'] %}
+    namespace. Data: the job's (job.jinja) (vm, rootfs, netns, veth, bridge). #}
+{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- set d = job %}
 {%- set v = d.vm %}
 mccloud-nsbox-root:
   file.directory:
