@@ -81,9 +81,11 @@ def test_compute_node_deploy(cloud: Cloud) -> None:
     for vm in (vm1, vm2):
         assert f"-p udp -m udp --dport {vm['snmp_reverse_proxy_port']} -j DNAT --to-destination {vm['ip']}:161" in nat
     assert f"-j {CHAIN}" in sh("iptables -t nat -S PREROUTING")
-    # One certificate per domain (and the node's own), from the controller's CA.
+    # One certificate per domain (and the node's own), from the controller's
+    # CA, in a directory marked as mccloud's own (haproxy skips dot files).
     certs = cloud.root / "etc" / "ssl" / "certs"
-    assert sorted(p.name for p in certs.iterdir()) == sorted(
+    assert (certs / ".mccloud-certs").is_file()
+    assert sorted(p.name for p in certs.iterdir() if not p.name.startswith(".")) == sorted(
         f"{d.replace('*', '_star')}.crt" for d in [cloud.node, *target["domains"]])
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in certs.iterdir())
     assert f"bind 127.0.0.1:18443 ssl crt {certs}/{cloud.node}.crt crt {certs}\n" in text
