@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::{forms, with_pillar};
-use crate::pillar::values::{as_int, check_mode, kind_of, mapping_mut, truthy};
+use crate::pillar::values::{self, as_int, check_mode, kind_of, mapping_mut, truthy};
 
 pub mod conf;
 pub mod declared;
@@ -366,14 +366,16 @@ const BASE_DIRS: [&str; 3] = ["prefix", "all_pillar_dir", "all_sls_dir"];
 /// derived directories by those settings.
 fn resolve_dirs(s: &mut Map<String, Value>) -> Result<()> {
     let mut bases = Vec::with_capacity(BASE_DIRS.len());
-    let at = |s: &Map<String, Value>, k: &str| s.get(k).cloned().unwrap_or(Value::Null);
     for k in BASE_DIRS {
         let what = format!("{CLOUD}.{k}");
-        bases.push((k, checks::string(&what, &at(s, k), false)?.to_owned()));
+        bases.push((
+            k,
+            checks::string(&what, values::at(s, k), false)?.to_owned(),
+        ));
     }
     for k in DERIVED_DIRS {
         let what = format!("{CLOUD}.{k}");
-        let mut v = checks::string(&what, &at(s, k), false)?.to_owned();
+        let mut v = checks::string(&what, values::at(s, k), false)?.to_owned();
         for (name, base) in &bases {
             v = v.replace(&format!("{{{name}}}"), base);
         }

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::with_names;
 use crate::pillar::names::validate;
-use crate::pillar::values::{as_str, mapping, mapping_mut, scalar};
+use crate::pillar::values::{as_str, at, mapping, mapping_mut, scalar};
 use sha2::{Digest, Sha256};
 
 /// Pillar prefix of the images.
@@ -61,9 +61,8 @@ pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) ->
         &lxc_key,
     )?;
     let what = |k: &str| format!("pillar value {lxc_key}.{k}");
-    let at = |m: &Map<String, Value>, k: &str| m.get(k).cloned().unwrap_or(Value::Null);
-    let default = as_str(&at(lxc, "default"), &what("default"))?.to_owned();
-    let images = mapping(&at(lxc, "images"), &format!("{lxc_key}.images"))?.clone();
+    let default = as_str(at(lxc, "default"), &what("default"))?.to_owned();
+    let images = mapping(at(lxc, "images"), &format!("{lxc_key}.images"))?.clone();
     let Some(first) = images.get(&default) else {
         return Err(Error::invalid(format!(
             "default image {default} is not declared under pillar {IMAGES}.lxc.images"
@@ -81,18 +80,18 @@ pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) ->
     lxc.insert("images".into(), Value::Object(ordered));
     checks::abs_path(
         &what("images_root"),
-        checks::string(&what("images_root"), &at(lxc, "images_root"), false)?,
+        checks::string(&what("images_root"), at(lxc, "images_root"), false)?,
     )?;
     let sync = at(lxc, "cron_sync");
     if !sync.is_boolean() {
         return Err(Error::invalid(format!(
             "{} must be true or false, not {}",
             what("cron_sync"),
-            checks::brief(&sync)
+            checks::brief(sync)
         )));
     }
     for (k, max) in [("cron_hour", 23), ("cron_minute", 59)] {
-        let field = scalar(&at(lxc, k), &what(k))?;
+        let field = scalar(at(lxc, k), &what(k))?;
         cron_field(&what(k), &field, max)?;
         lxc.insert(k.into(), json!(field));
     }
