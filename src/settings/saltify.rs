@@ -232,5 +232,36 @@ fn check_target(name: &str, t: &Map<String, Value>) -> Result<()> {
     if let Some(v) = text("master")?.filter(|v| !v.is_empty()) {
         checks::host(&what("master"), v)?;
     }
+    if let Some(v) = text("ssh_host_key")? {
+        host_key(&what("ssh_host_key"), v)?;
+    }
+    Ok(())
+}
+
+/// The ssh host key types a pinned `ssh_host_key` may have.
+const HOST_KEY_TYPES: [&str; 5] = [
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+];
+
+/// The host's public key as an `authorized_keys`-style line
+/// (`<type> <base64> [comment]`, e.g. its `/etc/ssh/ssh_host_ed25519_key.pub`).
+fn host_key(what: &str, v: &str) -> Result<()> {
+    let mut words = v.split_whitespace();
+    let (kind, b64) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let b64_ok = b64.len() >= 16
+        && b64
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='));
+    if !HOST_KEY_TYPES.contains(&kind) || !b64_ok {
+        return Err(Error::invalid(format!(
+            "{what} must be the host's public key, '<type> <base64>' as in its \
+             /etc/ssh/ssh_host_ed25519_key.pub (type one of {}), not {v:?}",
+            HOST_KEY_TYPES.join(", ")
+        )));
+    }
     Ok(())
 }

@@ -753,6 +753,28 @@ fn saltify_credentials() {
 }
 
 #[test]
+fn saltify_host_key_is_a_public_key_line() {
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLEexampleEXAMPLEexample root@metal";
+    let s = saltify(json!({"ip": "5.6.7.8", "ssh_host_key": key})).unwrap();
+    assert_eq!(s["ssh_host_key"], key);
+    for bad in [
+        "AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLE",
+        "ssh-dss AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLE",
+        "ssh-ed25519 $(reboot)AAAAAAAAAAAAAAAAAAA",
+        "ssh-ed25519 short",
+    ] {
+        invalid(
+            saltify(json!({"ip": "5.6.7.8", "ssh_host_key": bad})),
+            &["ssh_host_key", "h1.example.net", "public key"],
+        );
+    }
+    invalid(
+        saltify(json!({"ip": "5.6.7.8", "ssh_host_key": 3})),
+        &["ssh_host_key"],
+    );
+}
+
+#[test]
 fn saltify_without_any_credential_is_invalid() {
     let cfg = config(json!({
         format!("{SALTIFY}.targets.h1"): {"ip": "5.6.7.8"},

@@ -47,6 +47,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     node.apply("makina-states.cloud.generic.compute_node.registry", with_node_registry(env, lxc.node_data(env, CN)))
     _, vm = env.vm_data(VM, CN)
     vm = {**vm, "rootfs": str(tmp / "guest")}
+    (tmp / "guest").mkdir(exist_ok=True)
     node.apply("makina-states.cloud.generic.vm.registry", vm)
     guest = Minion(tmp / "vm", registry_dir=tmp / "guest" / "etc" / "makina-states", file_roots=(str(COMPAT),),
                    minion_id=VM)

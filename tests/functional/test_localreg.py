@@ -110,6 +110,7 @@ def node_and_guest(data: dict[str, Any], tmp_path: Path) -> tuple[Minion, dict[s
     """A compute node and a VM's data, its root filesystem in ``tmp_path/guest``."""
     vm = copy.deepcopy(data["vm"])
     vm["rootfs"] = str(tmp_path / "guest")
+    (tmp_path / "guest").mkdir()
     return Minion(tmp_path / "node"), vm
 
 
@@ -143,13 +144,13 @@ def test_the_vm_registry_is_not_written_through_a_symlink_the_guest_planted(
     node, vm = node_and_guest(data, tmp_path)
     victim = tmp_path / "host-etc"
     victim.mkdir()
-    (tmp_path / "guest" / "etc").mkdir(parents=True)
+    (tmp_path / "guest" / "etc").mkdir()
     (tmp_path / "guest" / "etc" / "makina-states").symlink_to(victim)
     p = node.call("state.sls", "makina-states.cloud.generic.vm.registry", pillar={"mccloud": vm})
     ret = json.loads(p.stdout)["local"]
     assert p.returncode != 0
-    assert [(st["__id__"], st["result"]) for st in ret.values()] == [("mccloud-vm-rootfs-guard-paths", False)]
-    assert "makina-states is a symlink" in next(iter(ret.values()))["comment"]
+    assert [(st["__id__"], st["result"]) for st in ret.values()] == [("mccloud-vm-registry", False)]
+    assert "makina-states is a symlink or not a directory" in next(iter(ret.values()))["comment"]
     assert list(victim.iterdir()) == []
 
 

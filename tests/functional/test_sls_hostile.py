@@ -89,6 +89,7 @@ ALLOWED_ARGS = {
     "test": {"name", "comment"},
     "sysctl": {"value", "config"},
     "grains": {"value"},
+    "mccloud_rootfs": {"name", "root", "contents", "text", "dataset", "password_hash", "lower"},
 }
 REQUISITE_FUN_ARGS = {"unless", "onlyif"}
 EXECUTABLE_MODES = {"755", "0755", "700", "0700", "775", "0775"}

@@ -11,6 +11,7 @@ the only connections the test opens are to 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -382,22 +383,30 @@ def test_saltify_makes_a_bare_metal_stand_in_a_minion(e2e: tuple[Cloud, Path, di
     wrong = tmp_path / "wrong_key"
     assert sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)).returncode == 0
     port = cloud.master.config["ret_port"]
+    host_key = (root / "etc" / "ssh" / "ssh_host_ed25519_key.pub").read_text().strip()
     targets = {
         "metal.test.lan": {"ip": ip, "ssh_keyfile": str(key), "mode": "salt", "master": NET + ".1",
-                           "master_port": port},
+                           "master_port": port, "ssh_host_key": host_key},
         "wrongkey.test.lan": {"ip": ip, "ssh_keyfile": str(wrong), "mode": "salt", "master": NET + ".1",
                               "master_port": port},
+        "otherhost.test.lan": {"ip": ip, "ssh_keyfile": str(key), "mode": "salt", "master": NET + ".1",
+                               "master_port": port,
+                               "ssh_host_key": wrong.with_suffix(".pub").read_text().strip()},
     }
     cloud.e2e_declare(more={"makina-states.cloud.saltify.targets": targets})  # type: ignore[attr-defined]
     rc, data, out = cloud.run("mc_cloud_saltify.saltify", "wrongkey.test.lan")
     assert rc != 0 and "ssh to root@" in data["comment"] and str(wrong) in data["comment"], out
     assert "Permission denied" in data["comment"], out
+    # A pinned host key that is not the server's: refused before anything is sent.
+    rc, data, out = cloud.run("mc_cloud_saltify.saltify", "otherhost.test.lan")
+    assert rc != 0 and "is not the ssh_host_key" in data["comment"], out
     keys = cloud.master.salt_key_cli().run("--list", "all", "--out=json").data
     assert not any("wrongkey.test.lan" in ids for ids in keys.values())  # nothing accepted for it
     start = time.monotonic()
     data = timed(phases, "saltify a bare-metal stand-in (Salt from the wheelhouse)", cloud,
                  "mc_cloud_saltify.saltify", "metal.test.lan")
     assert "answers test.ping" in data["comment"], data
+    assert "host key pinned" in json.dumps(data), data
     assert answers(cloud.master, "metal.test.lan", deadline=5)
     assert (root / "opt" / "mccloud" / "salt" / "bin" / "salt-minion").exists()
     phases["saltify, until test.ping answers"] = time.monotonic() - start

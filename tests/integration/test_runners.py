@@ -200,15 +200,35 @@ def test_saltify_reports_what_is_missing(cloud: Cloud) -> None:
 
 
 def test_a_symlink_planted_in_a_vm_is_not_written_through(cloud: Cloud, tmp_path: Path) -> None:
+    """A symlink at a file the node writes is replaced; a symlink at a
+    directory it writes through fails the step, naming it."""
     base = fake_container(cloud, "vm1.test.lan")
     victim = tmp_path / "host-file"
     victim.write_text("host data\n")
+    victim_dir = tmp_path / "host-root"
+    victim_dir.mkdir()
     link = base / "rootfs" / "this_host"
     link.unlink(missing_ok=True)
     link.symlink_to(victim)
+    ssh_dir = base / "rootfs" / "root" / ".ssh"
+    kept = ssh_dir.with_name(".ssh.kept")
+    if ssh_dir.exists():
+        ssh_dir.rename(kept)
+    ssh_dir.symlink_to(victim_dir)
     try:
         rc, data, out = cloud.run("mc_cloud_vm.provision", "vm1.test.lan", "steps=preprovision")
-        assert rc != 0 and "is a symlink" in data["comment"], out
+        assert rc != 0 and "root/.ssh is a symlink or not a directory" in data["comment"], out
+        assert list(victim_dir.iterdir()) == []
+        assert victim.read_text() == "host data\n"
+        ssh_dir.unlink()
+        if kept.exists():
+            kept.rename(ssh_dir)
+        rc, data, out = cloud.run("mc_cloud_vm.provision", "vm1.test.lan", "steps=preprovision")
+        assert rc == 0, out
+        assert not link.is_symlink() and link.read_text() == cloud.node
         assert victim.read_text() == "host data\n"
     finally:
-        link.unlink()
+        if ssh_dir.is_symlink():
+            ssh_dir.unlink()
+        if kept.exists():
+            kept.rename(ssh_dir)

@@ -43,7 +43,7 @@ def test_each_state_is_attributed_to_the_step_whose_sls_brings_it() -> None:
              ("mc_cloud_lxc.vm_reconfigure", f"{LXC}.reconfigure"), ("mc_cloud_lxc.vm_preprovision", f"{LXC}.preprovision")]
     ret = dict([
         state(f"{LXC}.spawn", "mccloud-lxc-vm-create", 0, changes={"pid": 1}),
-        state(f"{GEN}.rootfs_guard", "mccloud-vm-rootfs-guard", 1),   # included by spawn
+        state(f"{LXC}.volumes", "mccloud-lxc-vm-volumes", 1),   # included by spawn
         state(f"{LXC}.config", "mccloud-lxc-vm-config", 2, changes={"diff": "new"}),  # included by spawn
         state(f"{GEN}.fix_dns", "mccloud-vm-resolv", 3, changes={"diff": "x"}),
         state(f"{LXC}.preprovision", "mccloud-lxc-vm-grains", 4, result=False, comment="disk full"),

@@ -20,15 +20,18 @@ from mccloud.orchestration.runner import Env, Outcome
 SCRIPT = "/usr/local/sbin/mccloud-bootstrap-salt"
 
 
-def ssh_command(t: Mapping[str, Any], known_hosts: Path) -> tuple[list[str], dict[str, str]]:
+def ssh_command(t: Mapping[str, Any], known_hosts: Path, pinned: bool = False) -> tuple[list[str], dict[str, str]]:
     """The ssh command line for target ``t`` (key, or password through
     sshpass's environment: never on a command line) and its environment.
-    Host keys are learnt on first contact into mccloud's own known hosts
-    file (``<controller key>.known_hosts``, never root's ``known_hosts``)
-    and checked after."""
+    A target with ``ssh_host_key`` is checked against that key alone
+    (``pinned``: ``known_hosts`` holds only it); otherwise its host key is
+    learnt on first contact into mccloud's own known hosts file
+    (``<controller key>.known_hosts``, never root's ``known_hosts``) and
+    checked after."""
     env = dict(os.environ)
     cmd = ["ssh", "-p", str(t.get("ssh_port") or 22), "-o", "ConnectTimeout=15",
-           "-o", "StrictHostKeyChecking=accept-new", "-o", f"UserKnownHostsFile={known_hosts}",
+           "-o", f"StrictHostKeyChecking={'yes' if pinned else 'accept-new'}",
+           "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
            "-o", "LogLevel=ERROR"]
     if t.get("password") and not t.get("ssh_keyfile"):
         env["SSHPASS"] = str(t["password"])
@@ -36,6 +39,40 @@ def ssh_command(t: Mapping[str, Any], known_hosts: Path) -> tuple[list[str], dic
     else:
         cmd += ["-i", str(t["ssh_keyfile"]), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
     return [*cmd, f"{t['ssh_username']}@{t['ssh_host']}"], env
+
+
+def known_hosts_for(t: Mapping[str, Any], key: Path) -> tuple[Path, bool]:
+    """The known hosts file for target ``t`` and whether its key is pinned:
+    a target with ``ssh_host_key`` gets a file of its own holding only that
+    key (``<controller key>.pinned/<name>``, rewritten at every run);
+    others share ``<controller key>.known_hosts`` (trust on first use)."""
+    pinned = str(t.get("ssh_host_key") or "").split()[:2]
+    if not pinned:
+        return key.with_name(key.name + ".known_hosts"), False
+    d = key.with_name(key.name + ".pinned")
+    d.mkdir(mode=0o700, exist_ok=True)
+    port = int(t.get("ssh_port") or 22)
+    host = str(t["ssh_host"]) if port == 22 else f"[{t['ssh_host']}]:{port}"
+    path = d / str(t["name"])
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{host} {' '.join(pinned)}\n")
+    tmp.replace(path)
+    return path, True
+
+
+def remote_command(t: Mapping[str, Any], script_args: str) -> tuple[str, bytes]:
+    """The command the target runs (unpack the payload, run the bootstrap
+    script) and what precedes the payload on its standard input: a login
+    other than root goes through sudo, with ``-n`` (no password), or with
+    ``-S`` and the target's ``sudo_password`` as the first line of the
+    input (never on a command line)."""
+    args = " ".join(shlex.quote(a) for a in script_args.split())
+    run = f"tar -C / -xf - && exec /bin/sh {SCRIPT} {args}".rstrip()
+    if t["ssh_username"] == "root":
+        return f"/bin/sh -c {shlex.quote(run)}", b""
+    if t.get("sudo_password"):
+        return f"sudo -S -p '' /bin/sh -c {shlex.quote(run)}", str(t["sudo_password"]).encode() + b"\n"
+    return f"sudo -n /bin/sh -c {shlex.quote(run)}", b""
 
 
 def payload(minion: Mapping[str, Any], with_wheelhouse: Path | None) -> bytes:
@@ -85,9 +122,13 @@ def saltify(env: Env, name: str) -> Outcome:
                         "or give an ssh_keyfile")
     if t.get("ssh_keyfile") and not os.path.exists(str(t["ssh_keyfile"])):
         return out.fail(f"ssh key {t['ssh_keyfile']} of saltify target {name} does not exist on the controller")
+    if t.get("ssh_gateway"):
+        return out.fail(f"saltify {name}: saltify connects to its targets directly, not through the ssh gateway "
+                        f"{t['ssh_gateway']}: remove pillar key makina-states.cloud.saltify.targets.{name}.ssh_gateway "
+                        "(or makina-states.cloud.saltify.ssh_gateway)")
     key = Path(str(env.config.controller_settings()["ssh_key"]))
-    known_hosts = key.with_name(key.name + ".known_hosts")
-    ssh, ssh_env = ssh_command(t, known_hosts)
+    known_hosts, pinned = known_hosts_for(t, key)
+    ssh, ssh_env = ssh_command(t, known_hosts, pinned)
     where = f"{t['ssh_username']}@{t['ssh_host']}:{t.get('ssh_port') or 22}"
     env.progress(f"{name}: checking ssh access ({where})")
     probe = subprocess.run([*ssh, f"test -x {minions.SALT_PREFIX}/bin/salt-minion && echo has-salt || echo no-salt"],
@@ -95,12 +136,18 @@ def saltify(env: Env, name: str) -> Outcome:
     if probe.returncode != 0:
         how = "password" if "SSHPASS" in ssh_env and ssh[0] == "sshpass" else f"key {t.get('ssh_keyfile')}"
         reason = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
-        if "Host key verification failed" in reason:
+        if "Host key verification failed" in reason and pinned:
+            reason += (f" (its host key is not the ssh_host_key of pillar key "
+                       f"makina-states.cloud.saltify.targets.{name}: check the server, then the pillar)")
+        elif "Host key verification failed" in reason:
             reason += (f" (its host key is not the one in {known_hosts}: if {t['ssh_host']} was reinstalled, "
                        f"remove its line with ssh-keygen -R {t['ssh_host']} -f {known_hosts})")
         return out.fail(f"saltify {name}: ssh to {where} with {how} failed: {reason}")
     has_salt = "has-salt" in probe.stdout
-    out.add("ssh", {"result": True, "comment": f"{where} reachable; Salt {'present' if has_salt else 'absent'}"})
+    trust = ("host key pinned (ssh_host_key)" if pinned else
+             f"host key learnt on first contact into {known_hosts}: pin it with ssh_host_key")
+    out.add("ssh", {"result": True, "comment": f"{where} reachable ({trust}); "
+                                               f"Salt {'present' if has_salt else 'absent'}"})
     wheels = None
     if not has_salt:
         wheels = minions.wheelhouse_dir(env.opts)
@@ -111,11 +158,9 @@ def saltify(env: Env, name: str) -> Outcome:
     minion = minions.seed(env.opts, name, t)
     out.add("key", {"result": True, "comment": f"key of {name} generated and accepted on the {minion['mode']} master",
                     "changes": {"accepted": minion["mode"]}})
-    args = " ".join(shlex.quote(a) for a in str(minion["script_args"]).split())
-    sudo = "" if t["ssh_username"] == "root" else "sudo -n "
-    remote = f"{sudo}tar -C / -xf - && {sudo}/bin/sh {SCRIPT} {args}"
+    remote, preamble = remote_command(t, str(minion["script_args"]))
     env.progress(f"{name}: bootstrapping over ssh ({'configuring' if has_salt else 'installing Salt from the wheelhouse'})")
-    p = subprocess.run([*ssh, remote], input=payload(minion, wheels), capture_output=True, timeout=3600, env=ssh_env)
+    p = subprocess.run([*ssh, remote], input=preamble + payload(minion, wheels), capture_output=True, timeout=3600, env=ssh_env)
     if p.returncode != 0:
         tail = p.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {p.returncode}"]
         out.add("bootstrap", {"result": False,

@@ -1,13 +1,13 @@
 {#- Generic VM preprovisioning, from the compute node into the VM's root
     filesystem: markers /this_host (compute node id) and /this_port (ssh
     reverse-proxy port), the cloud grains, the controller's public key for
-    root, and the VM's registry (registry.sls). Data: pillar mccloud (vm,
-    target, rootfs, controller_pubkey, vm_registry). #}
+    root, and the VM's registry (registry.sls). Every write goes through
+    mccloud_rootfs, which never follows a link the VM planted. Data: the
+    job's (vm, target, rootfs, controller_pubkey, vm_registry). #}
 {%- from "makina-states/cloud/generic/job.jinja" import job with context %}
 {%- set d = job %}
-{%- set root = d.rootfs %}
+{%- set root = d.rootfs | string %}
 include:
-  - makina-states.cloud.generic.vm.rootfs_guard
   - makina-states.cloud.generic.vm.registry
 
 mccloud-vm-controller-key-known:
@@ -21,50 +21,41 @@ mccloud-vm-controller-key-known:
                    'the controller has no ssh key pair yet: run mc_cloud_controller.deploy first') | tojson }}
 
 mccloud-vm-this-host:
-  file.managed:
+  mccloud_rootfs.managed:
     - failhard: true
-    - name: {{ (root ~ '/this_host') | tojson }}
+    - name: /this_host
+    - root: {{ root | tojson }}
     - contents: {{ d.target | string | tojson }}
-    - follow_symlinks: false
-    - require:
-      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-this-port:
-  file.managed:
+  mccloud_rootfs.managed:
     - failhard: true
-    - name: {{ (root ~ '/this_port') | tojson }}
+    - name: /this_port
+    - root: {{ root | tojson }}
     - contents: {{ d.vm.ssh_reverse_proxy_port | string | tojson }}
-    - follow_symlinks: false
-    - require:
-      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-grains:
-  file.serialize:
+  mccloud_rootfs.merged:
     - failhard: true
-    - name: {{ (root ~ '/etc/salt/grains') | tojson }}
-    - makedirs: true
-    - serializer: yaml
-    - merge_if_exists: true
+    - name: /etc/salt/grains
+    - root: {{ root | tojson }}
     - dataset:
         makina-states.cloud.is.vm: true
-    - require:
-      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-root-ssh:
-  file.directory:
+  mccloud_rootfs.directory:
     - failhard: true
-    - name: {{ (root ~ '/root/.ssh') | tojson }}
-    - makedirs: true
+    - name: /root/.ssh
+    - root: {{ root | tojson }}
     - mode: '0700'
-    - require:
-      - test: mccloud-vm-rootfs-guard
 
 mccloud-vm-controller-key:
-  file.append:
+  mccloud_rootfs.line:
     - failhard: true
-    - name: {{ (root ~ '/root/.ssh/authorized_keys') | tojson }}
+    - name: /root/.ssh/authorized_keys
+    - root: {{ root | tojson }}
     - text: {{ d.controller_pubkey | string | tojson }}
+    - mode: '0600'
     - require:
-      - test: mccloud-vm-rootfs-guard
-      - file: mccloud-vm-root-ssh
+      - mccloud_rootfs: mccloud-vm-root-ssh
       - test: mccloud-vm-controller-key-known

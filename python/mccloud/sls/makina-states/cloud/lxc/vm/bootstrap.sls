@@ -47,8 +47,8 @@ mccloud-lxc-vm-bootstrap:
         MCCLOUD_GUEST_WHEELHOUSE: {{ m.wheelhouse | string | tojson }}
         MCCLOUD_SCRIPT_ARGS: {{ m.script_args | string | tojson }}
     - require:
-      - file: mccloud-vm-minion-config
-      - file: mccloud-vm-minion-pem
-      - file: mccloud-vm-minion-pub
-      - file: mccloud-vm-minion-master-pub
-      - file: mccloud-vm-bootstrap-script
+      - mccloud_rootfs: mccloud-vm-minion-config
+      - mccloud_rootfs: mccloud-vm-minion-pem
+      - mccloud_rootfs: mccloud-vm-minion-pub
+      - mccloud_rootfs: mccloud-vm-minion-master-pub
+      - mccloud_rootfs: mccloud-vm-bootstrap-script

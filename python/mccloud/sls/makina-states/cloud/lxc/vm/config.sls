@@ -6,9 +6,6 @@
     lxc.net.0.* lines (the fragment starts with `lxc.net =`, which clears
     them). The guest network configuration does not wait for DHCP. A running
     container restarts when its configuration changed. #}
-include:
-  - makina-states.cloud.generic.vm.rootfs_guard
-
 {%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
 {%- set d = job %}
 {%- set v = d.vm %}
@@ -71,13 +68,10 @@ mccloud-lxc-vm-restart:
       - file: mccloud-lxc-vm-config-include
 
 mccloud-lxc-vm-guest-network:
-  file.managed:
+  mccloud_rootfs.managed:
     - failhard: true
-    - name: {{ (d.rootfs ~ '/etc/network/interfaces') | tojson }}
-    - makedirs: true
-    - follow_symlinks: false
-    - require:
-      - test: mccloud-vm-rootfs-guard
+    - name: /etc/network/interfaces
+    - root: {{ d.rootfs | string | tojson }}
     - contents: |
         # Managed by mccloud: LXC sets eth0's address from the container config.
         auto lo

@@ -1,34 +1,18 @@
 {#- Initial setup: root's password from the registry's SHA-512 crypt hash
-    (the clear text never reaches a state). Data: pillar mccloud. An
-    overlayfs clone's upper layer holds only what the guest changed: its
-    /etc/shadow is first copied up from the template (rootfs_lower), owner
-    and mode kept, unless the clone already has its own. #}
+    (the clear text never reaches a state). An overlayfs clone's upper
+    layer holds only what the guest changed: without its own /etc/shadow it
+    starts from the template's (rootfs_lower), owner, group and mode kept.
+    Written through mccloud_rootfs (never following a link the VM planted).
+    Data: the job's (vm, rootfs, rootfs_lower). #}
 {%- from "makina-states/cloud/generic/job.jinja" import job with context %}
 {%- set d = job %}
-include:
-  - makina-states.cloud.generic.vm.rootfs_guard
-
-{%- if d.get('rootfs_lower') %}
-mccloud-lxc-vm-shadow-copy-up:
-  file.copy:
-    - failhard: true
-    - name: {{ (d.rootfs ~ '/etc/shadow') | tojson }}
-    - source: {{ (d.rootfs_lower ~ '/etc/shadow') | tojson }}
-    - preserve: true
-    - makedirs: true
-    - require:
-      - test: mccloud-vm-rootfs-guard
-    - require_in:
-      - file: mccloud-lxc-vm-root-password
-{%- endif %}
 
 mccloud-lxc-vm-root-password:
-  file.replace:
+  mccloud_rootfs.root_password:
     - failhard: true
-    - name: {{ (d.rootfs ~ '/etc/shadow') | tojson }}
-    - pattern: '^root:[^:]*:'
-    - repl: {{ ('root:' ~ (d.vm.password_hash | string | replace('\\', '\\\\')) ~ ':') | tojson }}
-    - count: 1
-    - show_changes: false
-    - require:
-      - test: mccloud-vm-rootfs-guard
+    - name: /etc/shadow
+    - root: {{ d.rootfs | string | tojson }}
+    - password_hash: {{ d.vm.password_hash | string | tojson }}
+{%- if d.get('rootfs_lower') %}
+    - lower: {{ d.rootfs_lower | string | tojson }}
+{%- endif %}

@@ -22,7 +22,6 @@
 {%- set img = d.images.get(v.image, {'template': v.image}) if v.image is string else {} %}
 {%- set template = img.get('template') or 'debian' %}
 include:
-  - makina-states.cloud.generic.vm.rootfs_guard
   - makina-states.cloud.lxc.vm.config
   - makina-states.cloud.lxc.vm.volumes
 
@@ -100,8 +99,7 @@ mccloud-lxc-vm-create:
 {%- endif %}
     - require_in:
       - file: mccloud-lxc-vm-config
-      - file: mccloud-lxc-vm-guest-network
-      - sls: makina-states.cloud.generic.vm.rootfs_guard
+      - mccloud_rootfs: mccloud-lxc-vm-guest-network
 
 mccloud-lxc-vm-start:
   cmd.run:
@@ -120,5 +118,5 @@ mccloud-lxc-vm-start:
     - require:
       - file: mccloud-lxc-vm-config
       - file: mccloud-lxc-vm-config-include
-      - file: mccloud-lxc-vm-guest-network
+      - mccloud_rootfs: mccloud-lxc-vm-guest-network
       - sls: makina-states.cloud.lxc.vm.volumes
