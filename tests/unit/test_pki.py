@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
@@ -89,7 +90,9 @@ def test_ca_certificate_carries_the_settings(tmp_path: Path) -> None:
     assert ku.key_cert_sign and ku.crl_sign
     cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
     assert (cert.not_valid_after_utc - cert.not_valid_before_utc).days == CA["days"]
-    assert cert.public_key().key_size == 2048  # type: ignore[union-attr]
+    # New keys are ECDSA P-256 whatever ssl.ca.bits says (it sizes RSA keys, which are no longer made).
+    assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
+    assert cert.public_key().curve.name == "secp256r1"  # type: ignore[union-attr]
 
 
 def test_files_are_private(tmp_path: Path) -> None:
@@ -479,19 +482,18 @@ def test_parallel_processes_share_one_ca_and_one_certificate_per_domain(tmp_path
         verify(ssl_dir, pem, name.replace("*", "x"))
 
 
-# The worker reuses a few keys (key generation would take most of its time)
-# and fsyncs slowly, so that kills often land while a file is being written.
+# The worker fsyncs slowly, so that kills often land while a file is being
+# written; it issues one certificate at a time and batches of them.
 KILL_WORKER = r"""
 import itertools, json, os, sys, time
 from mccloud import pki
 ssl_dir, ca = sys.argv[1], json.loads(sys.argv[2])
-keys = [pki._new_key(2048) for _ in range(3)]
-turn = itertools.count()
-pki._new_key = lambda bits: keys[next(turn) % len(keys)]
 fsync = os.fsync
 os.fsync = lambda fd: (time.sleep(0.02), fsync(fd))[1]
 for i in itertools.count():
     pki.cert_for(ssl_dir, f"d{i % 7}.kill.test", ca, 825)
+    pki.ssl_certs(ssl_dir, [f"b{j}.kill.test" for j in range(i % 5, 40)], ca, 825)
+    pki.issued_files(ssl_dir, ca["ca_name"], f"b{i % 40}.kill.test").key_path.unlink(missing_ok=True)
     # damage one so that a later round issues it again
     pki.issued_files(ssl_dir, ca["ca_name"], f"d{(i + 3) % 7}.kill.test").cert_path.unlink(missing_ok=True)
     if i % 7 == 6:  # retire the CA (certificate first, as an operator must): a new one is made
@@ -544,3 +546,36 @@ def test_a_loose_ca_is_made_private_again(tmp_path: Path) -> None:
     pki.ssl_certs(tmp_path, ["vm1.foo.com"], CA, DAYS)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
+
+
+def test_an_rsa_ca_and_its_rsa_certificates_made_before_keep_serving(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Controllers upgraded from RSA keep their CA and certificates; what
+    is issued from then on has a P-256 key, signed by the RSA CA."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    with monkeypatch.context() as m:
+        m.setattr(pki, "_new_key", lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048))
+        old = dict(pki.ssl_certs(tmp_path, [CN], CA, DAYS))
+    assert isinstance(ca_cert(tmp_path).public_key(), rsa.RSAPublicKey)
+    assert isinstance(leaf(old[CN]).public_key(), rsa.RSAPublicKey)
+    now = dict(pki.ssl_certs(tmp_path, [CN, "vm1.foo.com"], CA, DAYS))
+    assert now[CN] == old[CN]  # kept, not issued again
+    assert isinstance(leaf(now["vm1.foo.com"]).public_key(), ec.EllipticCurvePublicKey)
+    verify(tmp_path, now["vm1.foo.com"], "vm1.foo.com")
+    ku = leaf(now["vm1.foo.com"]).extensions.get_extension_for_class(x509.KeyUsage).value
+    assert ku.digital_signature and not ku.key_encipherment  # an EC key does no key transport
+    assert leaf(old[CN]).extensions.get_extension_for_class(x509.KeyUsage).value.key_encipherment
+
+
+def test_a_batch_is_written_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    domains = [f"vm{i}.batch.test" for i in range(50)]
+    got = dict(pki.ssl_certs(tmp_path, domains, CA, DAYS))
+    assert sorted(got) == sorted(domains)
+    for d in domains[::10]:
+        verify(tmp_path, got[d], d)
+    certs = tmp_path / CA["ca_name"] / "certs"
+    assert sorted(p.name for p in certs.iterdir()) == sorted(
+        [f"{d}.crt" for d in domains] + [f"{d}.key" for d in domains])
+    assert all(mode(p) == 0o600 for p in certs.glob("*.key"))
+    assert dict(pki.ssl_certs(tmp_path, domains, CA, DAYS)) == got  # nothing issued again
