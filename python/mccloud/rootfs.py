@@ -122,26 +122,22 @@ def _read_at(dfd: int, name: str) -> tuple[bytes, os.stat_result] | None:
         os.close(fd)
 
 
+def regular(root: str, rel: str) -> tuple[bytes, os.stat_result] | None:
+    """The contents and status of the regular file ``root/rel``, read at
+    once; None when it is missing, a symlink, not a regular file, or below
+    a path that cannot be walked."""
+    *dirs, name = parts(rel)
+    try:
+        with opendir(root, dirs) as dfd:
+            return _read_at(dfd, name)
+    except RootfsError:
+        return None
+
+
 def read(root: str, rel: str) -> bytes | None:
     """The contents of the regular file ``root/rel``, or None."""
-    *dirs, name = parts(rel)
-    try:
-        with opendir(root, dirs) as dfd:
-            got = _read_at(dfd, name)
-    except RootfsError:
-        return None
+    got = regular(root, rel)
     return got[0] if got else None
-
-
-def stat(root: str, rel: str) -> os.stat_result | None:
-    """The status of the regular file ``root/rel``, or None."""
-    *dirs, name = parts(rel)
-    try:
-        with opendir(root, dirs) as dfd:
-            got = _read_at(dfd, name)
-    except RootfsError:
-        return None
-    return got[1] if got else None
 
 
 def write(root: str, rel: str, data: bytes, mode: int | None = None, makedirs: bool = True,

@@ -183,12 +183,10 @@ def root_password(name: str, root: str, password_hash: str, lower: str | None = 
         h = str(password_hash)
         if not h or any(c in h for c in ":\n\0"):
             raise _rootfs.RootfsError("the root password hash is empty or holds ':' or a newline")
-        st = _rootfs.stat(root, name)
-        raw = _rootfs.read(root, name)
-        if raw is None and lower:
-            st, raw = _rootfs.stat(lower, name), _rootfs.read(lower, name)
-        if raw is None or st is None:
+        got = _rootfs.regular(root, name) or (_rootfs.regular(lower, name) if lower else None)
+        if got is None:
             raise _rootfs.RootfsError(f"{root}{name} is missing (or not a regular file)")
+        raw, st = got
         lines = raw.decode(errors="surrogateescape").split("\n")
         found = False
         for i, entry in enumerate(lines):
