@@ -31,6 +31,9 @@ import yaml
 import mccloud
 from mccloud.cli import write_masterless_config
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results  # noqa: E402  (bench/results.py, beside this script)
+
 CN = "bench.example.net"
 
 
@@ -52,7 +55,7 @@ def salt_call(conf: str, *args: str) -> float:
     return t
 
 
-def bench_salt(n: int, runs: int) -> None:
+def bench_salt(n: int, runs: int) -> dict[str, Any]:
     print(f"\n## 1. salt-call on one compute node with {n:,} VMs ({runs} runs each, median)")
     base = tempfile.mkdtemp(prefix="mccloud-bench-")
     ranges = {"makina-states.cloud.compute_node.ssh_port_range_end": 40000 + n - 1,
@@ -71,9 +74,11 @@ def bench_salt(n: int, runs: int) -> None:
     )
     print(f"get_settings_for_vm, one VM          {one:7.3f} s  (+{one - ping:.3f} s over test.ping; "
           f"validates the whole node's declaration)")
+    return {"vms": n, "runs": runs, "ping_s": round(ping, 3), "target_first_s": round(first, 3),
+            "target_repeat_s": round(repeat, 3), "vm_one_s": round(one, 3)}
 
 
-def bench_fill(prefix: int, step_every: int, sample: int) -> None:
+def bench_fill(prefix: int, step_every: int, sample: int) -> dict[str, Any]:
     net_size = 2 ** (32 - prefix)
     print(f"\n## 2. durable single allocations as a /{prefix} pool fills ({sample} timed per level)")
     store = tempfile.mkdtemp(prefix="mccloud-fill-")
@@ -84,6 +89,7 @@ def bench_fill(prefix: int, step_every: int, sample: int) -> None:
     reg = mccloud.Registry(mccloud.Config({"minion_id": "c"}, vms_pillar(n, extra)), store)
     names = [f"vm{i:05d}.example.net" for i in range(n)]
     done, level, exhausted = 0, 0, False
+    levels: list[dict[str, Any]] = []
     print(f"{'filled':>8} {'allocs/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
     while not exhausted:
         lat = []
@@ -99,15 +105,19 @@ def bench_fill(prefix: int, step_every: int, sample: int) -> None:
             exhausted = True
         if lat:
             lat.sort()
+            levels.append({"filled": level, "per_s": round(len(lat) / sum(lat)),
+                           "p50_ms": round(lat[len(lat) // 2] * 1e3, 2),
+                           "p99_ms": round(lat[int(len(lat) * 0.99)] * 1e3, 2)})
             print(f"{level:>8,} {len(lat) / sum(lat):>10,.0f} {lat[len(lat) // 2] * 1e3:>8.2f} "
                   f"{lat[int(len(lat) * 0.99)] * 1e3:>8.2f}")
         level += step_every
     print(f"pool exhausted after {done:,} allocations: the next one is a clear error")
     t, _ = timed(lambda: [mccloud.sha512_crypt("x" * 32, "saltsaltsaltsalt") for _ in range(100)])
     print(f"(for scale: one SHA-512 crypt of a password costs {t * 10:.2f} ms)")
+    return {"prefix": prefix, "levels": levels, "exhausted_after": done, "crypt_ms": round(t * 10, 2)}
 
 
-def bench_binding(iterations: int) -> None:
+def bench_binding(iterations: int) -> dict[str, Any]:
     print(f"\n## 3. in-process get_settings_for_vm through the binding ({iterations} calls)")
     store = tempfile.mkdtemp(prefix="mccloud-bind-")
     from mccloud.cli import sample_pillar
@@ -117,12 +127,15 @@ def bench_binding(iterations: int) -> None:
     reg = mccloud.Registry(mccloud.Config(ctx, pillar), store)
     reg.vm_settings("devhost10.local", "mysupertest3.foo.com")
     t, _ = timed(lambda: [reg.vm_settings("devhost10.local", "mysupertest3.foo.com") for _ in range(iterations)])
-    print(f"existing VM, registry reused       {t / iterations * 1e6:8.0f} µs per call")
+    reused = t / iterations * 1e6
+    print(f"existing VM, registry reused       {reused:8.0f} µs per call")
     t, _ = timed(lambda: [mccloud.Registry(mccloud.Config(ctx, pillar), store).vm_settings(
         "devhost10.local", "mysupertest3.foo.com") for _ in range(iterations)])
     print(f"existing VM, config+store per call {t / iterations * 1e6:8.0f} µs per call (what one salt-call pays)")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this benchmark process {rss:8.0f} MiB")
+    return {"vm_settings_us": round(reused), "vm_settings_fresh_us": round(t / iterations * 1e6),
+            "peak_rss_mib": round(rss)}
 
 
 def main() -> None:
@@ -133,12 +146,19 @@ def main() -> None:
     ap.add_argument("--fill-step", type=int, default=8192)
     ap.add_argument("--fill-sample", type=int, default=1000)
     ap.add_argument("--skip-salt", action="store_true")
+    ap.add_argument("--results", default=str(results.RESULTS),
+                    help="the results file the README's figures come from (default: %(default)s)")
+    ap.add_argument("--no-results", action="store_true", help="print only: leave the results file and README")
     args = ap.parse_args()
     print(f"mccloud benchmarks on {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    measured: dict[str, Any] = {}
     if not args.skip_salt:
-        bench_salt(args.vms, args.runs)
-    bench_fill(args.fill_network, args.fill_step, args.fill_sample)
-    bench_binding(200)
+        measured["node"] = bench_salt(args.vms, args.runs)
+    measured["allocations"] = bench_fill(args.fill_network, args.fill_step, args.fill_sample)
+    measured["binding"] = bench_binding(200)
+    if not args.no_results:
+        path = results.record(args.results, measured)
+        print(f"\nfigures recorded in {path} (commit {results.commit()}); README tables rendered from it")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,171 @@
+"""The benchmark results file and the README tables made from it.
+
+``bench/bench.py`` records what it measured in ``bench/results.json``, each
+section with the commit and machine it measured, then renders the README's
+registry table from that file (between the ``bench:registry`` markers).
+The tests check that the README's table is the file's rendering, so a
+figure cannot be edited by hand or go stale without the tests saying so.
+
+Usage: python3 bench/results.py [--check]   (render, or only compare)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results.json"
+README = ROOT / "README.md"
+START, END = "<!-- bench:registry:start -->", "<!-- bench:registry:end -->"
+
+#: Goals of the registry's figures.
+GOAL_FIRST_S, GOAL_REPEAT_S, GOAL_ALLOCS = 1.5, 0.5, 1000
+
+
+def commit() -> str:
+    """The commit measured, ``-dirty`` when the product's files differ from it."""
+    def git(*args: str) -> str:
+        p = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return p.stdout.strip() if p.returncode == 0 else ""
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    # What is measured is the product: the benchmark's own files and the
+    # figures' destinations do not make it differ.
+    dirty = [line for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+             if not line[3:].startswith("bench/") and line[3:] != "README.md"]
+    return head + ("-dirty" if dirty else "")
+
+
+def machine() -> dict[str, Any]:
+    try:
+        import salt.version
+
+        salt_version = salt.version.__version__
+    except ImportError:
+        salt_version = None
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cores": os.cpu_count(), "memory_gib": round(mem), "python": platform.python_version(),
+            "salt": salt_version}
+
+
+def load(path: str | os.PathLike[str] = RESULTS) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+    if not isinstance(data, dict):
+        raise SystemExit(f"{path} does not hold a mapping of sections: remove it and run ./run bench")
+    return data
+
+
+def record(path: str | os.PathLike[str], measured: dict[str, dict[str, Any]],
+           readme: str | os.PathLike[str] = README) -> Path:
+    """Stores each measured section with its commit, date and machine (the
+    sections not measured keep theirs), then renders the README."""
+    data = load(path)
+    stamp = {"commit": commit(), "date": datetime.date.today().isoformat(), "machine": machine()}
+    for name, figures in measured.items():
+        data[name] = {**stamp, **figures}
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(out)
+    update_readme(readme, data)
+    return out
+
+
+def _stamp(section: dict[str, Any]) -> str:
+    m = section.get("machine", {})
+    return (f"commit {section.get('commit')}, {section.get('date')}, {m.get('cores')} cores, "
+            f"{m.get('memory_gib')} GiB, Python {m.get('python')}, salt {m.get('salt')}")
+
+
+def render(data: dict[str, Any]) -> str:
+    """The registry table (markdown) of ``data``."""
+    rows = ["| measure | figure | goal |", "|---|---|---|"]
+    node = data.get("node")
+    if node:
+        ping = node["ping_s"]
+        first, repeat = node["target_first_s"] - ping, node["target_repeat_s"] - ping
+        n = f"{node['vms']:,}"
+        rows += [
+            f"| `salt-call --local test.ping`, pillar declaring {n} VMs on one node | {ping:.2f} s | baseline |",
+            f"| `get_settings_for_target` for that node, first time (allocates {n} VMs, issues their "
+            f"certificates) | {node['target_first_s']:.2f} s (+{first:.2f} s over test.ping) | "
+            f"≤ +{GOAL_FIRST_S} s ({'met' if first <= GOAL_FIRST_S else 'missed'}) |",
+            f"| `get_settings_for_target`, repeat | {node['target_repeat_s']:.2f} s (+{repeat:.2f} s over "
+            f"test.ping) | ≤ +{GOAL_REPEAT_S} s ({'met' if repeat <= GOAL_REPEAT_S else 'missed'}) |",
+            f"| `get_settings_for_vm` for one VM of that node | {node['vm_one_s']:.2f} s "
+            f"(+{node['vm_one_s'] - ping:.2f} s over test.ping) | |",
+        ]
+    alloc = data.get("allocations")
+    if alloc and alloc.get("levels"):
+        levels = alloc["levels"]
+        rates = [lv["per_s"] for lv in levels]
+        later = rates[1:] or rates
+        if min(rates) >= GOAL_ALLOCS:
+            verdict = "met"
+        elif min(later) >= GOAL_ALLOCS:
+            verdict = "met past the first thousand"
+        else:
+            verdict = "missed"
+        rows.append(
+            f"| durable single allocations (one transaction, fsync and checkpoint each), /{alloc['prefix']} "
+            f"pool from empty to full | {min(rates):,}–{max(rates):,} per second ({rates[0]:,} for the first "
+            f"thousand, {min(later):,}–{max(later):,} after; p50 {min(lv['p50_ms'] for lv in levels):.2f}–"
+            f"{max(lv['p50_ms'] for lv in levels):.2f} ms, p99 ≤ {max(lv['p99_ms'] for lv in levels):.2f} ms) | "
+            f"≥ {GOAL_ALLOCS:,} per second ({verdict}) |")
+    binding = data.get("binding")
+    if binding:
+        crypt = f"; one SHA-512 crypt alone: {alloc['crypt_ms']:.2f} ms" if alloc else ""
+        rows += [
+            f"| one `get_settings_for_vm` in-process through the binding | {binding['vm_settings_us'] / 1000:.1f} ms "
+            f"({binding['vm_settings_fresh_us'] / 1000:.1f} ms with a new configuration and store per call{crypt}) "
+            f"| |",
+            f"| peak RSS of the benchmark (filling the pool, then the binding) | {binding['peak_rss_mib']} MiB | |",
+        ]
+    measured = [f"- {name}: {_stamp(data[name])}" for name in ("node", "allocations", "binding") if name in data]
+    return "\n".join([*rows, "", "Measured (`./run bench`, `bench/results.json`):", *measured])
+
+
+def update_readme(readme: str | os.PathLike[str], data: dict[str, Any], check: bool = False) -> bool:
+    """Puts the rendering of ``data`` between the markers of ``readme``;
+    with ``check``, only tells whether it is there already."""
+    path = Path(readme)
+    text = path.read_text()
+    try:
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+    except ValueError:
+        raise SystemExit(f"{path} has no {START} … {END} block for the benchmark figures") from None
+    new = f"{head}{START}\n{render(data)}\n{END}{tail}"
+    if check:
+        return new == text
+    if new != text:
+        path.write_text(new)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when the README's figures are not the file's")
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--readme", default=str(README))
+    args = ap.parse_args()
+    data = load(args.results)
+    ok = update_readme(args.readme, data, check=args.check)
+    if not ok:
+        print(f"{args.readme}: its benchmark figures are not those of {args.results}: "
+              "run python3 bench/results.py (or ./run bench)", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

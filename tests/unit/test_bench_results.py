@@ -1,0 +1,68 @@
+"""The README's registry figures are the rendering of bench/results.json."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("bench_results", ROOT / "bench" / "results.py")
+assert spec and spec.loader
+results = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(results)
+
+
+def test_the_readmes_figures_are_those_of_the_results_file() -> None:
+    data = results.load(results.RESULTS)
+    assert {"node", "allocations", "binding"} <= set(data), "run ./run bench to record every section"
+    assert results.update_readme(results.README, data, check=True), (
+        "README.md's benchmark table is not bench/results.json's: run python3 bench/results.py")
+    for section in data.values():
+        assert section["commit"] and section["machine"]["cores"]
+
+
+def sample(first: float, repeat: float, rates: list[int]) -> dict[str, Any]:
+    stamp = {"commit": "abc1234", "date": "2026-11-24", "machine": {"cores": 2, "memory_gib": 24,
+                                                                    "python": "3.11.7", "salt": "3007.15"}}
+    return {
+        "node": {**stamp, "vms": 10000, "runs": 2, "ping_s": 1.0, "target_first_s": 1.0 + first,
+                 "target_repeat_s": 1.0 + repeat, "vm_one_s": 1.2},
+        "allocations": {**stamp, "prefix": 16, "exhausted_after": 65022, "crypt_ms": 2.5,
+                        "levels": [{"filled": i * 8192, "per_s": r, "p50_ms": 0.8, "p99_ms": 1.2}
+                                   for i, r in enumerate(rates)]},
+        "binding": {**stamp, "vm_settings_us": 2600, "vm_settings_fresh_us": 3100, "peak_rss_mib": 101},
+    }
+
+
+@pytest.mark.parametrize("first,repeat,rates,verdicts", [
+    (1.2, 0.4, [1100, 1200], ["≤ +1.5 s (met)", "≤ +0.5 s (met)", "(met)"]),
+    (9.4, 3.7, [700, 1300, 1074], ["≤ +1.5 s (missed)", "≤ +0.5 s (missed)", "(met past the first thousand)"]),
+    (1.5, 0.6, [700, 900], ["≤ +1.5 s (met)", "≤ +0.5 s (missed)", "per second (missed)"]),
+])
+def test_the_table_says_which_goals_are_met(first: float, repeat: float, rates: list[int],
+                                            verdicts: list[str]) -> None:
+    table = results.render(sample(first, repeat, rates))
+    for verdict in verdicts:
+        assert verdict in table
+    assert "commit abc1234, 2026-11-24, 2 cores, 24 GiB, Python 3.11.7, salt 3007.15" in table
+
+
+def test_recording_a_section_keeps_the_others_and_renders_the_readme(tmp_path: Path) -> None:
+    path, readme = tmp_path / "results.json", tmp_path / "README.md"
+    path.write_text(json.dumps(sample(9.4, 3.7, [700, 1300])))
+    readme.write_text(f"# x\n\n{results.START}\nstale figures\n{results.END}\n\nafter\n")
+    assert not results.update_readme(readme, results.load(path), check=True)
+    results.record(path, {"binding": {"vm_settings_us": 1000, "vm_settings_fresh_us": 1500, "peak_rss_mib": 90}},
+                   readme=readme)
+    data = results.load(path)
+    assert data["node"]["commit"] == "abc1234" and data["binding"]["commit"] == results.commit()
+    assert data["binding"]["machine"]["cores"]
+    text = readme.read_text()
+    assert "stale figures" not in text and "| 1.0 ms (1.5 ms" in text and text.endswith("\n\nafter\n")
+    assert results.update_readme(readme, data, check=True)
+    readme.write_text(text.replace("1.0 ms", "0.5 ms"))  # a figure edited by hand
+    assert not results.update_readme(readme, data, check=True)
