@@ -34,8 +34,8 @@ def commit() -> str:
     """The commit measured, ``-dirty`` when the product's files differ from it."""
     def git(*args: str) -> str:
         p = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return p.stdout.strip() if p.returncode == 0 else ""
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
+        return p.stdout.rstrip() if p.returncode == 0 else ""
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
     # What is measured is the product: the benchmark's own files and the
     # figures' destinations do not make it differ.
     dirty = [line for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
