@@ -427,37 +427,29 @@ def _find(ssl_dir: Path, ca: CA, domain: str, days: int, gen: bool,
 
 def _ensure_issued(ssl_dir: Path, ca: CA, domain: str, days: int,
                    subject: Mapping[str, Any]) -> CertFiles:
-    files = issued_files(ssl_dir, ca.settings.name, domain)
-    problem = _unusable(files, ca, domain)
-    if problem:
-        log.info("issuing a certificate for %s (%s)", domain, problem)
-        _mkdir(files.cert_path.parent)
-        key = _new_key()
-        # Key first: a crash in between leaves a key that does not match the
-        # old certificate, which the next call detects and replaces.
-        _write(files.key_path, _key_pem(key), 0o600)
-        cert = _leaf_cert(ca, key, domain, days, subject)
-        _write(files.cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
-    return files
+    """The CA's certificate for ``domain``, issued when it cannot be served."""
+    return _ensure_many(ssl_dir, ca, [domain], days, subject, custom=False)[0]
 
 
-def _ensure_many(ssl_dir: Path, ca: CA, domains: list[str], days: int) -> list[CertFiles]:
-    """The certificates serving ``domains`` (custom ones, else the CA's),
-    the CA's issued in one batch where needed: their files are written
-    together and made durable by one filesystem sync, not one per file."""
+def _ensure_many(ssl_dir: Path, ca: CA, domains: list[str], days: int,
+                 subject: Mapping[str, Any] | None = None, custom: bool = True) -> list[CertFiles]:
+    """The certificates serving ``domains`` (with ``custom``, an operator's
+    one first, else the CA's), the CA's issued in one batch where needed:
+    their files are written together and made durable by one filesystem
+    sync, not one per file."""
     out: list[CertFiles] = []
     pending: list[tuple[Path, bytes, int]] = []
     for domain in domains:
-        custom = _custom(ssl_dir, domain)
-        if custom:
-            out.append(custom)
+        own = _custom(ssl_dir, domain) if custom else None
+        if own:
+            out.append(own)
             continue
         files = issued_files(ssl_dir, ca.settings.name, domain)
         problem = _unusable(files, ca, domain)
         if problem:
             log.info("issuing a certificate for %s (%s)", domain, problem)
             key = _new_key()
-            cert = _leaf_cert(ca, key, domain, days, {})
+            cert = _leaf_cert(ca, key, domain, days, subject or {})
             # Key first: a crash in between leaves a key that does not match
             # the old certificate, which the next call detects and replaces.
             pending += [(files.key_path, _key_pem(key), 0o600),
