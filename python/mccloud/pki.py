@@ -679,9 +679,6 @@ def _write_many(files: list[tuple[Path, bytes, int]]) -> None:
     """Replaces each ``(path, data, mode)`` like :func:`_write`, in order,
     with one sync of the filesystem for all the temporary files (before any
     rename) and one fsync per directory (after)."""
-    if len(files) == 1:
-        _write(*files[0])
-        return
     temps: list[tuple[str, Path]] = []
     try:
         for path, data, mode in files:
