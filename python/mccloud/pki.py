@@ -11,9 +11,10 @@ controller keeps its CA and the trust clients placed in it::
       <ca_name>/                             0700
         <ca_name>_ca_cert.crt                the CA certificate
         <ca_name>_ca_cert.key                its key (ECDSA P-256; RSA if made so before), 0600
+        issued.json                          every certificate the CA issued, with its key, 0600
         certs/                               0700
-          <name>.crt                         one per domain, signed by the CA
-          <name>.key                         its key, 0600
+          <name>.crt, <name>.key             a domain's certificate and key as files, written
+                                             when a caller asks for paths (find_cert, cert_pairs)
       custom/                                certificates an operator drops in
         <domain>.crt or <domain>.bundle.crt  (a bundle wins), with <domain>.key
 
@@ -23,15 +24,23 @@ a file). A custom certificate, for the domain itself or else for the
 wildcard of its parent (``*.foo.com`` for ``a.foo.com``), wins over the CA.
 
 The CA is created once and then only loaded: changing its settings later
-does not replace it. An issued certificate is reused until it is missing,
-unreadable, no longer signed by the CA, not for its domain, valid longer
-than clients accept (:data:`MAX_LEAF_DAYS`) or within
-:data:`RENEW_BEFORE_DAYS` of expiry; then it is issued again.
+does not replace it. What it issues is kept in one file, ``issued.json``
+(read and written in bulk: a node of 10,000 domains costs one read, not
+20,000), with what deciding to reuse a certificate needs (the issuing key's
+identifier and the validity), so serving a known domain parses nothing. A
+certificate is reused until it is missing, unreadable, issued by another CA
+key, valid longer than clients accept (:data:`MAX_LEAF_DAYS`) or within
+:data:`RENEW_BEFORE_DAYS` of expiry; then it is issued again. A domain's
+``certs/<name>.crt`` and ``.key`` files (makina-states kept one pair per
+domain there) are read once when ``issued.json`` has no usable entry for it,
+and taken in when still good; they are written again, from ``issued.json``,
+only for callers that ask for file paths.
 
 Several processes may ask at once: every change happens under one
 exclusive ``flock`` on ``<ssl_dir>/.lock``, and every file is written to a
 temporary file in its directory, fsynced, then renamed over the old one, so
-no reader sees half a file and a crash leaves the previous state.
+no reader sees half a file and a crash leaves the previous state (a batch of
+certificates is one write of ``issued.json``: all of it, or none).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import contextlib
 import datetime
 import fcntl
 import functools
+import json
 import logging
 import os
 import re
@@ -95,6 +105,8 @@ _TMP_SUFFIX = ".part"
 #: The directory of operators' certificates, beside the CA's.
 CUSTOM = "custom"
 _LOCK = ".lock"
+#: The file of the certificates a CA issued, in its directory.
+ISSUED = "issued.json"
 
 
 class PkiError(MccloudError):
@@ -162,6 +174,21 @@ class CertFiles:
     def pem(self) -> str:
         """Certificate (or bundle) then key, as haproxy's ``crt`` files hold them."""
         return _join_pem(*self.read())
+
+
+@dataclass(frozen=True)
+class Served:
+    """The certificate serving a domain: the name it is served under, its
+    PEM texts, and the operator's files when it is a custom one."""
+
+    name: str
+    cert: str
+    key: str
+    custom: CertFiles | None = None
+
+    def pem(self) -> str:
+        """Certificate (or bundle) then key, as haproxy's ``crt`` files hold them."""
+        return _join_pem(self.cert, self.key)
 
 
 # --- names -----------------------------------------------------------------
@@ -238,14 +265,16 @@ def cert_for(ssl_dir: str | os.PathLike[str], domain: str, ca: Mapping[str, Any]
     subject keys of a newly issued certificate (default: the CA's, CN = domain)."""
     name, overrides = validate_domain(domain), subject_overrides(subject)
     with _issuing(ssl_dir, ca, days) as (root, authority, leaf_days):
-        return _ensure_issued(root, authority, name, leaf_days, overrides).read()
+        served = _ensure_many(root, authority, [name], leaf_days, overrides, custom=False)[0]
+        return served.cert, served.key
 
 
 def find_cert(ssl_dir: str | os.PathLike[str], domain: str, ca: Mapping[str, Any], days: int,
               gen: bool = True, subject: Mapping[str, Any] | None = None) -> CertFiles:
-    """The certificate to serve for ``domain``: a custom one, else the
-    CA's. With ``gen`` the CA's is issued (again) when needed; without,
-    an existing file is returned as it is and none is :class:`NotFoundError`."""
+    """The files of the certificate to serve for ``domain``: a custom one,
+    else the CA's. With ``gen`` the CA's is issued (again) when needed;
+    without, an existing one is returned as it is and none is
+    :class:`NotFoundError`."""
     name, overrides = validate_domain(domain), subject_overrides(subject)
     with _issuing(ssl_dir, ca, days) as (root, authority, leaf_days):
         return _find(root, authority, name, leaf_days, gen, overrides)
@@ -260,13 +289,12 @@ def ssl_certs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mappi
     out: list[tuple[str, str]] = []
     names: set[str] = set()
     pems: set[str] = set()
-    with _serving(ssl_dir, domains, ca, days) as found:
-        for files in found:
-            pem = files.pem()
-            if files.name not in names and pem not in pems:
-                out.append((files.name, pem))
-                names.add(files.name)
-                pems.add(pem)
+    for served in _serving(ssl_dir, domains, ca, days, paths=False):
+        pem = served.pem()
+        if served.name not in names and pem not in pems:
+            out.append((served.name, pem))
+            names.add(served.name)
+            pems.add(pem)
     return out
 
 
@@ -275,9 +303,12 @@ def cert_pairs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapp
     """``[(certificate, key)]`` serving ``domains`` in order, issuing what
     is missing: file paths, or their PEM texts with ``as_text``; each pair once."""
     out: dict[tuple[str, str], None] = {}
-    with _serving(ssl_dir, domains, ca, days) as found:
-        for files in found:
-            out.setdefault(files.read() if as_text else (str(files.cert_path), str(files.key_path)))
+    for served in _serving(ssl_dir, domains, ca, days, paths=not as_text):
+        if as_text:
+            out.setdefault((served.cert, served.key))
+        else:
+            assert served.custom is not None  # _serving(paths=True) gives every certificate its files
+            out.setdefault((str(served.custom.cert_path), str(served.custom.key_path)))
     return list(out)
 
 
@@ -343,14 +374,17 @@ def load_certs(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, str]],
     return exacts, alts
 
 
-@contextlib.contextmanager
 def _serving(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapping[str, Any],
-             days: int) -> Iterator[list[CertFiles]]:
-    """The certificates serving ``domains``, issued when needed, the lock
-    held while the caller reads them (a pair is never read half-replaced)."""
+             days: int, paths: bool) -> list[Served]:
+    """The certificates serving ``domains``, issued when needed; with
+    ``paths``, each with files (the CA's written out where they are not
+    already)."""
     names = list(dict.fromkeys(validate_domain(d) for d in domains))
     with _issuing(ssl_dir, ca, days) as (root, authority, leaf_days):
-        yield _ensure_many(root, authority, names, leaf_days)
+        found = _ensure_many(root, authority, names, leaf_days)
+        if paths:
+            found = _with_files(root, authority, names, found)
+        return found
 
 
 @contextlib.contextmanager
@@ -413,52 +447,215 @@ def _ca_cert(settings: CASettings, key: PrivateKey) -> x509.Certificate:
 
 def _find(ssl_dir: Path, ca: CA, domain: str, days: int, gen: bool,
           subject: Mapping[str, Any]) -> CertFiles:
-    custom = _custom(ssl_dir, domain)
+    custom = _custom(ssl_dir, domain, _custom_names(ssl_dir))
     if custom:
         return custom
     if gen:
-        return _ensure_issued(ssl_dir, ca, domain, days, subject)
+        served = _ensure_many(ssl_dir, ca, [domain], days, subject, custom=False)
+        return _with_files(ssl_dir, ca, [domain], served)[0].custom or _unreachable(domain)
+    entry = _read_book(ca).get(domain)
     files = issued_files(ssl_dir, ca.settings.name, domain)
+    if _entry_texts(entry):
+        return _with_files(ssl_dir, ca, [domain], [_served_entry(domain, entry)])[0].custom or _unreachable(domain)
     if files.cert_path.exists() and files.key_path.exists():
         return files
-    raise NotFoundError(f"no certificate for {domain} in {files.cert_path.parent} nor in"
+    raise NotFoundError(f"no certificate for {domain} issued by {ca.cert_path} nor in"
                         f" {ssl_dir / CUSTOM}: ask for one to be generated (gen=True)")
 
 
-def _ensure_issued(ssl_dir: Path, ca: CA, domain: str, days: int,
-                   subject: Mapping[str, Any]) -> CertFiles:
-    """The CA's certificate for ``domain``, issued when it cannot be served."""
-    return _ensure_many(ssl_dir, ca, [domain], days, subject, custom=False)[0]
+def _unreachable(domain: str) -> CertFiles:
+    raise PkiError(f"the certificate of {domain} has no files")  # pragma: no cover - _with_files gives them
 
 
 def _ensure_many(ssl_dir: Path, ca: CA, domains: list[str], days: int,
-                 subject: Mapping[str, Any] | None = None, custom: bool = True) -> list[CertFiles]:
+                 subject: Mapping[str, Any] | None = None, custom: bool = True) -> list[Served]:
     """The certificates serving ``domains`` (with ``custom``, an operator's
-    one first, else the CA's), the CA's issued in one batch where needed:
-    their files are written together and made durable by one filesystem
-    sync, not one per file."""
-    out: list[CertFiles] = []
-    pending: list[tuple[Path, bytes, int]] = []
+    one first, else the CA's), the CA's issued in one batch where needed
+    and recorded by one write of ``issued.json``."""
+    book = _read_book(ca)
+    customs = _custom_names(ssl_dir) if custom else set()
+    now = int(_now().timestamp())
+    changed = False
+    to_issue: list[str] = []
+    legacy: set[str] | None = None
     for domain in domains:
-        own = _custom(ssl_dir, domain) if custom else None
-        if own:
-            out.append(own)
+        if customs and _custom(ssl_dir, domain, customs):
+            continue
+        problem = _entry_problem(book.get(domain), ca, now)
+        if problem:
+            if legacy is None:
+                legacy = _file_names(certs_dir(ssl_dir, ca.settings.name))
+            entry = (_legacy_entry(issued_files(ssl_dir, ca.settings.name, domain), ca, domain, now)
+                     if file_stem(domain) + ".crt" in legacy else None)
+            if entry is None:
+                log.info("issuing a certificate for %s (%s)", domain, problem)
+                to_issue.append(domain)
+            else:
+                book[domain] = entry
+            changed = True
+    if to_issue:
+        book.update(zip(to_issue, _issue_all(_Leaves(ca, days, subject or {}), to_issue)))
+    if changed:
+        _write_book(ca, book)
+    out: list[Served] = []
+    for domain in domains:
+        own = _custom(ssl_dir, domain, customs) if customs else None
+        out.append(Served(own.name, *own.read(), custom=own) if own else _served_entry(domain, book.get(domain)))
+    return out
+
+
+#: Batches from this many certificates are issued by several processes.
+PARALLEL_FROM = 256
+
+
+def _issue_all(leaves: _Leaves, domains: list[str]) -> list[dict[str, Any]]:
+    """``leaves.issue`` of each domain, in order: on every CPU this process
+    may use when the batch is large (signing is CPU-bound and holds the GIL;
+    forked children issue their share and send it back through a pipe). A
+    child that fails has its share issued here."""
+    workers = min(len(os.sched_getaffinity(0)), 8) if len(domains) >= PARALLEL_FROM else 1
+    shares = [domains[i::workers] for i in range(workers)]
+    children: list[tuple[int, int]] = []
+    for share in shares[1:]:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            code = 1
+            try:
+                os.close(read_end)
+                data = json.dumps([leaves.issue(d) for d in share]).encode()
+                with os.fdopen(write_end, "wb") as pipe:
+                    pipe.write(data)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        children.append((pid, read_end))
+    done = [[leaves.issue(d) for d in shares[0]]]
+    for (pid, read_end), share in zip(children, shares[1:]):
+        with os.fdopen(read_end, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        try:
+            got = json.loads(data) if status == 0 else None
+        except ValueError:
+            got = None
+        if not isinstance(got, list) or len(got) != len(share):
+            log.warning("a certificate-issuing process failed (status %s): its %d certificates are issued here",
+                        status, len(share))
+            got = [leaves.issue(d) for d in share]
+        done.append(got)
+    # shares interleave the domains: put them back in order
+    out: list[dict[str, Any]] = [{} for _ in domains]
+    for w, got in enumerate(done):
+        out[w::workers] = got
+    return out
+
+
+def _served_entry(domain: str, entry: Any) -> Served:
+    cert, key = _entry_texts(entry) or ("", "")
+    return Served(domain, cert, key)
+
+
+def _with_files(ssl_dir: Path, ca: CA, domains: list[str], served: list[Served]) -> list[Served]:
+    """``served`` with the files of each CA certificate, written (in one
+    batch) where they do not hold it already."""
+    pending: list[tuple[Path, bytes, int]] = []
+    out: list[Served] = []
+    for domain, one in zip(domains, served):
+        if one.custom is not None:
+            out.append(one)
             continue
         files = issued_files(ssl_dir, ca.settings.name, domain)
-        problem = _unusable(files, ca, domain)
-        if problem:
-            log.info("issuing a certificate for %s (%s)", domain, problem)
-            key = _new_key()
-            cert = _leaf_cert(ca, key, domain, days, subject or {})
-            # Key first: a crash in between leaves a key that does not match
-            # the old certificate, which the next call detects and replaces.
-            pending += [(files.key_path, _key_pem(key), 0o600),
-                        (files.cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)]
-        out.append(files)
+        for path, text, mode in ((files.key_path, one.key, 0o600), (files.cert_path, one.cert, 0o644)):
+            try:
+                same = path.read_text() == text
+            except (OSError, ValueError):
+                same = False
+            if not same:
+                pending.append((path, text.encode(), mode))
+        out.append(Served(one.name, one.cert, one.key, custom=files))
     if pending:
         _mkdir(pending[0][0].parent)
         _write_many(pending)
     return out
+
+
+# --- issued.json --------------------------------------------------------------
+
+def _book_path(ca: CA) -> Path:
+    return ca.cert_path.parent / ISSUED
+
+
+def _read_book(ca: CA) -> dict[str, Any]:
+    """``{domain: entry}`` of ``issued.json``; an unreadable file is logged
+    and counts as empty (what it held is issued again, then replaces it)."""
+    path = _book_path(ca)
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("%s cannot be read (%s): the certificates it held are issued again", path, exc)
+        return {}
+    certs = data.get("certs") if isinstance(data, dict) else None
+    if not isinstance(certs, dict):
+        log.warning("%s holds no certificates map: the certificates it held are issued again", path)
+        return {}
+    return certs
+
+
+def _write_book(ca: CA, book: Mapping[str, Any]) -> None:
+    data = json.dumps({"format": 1, "certs": book}, separators=(",", ":"), sort_keys=True)
+    _write(_book_path(ca), data.encode(), 0o600)
+
+
+def _entry_texts(entry: Any) -> tuple[str, str] | None:
+    """``(cert_pem, key_pem)`` of an ``issued.json`` entry, if it has them."""
+    if not isinstance(entry, dict):
+        return None
+    cert, key = entry.get("cert"), entry.get("key")
+    if isinstance(cert, str) and isinstance(key, str) and cert and key:
+        return cert, key
+    return None
+
+
+def _entry_problem(entry: Any, ca: CA, now: int) -> str | None:
+    """Why the ``issued.json`` entry cannot be served, or None. The file is
+    the controller's own (0600 in a 0700 directory, written whole): what it
+    records of each certificate is trusted, nothing is parsed."""
+    if entry is None:
+        return "none yet"
+    texts = _entry_texts(entry)
+    start, end = (entry.get("not_before"), entry.get("not_after")) if isinstance(entry, dict) else (None, None)
+    if texts is None or not isinstance(start, int) or not isinstance(end, int):
+        return "unreadable"
+    if entry.get("issuer") != ca.key_id.hex():
+        return "not issued by the current CA"
+    if end - start > (MAX_LEAF_DAYS + 1) * 86400:
+        return f"valid longer than the {MAX_LEAF_DAYS} days clients accept"
+    if end - now < RENEW_BEFORE_DAYS * 86400:
+        return "expiring"
+    return None
+
+
+def _legacy_entry(files: CertFiles, ca: CA, domain: str, now: int) -> dict[str, Any] | None:
+    """The entry of the certificate in ``files`` (makina-states' one pair
+    per domain), if it can still be served for ``domain``."""
+    if not files.cert_path.exists():
+        return None
+    if _unusable(files, ca, domain):
+        return None
+    cert_pem, key_pem = files.read()
+    cert = x509.load_pem_x509_certificate(cert_pem.encode())
+    entry = _entry(cert_pem, key_pem, cert, ca)
+    return None if _entry_problem(entry, ca, now) else entry
+
+
+def _entry(cert_pem: str, key_pem: str, cert: x509.Certificate, ca: CA) -> dict[str, Any]:
+    return {"cert": cert_pem, "key": key_pem, "issuer": ca.key_id.hex(),
+            "not_before": int(cert.not_valid_before_utc.timestamp()),
+            "not_after": int(cert.not_valid_after_utc.timestamp())}
 
 
 def _unusable(files: CertFiles, ca: CA, domain: str) -> str | None:
@@ -487,9 +684,7 @@ def _issued_by(cert: x509.Certificate, ca: CA) -> bool:
     """Whether the CA issued ``cert``: its issuer and authority key
     identifier name the CA's subject and key (every certificate this module
     issues carries both; a new CA has a new key, so what the old one issued
-    no longer matches). The files live in the controller's own 0700
-    directory: naming the CA is what tells them apart, not the signature,
-    whose check would cost more than the rest of a node's settings."""
+    no longer matches); without an authority key identifier, its signature."""
     if cert.issuer != ca.cert.subject:
         return False
     try:
@@ -505,26 +700,59 @@ def _issued_by(cert: x509.Certificate, ca: CA) -> bool:
     return aki == ca.key_id
 
 
-def _leaf_cert(ca: CA, key: PrivateKey, domain: str, days: int,
-               subject: Mapping[str, Any]) -> x509.Certificate:
-    now = _now()
-    return (
-        x509.CertificateBuilder()
-        .subject_name(_leaf_subject(ca.settings.subject, domain, subject))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now - CLOCK_SKEW + datetime.timedelta(days=min(days, MAX_LEAF_DAYS)))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(key_cert_sign=False, rsa_key=isinstance(key, rsa.RSAPrivateKey)),
-                       critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain)]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
+class _Leaves:
+    """Issues the certificates of one batch: what every certificate of the
+    batch shares (subject but its CN, extensions, validity) is made once."""
+
+    def __init__(self, ca: CA, days: int, subject: Mapping[str, Any]) -> None:
+        self.ca = ca
+        now = _now()
+        self.start = now - CLOCK_SKEW
+        self.end = self.start + datetime.timedelta(days=min(days, MAX_LEAF_DAYS))
+        # The subject with a placeholder CN, checked once; each certificate's
+        # CN takes the placeholder's place (or is left out, or fixed by ``subject``).
+        self.fixed_cn = "CN" in subject
+        self.base = list(_leaf_subject(ca.settings.subject, "placeholder.invalid", subject))
+        self.common = [
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+            (_key_usage(key_cert_sign=False, rsa_key=False), True),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+            (x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), False),
+        ]
+
+    def subject(self, domain: str) -> x509.Name:
+        if self.fixed_cn:
+            return x509.Name(self.base)
+        attrs = [a for a in self.base if a.oid != NameOID.COMMON_NAME]
+        if len(domain) <= 64:
+            at = next((i for i, a in enumerate(self.base) if a.oid == NameOID.COMMON_NAME), len(attrs))
+            attrs.insert(at, x509.NameAttribute(NameOID.COMMON_NAME, domain))
+        return x509.Name(attrs)
+
+    def issue(self, domain: str) -> dict[str, Any]:
+        key = _new_key()
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(self.subject(domain))
+            .issuer_name(self.ca.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self.start)
+            .not_valid_after(self.end)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain)]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        )
+        if isinstance(key, rsa.RSAPrivateKey):  # only where a test makes RSA keys again
+            builder = builder.add_extension(_key_usage(key_cert_sign=False, rsa_key=True), critical=True)
+            common = [e for e in self.common if not isinstance(e[0], x509.KeyUsage)]
+        else:
+            common = self.common
+        for ext, critical in common:
+            builder = builder.add_extension(ext, critical=critical)
+        cert = builder.sign(self.ca.key, hashes.SHA256())
+        return {"cert": cert.public_bytes(serialization.Encoding.PEM).decode(), "key": _key_pem(key).decode(),
+                "issuer": self.ca.key_id.hex(), "not_before": int(self.start.timestamp()),
+                "not_after": int(self.end.timestamp())}
 
 
 def _leaf_subject(ca_subject: x509.Name, domain: str, overrides: Mapping[str, Any]) -> x509.Name:
@@ -538,15 +766,28 @@ def _leaf_subject(ca_subject: x509.Name, domain: str, overrides: Mapping[str, An
     return _subject(values, "certificate subject", ArgumentError)
 
 
-def _custom(ssl_dir: Path, domain: str) -> CertFiles | None:
-    """An operator's certificate for ``domain``, else for its wildcard."""
+def _custom_names(ssl_dir: Path) -> set[str]:
+    """The file names in the directory of operators' certificates."""
+    return _file_names(ssl_dir / CUSTOM)
+
+
+def _file_names(folder: Path) -> set[str]:
+    """The names in ``folder`` (none if it is missing)."""
+    try:
+        return set(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+
+
+def _custom(ssl_dir: Path, domain: str, names: set[str]) -> CertFiles | None:
+    """An operator's certificate for ``domain``, else for its wildcard
+    (``names``: the files of the custom directory)."""
     for name in filter(None, (domain, wildcard_of(domain))):
         for stem in dict.fromkeys((name, file_stem(name))):
-            base = ssl_dir / CUSTOM / stem
-            key = base.with_name(stem + ".key")
-            for crt in (base.with_name(stem + ".bundle.crt"), base.with_name(stem + ".crt")):
-                if crt.exists():
-                    return _checked_custom(CertFiles(name, crt, key), domain)
+            for crt in (stem + ".bundle.crt", stem + ".crt"):
+                if crt in names:
+                    base = ssl_dir / CUSTOM
+                    return _checked_custom(CertFiles(name, base / crt, base / (stem + ".key")), domain)
     return None
 
 

@@ -67,6 +67,30 @@ fn out<T: serde::Serialize>(py: Python<'_>, r: crate::Result<T>) -> PyResult<Py<
         .unbind())
 }
 
+/// `out` for large results (a node's settings: tens of megabytes of
+/// objects): rendered to JSON here, without the GIL, and read by Python's
+/// `json` (C) with the cycle collector paused, which would otherwise walk
+/// every container made so far each few hundred allocations.
+fn out_large<T: serde::Serialize + Sync>(
+    py: Python<'_>,
+    r: crate::Result<T>,
+) -> PyResult<Py<PyAny>> {
+    let v = r.map_err(to_py)?;
+    let text = py
+        .detach(|| serde_json::to_string(&v))
+        .map_err(|e| InvalidInputError::new_err(e.to_string()))?;
+    let gc = py.import("gc")?;
+    let was_enabled = gc.call_method0("isenabled")?.is_truthy()?;
+    if was_enabled {
+        gc.call_method0("disable")?;
+    }
+    let loaded = py.import("json")?.call_method1("loads", (text,));
+    if was_enabled {
+        gc.call_method0("enable")?;
+    }
+    Ok(loaded?.unbind())
+}
+
 fn input<T: serde::de::DeserializeOwned>(what: &str, obj: &Bound<'_, PyAny>) -> PyResult<T> {
     depythonize(obj).map_err(|e| InvalidInputError::new_err(format!("{what}: {e}")))
 }
@@ -170,7 +194,7 @@ impl Registry {
     ) -> PyResult<Py<PyAny>> {
         let exclude = exclude.unwrap_or_default();
         let r = py.detach(|| self.inner.target_settings(cn, &exclude));
-        out(py, r)
+        out_large(py, r)
     }
 
     fn find_ip(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {

@@ -98,14 +98,29 @@ def test_ca_certificate_carries_the_settings(tmp_path: Path) -> None:
 def test_files_are_private(tmp_path: Path) -> None:
     ssl_dir = tmp_path / "pillar" / "ssl"
     pki.ssl_certs(ssl_dir, DOMAINS, CA, DAYS)
-    for folder in (ssl_dir, ssl_dir / CN, ssl_dir / CN / "certs"):
+    for folder in (ssl_dir, ssl_dir / CN):
         assert mode(folder) == 0o700, folder
+    assert mode(ssl_dir / CN / pki.ISSUED) == 0o600
+    assert mode(ssl_dir / CN / f"{CN}_ca_cert.key") == 0o600
+    assert mode(ssl_dir / ".lock") == 0o600
+    # Serving texts writes no file per domain: they all are in issued.json.
+    assert not (ssl_dir / CN / "certs").exists()
+    assert sorted(issued(ssl_dir)) == sorted(DOMAINS)
+    # Asking for paths writes them, private.
+    pairs = pki.cert_pairs(ssl_dir, DOMAINS, CA, DAYS)
+    assert mode(ssl_dir / CN / "certs") == 0o700
     keys = list(ssl_dir.rglob("*.key"))
     assert len(keys) == 1 + len(DOMAINS)
     assert all(mode(k) == 0o600 for k in keys)
-    assert mode(ssl_dir / ".lock") == 0o600
     assert sorted(p.name for p in (ssl_dir / CN / "certs").iterdir()) == [
         "_star.bar.org.crt", "_star.bar.org.key", f"{CN}.crt", f"{CN}.key", "vm1.foo.com.crt", "vm1.foo.com.key"]
+    texts = pki.cert_pairs(ssl_dir, DOMAINS, CA, DAYS, as_text=True)
+    assert [(Path(c).read_text(), Path(k).read_text()) for c, k in pairs] == texts
+
+
+def issued(ssl_dir: Path) -> dict[str, Any]:
+    """The entries of the CA's issued.json."""
+    return json.loads((ssl_dir / CN / pki.ISSUED).read_text())["certs"]  # type: ignore[no-any-return]
 
 
 def test_ca_without_its_key_is_refused_not_replaced(tmp_path: Path) -> None:
@@ -271,16 +286,53 @@ def remove_cert(files: pki.CertFiles, other: pki.CertFiles) -> None:
     files.cert_path.unlink()
 
 
+def legacy_files(ssl_dir: Path, domains: list[str]) -> None:
+    """A controller as makina-states left it: one pair of files per domain,
+    no issued.json."""
+    pki.cert_pairs(ssl_dir, domains, CA, DAYS)
+    (ssl_dir / CN / pki.ISSUED).unlink()
+
+
+def test_good_files_of_makina_states_keep_serving(tmp_path: Path) -> None:
+    legacy_files(tmp_path, ["vm1.foo.com"])
+    files = pki.issued_files(tmp_path, CN, "vm1.foo.com")
+    before = files.read()
+    assert pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS) == before
+    assert issued(tmp_path)["vm1.foo.com"]["cert"] == before[0]  # taken in
+
+
 @pytest.mark.parametrize("tamper", [corrupt_cert, truncate_key, swap_key, other_domain, remove_cert])
 def test_damaged_certificate_is_issued_again(tmp_path: Path, tamper: Any) -> None:
-    first = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
-    pki.cert_for(tmp_path, "vm2.foo.com", CA, DAYS)
+    legacy_files(tmp_path, ["vm1.foo.com", "vm2.foo.com"])
+    first = pki.issued_files(tmp_path, CN, "vm1.foo.com").read()
     tamper(pki.issued_files(tmp_path, CN, "vm1.foo.com"), pki.issued_files(tmp_path, CN, "vm2.foo.com"))
     cert_pem, key_pem = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
     assert (cert_pem, key_pem) != first
     verify(tmp_path, cert_pem, "vm1.foo.com")
     key = serialization.load_pem_private_key(key_pem.encode(), password=None)
     assert key.public_key().public_numbers() == leaf(cert_pem).public_key().public_numbers()  # type: ignore
+    # The files, asked for, are the new certificate's.
+    assert pki.find_cert(tmp_path, "vm1.foo.com", CA, DAYS).read() == (cert_pem, key_pem)
+
+
+@pytest.mark.parametrize("damage", ["not json", '{"certs": []}', '{"certs": {"vm1.foo.com": {"cert": 1}}}',
+                                    '{"certs": {"vm1.foo.com": {"cert": "x", "key": "y", "issuer": "00",'
+                                    ' "not_before": 0, "not_after": 99999999999}}}'])
+def test_a_damaged_issued_file_has_its_certificates_issued_again(tmp_path: Path, damage: str) -> None:
+    first = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    (tmp_path / CN / pki.ISSUED).write_text(damage)
+    again = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    assert again != first
+    verify(tmp_path, again[0], "vm1.foo.com")
+    assert pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS) == again  # recorded whole
+
+
+def test_expiring_entry_is_issued_again(tmp_path: Path) -> None:
+    first = pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS)
+    book = json.loads((tmp_path / CN / pki.ISSUED).read_text())
+    book["certs"]["vm1.foo.com"]["not_after"] = int(time.time()) + 86400
+    (tmp_path / CN / pki.ISSUED).write_text(json.dumps(book))
+    assert pki.cert_for(tmp_path, "vm1.foo.com", CA, DAYS) != first
 
 
 BAD_DOMAINS = ["", "a..b.com", "-a.com", "a-.com", "a_b.com", "*.com", "a.*.com", "*", "*.*.foo.com",
@@ -329,8 +381,8 @@ def test_custom_certificates_win(tmp_path: Path) -> None:
 
 def test_broken_custom_certificate_is_an_error(tmp_path: Path) -> None:
     install_custom(tmp_path, "vm1.foo.com")
-    (tmp_path / "ssl" / "custom" / "vm1.foo.com.key").write_bytes(
-        pki.issued_files(tmp_path / "elsewhere", "other", "vm1.foo.com").key_path.read_bytes()[:50])
+    (tmp_path / "ssl" / "custom" / "vm1.foo.com.key").write_text(
+        pki.cert_for(tmp_path / "elsewhere", "vm1.foo.com", {**CA, "ca_name": "other"}, DAYS)[1][:50])
     with pytest.raises(pki.PkiError, match=r"custom/vm1\.foo\.com\.key cannot be read"):
         pki.ssl_certs(tmp_path / "ssl", ["vm1.foo.com"], CA, DAYS)
 
@@ -354,7 +406,7 @@ def test_domain_match(domain: str, cert_domain: str, expected: bool) -> None:
 
 
 def test_load_certs_and_matching(tmp_path: Path) -> None:
-    pki.ssl_certs(tmp_path, DOMAINS, CA, DAYS)
+    pki.cert_pairs(tmp_path, DOMAINS, CA, DAYS)
     folder = pki.certs_dir(tmp_path, CN)
     (folder / "junk.crt").write_text("not a certificate")
     exacts, alts = pki.load_certs(folder)
@@ -477,7 +529,7 @@ def test_parallel_processes_share_one_ca_and_one_certificate_per_domain(tmp_path
     assert sorted(answers[0]) == sorted(domains)
     assert sorted(p.name for p in ssl_dir.joinpath(CN).glob("*_ca_cert.*")) == [
         f"{CN}_ca_cert.crt", f"{CN}_ca_cert.key"]
-    assert len(list(ssl_dir.rglob("*.crt"))) == 1 + len(domains)
+    assert sorted(issued(ssl_dir)) == sorted(domains)
     for name, pem in answers[0].items():
         verify(ssl_dir, pem, name.replace("*", "x"))
 
@@ -490,12 +542,17 @@ from mccloud import pki
 ssl_dir, ca = sys.argv[1], json.loads(sys.argv[2])
 fsync = os.fsync
 os.fsync = lambda fd: (time.sleep(0.02), fsync(fd))[1]
+issued = os.path.join(ssl_dir, ca["ca_name"], pki.ISSUED)
 for i in itertools.count():
     pki.cert_for(ssl_dir, f"d{i % 7}.kill.test", ca, 825)
     pki.ssl_certs(ssl_dir, [f"b{j}.kill.test" for j in range(i % 5, 40)], ca, 825)
-    pki.issued_files(ssl_dir, ca["ca_name"], f"b{i % 40}.kill.test").key_path.unlink(missing_ok=True)
-    # damage one so that a later round issues it again
-    pki.issued_files(ssl_dir, ca["ca_name"], f"d{(i + 3) % 7}.kill.test").cert_path.unlink(missing_ok=True)
+    pki.cert_pairs(ssl_dir, [f"d{j}.kill.test" for j in range(i % 3, 7)], ca, 825)  # files too
+    if i % 4 == 3:  # forget them all so that the next round issues them again
+        with open(issued) as f:
+            book = json.load(f)
+        book["certs"] = {}
+        with open(issued, "w") as f:
+            json.dump(book, f)
     if i % 7 == 6:  # retire the CA (certificate first, as an operator must): a new one is made
         authority = pki.ensure_ca(ssl_dir, ca)
         authority.cert_path.unlink()
@@ -508,7 +565,9 @@ def check_every_file_parses(ssl_dir: Path) -> None:
         if path.is_dir() or path.name == ".lock" or path.name.endswith(".part"):
             continue
         data = path.read_bytes()
-        if path.suffix == ".crt":
+        if path.name == pki.ISSUED:
+            json.loads(data)
+        elif path.suffix == ".crt":
             x509.load_pem_x509_certificate(data)
         else:
             assert path.suffix == ".key", path
@@ -574,8 +633,12 @@ def test_a_batch_is_written_whole_and_leaves_no_temporary(tmp_path: Path) -> Non
     assert sorted(got) == sorted(domains)
     for d in domains[::10]:
         verify(tmp_path, got[d], d)
+    assert sorted(issued(tmp_path)) == sorted(domains)
+    assert [p.name for p in tmp_path.rglob("*") if p.name.endswith(".part")] == []
+    assert dict(pki.ssl_certs(tmp_path, domains, CA, DAYS)) == got  # nothing issued again
+    paths = pki.cert_pairs(tmp_path, domains, CA, DAYS)
     certs = tmp_path / CA["ca_name"] / "certs"
     assert sorted(p.name for p in certs.iterdir()) == sorted(
         [f"{d}.crt" for d in domains] + [f"{d}.key" for d in domains])
     assert all(mode(p) == 0o600 for p in certs.glob("*.key"))
-    assert dict(pki.ssl_certs(tmp_path, domains, CA, DAYS)) == got  # nothing issued again
+    assert [Path(c).read_text() + Path(k).read_text() for c, k in paths] == [got[d] for d in domains]
