@@ -1,9 +1,10 @@
 //! The durable store: one SQLite database per controller.
 //!
 //! SQLite gives what the registry needs and is proven at it: transactions
-//! (every allocation is all-or-nothing), durability (WAL with
-//! `synchronous=FULL`: a committed allocation survives a crash of the
-//! process or the machine), cross-process serialisation (`BEGIN IMMEDIATE`
+//! (every allocation is all-or-nothing), durability (every write is
+//! checkpointed into the store file before it returns: a committed
+//! allocation survives a crash of the process or the machine, and the loss
+//! of the `-wal` file; see [`Store::write`]), cross-process serialisation (`BEGIN IMMEDIATE`
 //! takes the write lock before anything is read, so two processes never hand
 //! out the same value) and UNIQUE constraints (uniqueness holds even if the
 //! allocator's own checks were wrong). The file is created 0600 (it holds
@@ -355,12 +356,13 @@ fn connect(path: &Path) -> Result<Connection> {
     conn.busy_timeout(BUSY_TIMEOUT).at(path)?;
     // Every statement the registry runs stays prepared.
     conn.set_prepared_statement_cache_capacity(64);
-    // Durable commits; deleted content (forgotten passwords) overwritten
-    // with zeros in the pages written anyway (`FAST`: no extra I/O); the
-    // -wal file truncated when it restarts, so old frames do not linger in
-    // it either.
+    // Commits made durable by the checkpoint that follows each write (see
+    // `Store::write`), not by a sync of the -wal at commit as well; deleted
+    // content (forgotten passwords) overwritten with zeros in the pages
+    // written anyway (`FAST`: no extra I/O); the -wal file truncated when
+    // it restarts, so old frames do not linger in it either.
     conn.execute_batch(
-        "PRAGMA synchronous=FULL; PRAGMA secure_delete=FAST; PRAGMA journal_size_limit=0;",
+        "PRAGMA synchronous=NORMAL; PRAGMA secure_delete=FAST; PRAGMA journal_size_limit=0;",
     )
     .at(path)?;
     Ok(conn)
@@ -596,17 +598,40 @@ impl Store {
     }
 
     /// Runs `f` in a write transaction: the write lock is taken first, every
-    /// change is committed durably together, or none is when `f` fails.
-    /// The committed pages are then copied into the store file itself
-    /// (a passive checkpoint), so an acknowledged allocation does not live
-    /// only in the `-wal` file.
+    /// change is committed together, or none is when `f` fails. Before it
+    /// returns, the commit is durable in the store file itself: a full
+    /// checkpoint syncs the `-wal`, copies its pages into the store file and
+    /// syncs that (two syncs per write, where a sync of the `-wal` at commit
+    /// would make a third), so an acknowledged allocation never lives only
+    /// in the `-wal` file. A checkpoint that cannot copy everything (a
+    /// reader kept an older snapshot past the busy timeout) still leaves
+    /// the commit durable: the `-wal` is synced then.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
         crate::counters::count(crate::counters::Work::Write);
         let out = self.run(TransactionBehavior::Immediate, f)?;
-        let _ = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        self.checkpoint()?;
         Ok(out)
+    }
+
+    /// See [`Store::write`].
+    fn checkpoint(&mut self) -> Result<()> {
+        let done: rusqlite::Result<(i64, i64, i64)> =
+            self.conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            });
+        match done {
+            Ok((0, log, copied)) if copied >= log => Ok(()),
+            _ => {
+                let mut wal = self.path.clone().into_os_string();
+                wal.push("-wal");
+                let wal = PathBuf::from(wal);
+                OpenOptions::new()
+                    .read(true)
+                    .open(&wal)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| io_err(&wal, "cannot make the last write durable", &e))
+            }
+        }
     }
 
     /// Runs `f` in a read transaction (a consistent snapshot).

@@ -42,7 +42,6 @@ def test_its_own_or_an_empty_directory_is_managed(data: dict[str, Any], tmp_path
         p = show_sls(tmp_path, SLS, with_certs_dir(data, folder))
         assert p.returncode == 0, p.stdout + p.stderr
         states = json.loads(p.stdout)["local"]
-        directory = {k: v for c in states["mccloud-haproxy-certs-dir"]["file"] if isinstance(c, dict)
+        directory = {k: v for c in states["mccloud-haproxy-certs"]["mccloud_certs"] if isinstance(c, dict)
                      for k, v in c.items()}
-        assert directory["clean"] is True and ".mccloud-certs" in directory["exclude_pat"]
-        assert "mccloud-haproxy-certs-marker" in states
+        assert directory["name"] == str(folder) and directory["pillar"].endswith(":ssl_certs")

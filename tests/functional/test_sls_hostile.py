@@ -89,6 +89,7 @@ ALLOWED_ARGS = {
     "test": {"name", "comment"},
     "sysctl": {"value", "config"},
     "grains": {"value"},
+    "mccloud_certs": {"name", "pillar", "keep"},
     "mccloud_rootfs": {"name", "root", "contents", "text", "dataset", "password_hash", "lower"},
 }
 REQUISITE_FUN_ARGS = {"unless", "onlyif"}

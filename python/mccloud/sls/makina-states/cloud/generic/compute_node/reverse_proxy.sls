@@ -68,12 +68,14 @@ mccloud-haproxy-ports-free:
 
 {#- The certificates the https frontend serves by SNI: one file per domain
     (certificate and key, issued by the controller's CA) from pillar
-    mccloud:ssl_certs, written without showing their contents. The
+    mccloud:ssl_certs, written in one state (mccloud_certs.directory: only
+    the files that differ, one filesystem sync, contents never shown). The
     directory holds only these: certificates of domains no longer served
     are removed. The directory must be mccloud's own: one it made (marked
     by its .mccloud-certs file) or an empty one; a directory holding files
     of others (/etc/ssl/certs and its CA bundle, say) is refused, never
-    emptied nor made private. #}
+    emptied nor made private (here, before anything runs, and again by the
+    state). #}
 {%- set certs_dir = d.reverse_proxies.ssl_certs_dir %}
 {%- set own_cert = c.get('ssl_cert') or '' %}
 {%- set marker = certs_dir ~ '/.mccloud-certs' %}
@@ -85,42 +87,14 @@ mccloud-haproxy-ports-free:
           ~ '): mccloud empties it of certificates it no longer serves, so it must be a directory of its own; set '
           ~ 'makina-states.cloud.compute_node.conf.' ~ d.target ~ '.ssl_certs_dir to one, such as /etc/ssl/cloud/certs') }}
 {%- endif %}
-mccloud-haproxy-certs-dir:
-  file.directory:
+mccloud-haproxy-certs:
+  mccloud_certs.directory:
     - failhard: true
     - name: {{ certs_dir | tojson }}
-    - makedirs: true
-    - mode: '0700'
-    - clean: true
-    - exclude_pat: {{ ('E@^(\\.mccloud-certs' ~ ('|' ~ (salt['file.basename'](own_cert) | regex_escape)
-                       if own_cert and salt['file.dirname'](own_cert) == certs_dir else '') ~ ')$') | tojson }}
+    - pillar: {{ job_key }}:ssl_certs
+    - keep: {{ ([salt['file.basename'](own_cert)] if own_cert and salt['file.dirname'](own_cert) == certs_dir else []) | tojson }}
     - require:
-      - file: mccloud-haproxy-certs-marker
-{%- for domain, pem in d.get('ssl_certs', []) %}
-      - file: mccloud-haproxy-cert-{{ loop.index0 }}
-{%- endfor %}
       - pkg: mccloud-haproxy-pkg
-
-mccloud-haproxy-certs-marker:
-  file.managed:
-    - failhard: true
-    - name: {{ marker | tojson }}
-    - contents: "The certificates haproxy serves, written by mccloud: this directory is its own."
-    - makedirs: true
-    - dir_mode: '0700'
-    - mode: '0600'
-{%- for domain, pem in d.get('ssl_certs', []) %}
-
-mccloud-haproxy-cert-{{ loop.index0 }}:
-  file.managed:
-    - failhard: true
-    - name: {{ (certs_dir ~ '/' ~ domain | replace('*', '_star') ~ '.crt') | tojson }}
-    - contents_pillar: {{ job_key }}:ssl_certs:{{ loop.index0 }}:1
-    - makedirs: true
-    - dir_mode: '0700'
-    - mode: '0600'
-    - show_changes: false
-{%- endfor %}
 
 mccloud-haproxy-config:
   file.managed:
@@ -133,7 +107,7 @@ mccloud-haproxy-config:
     - require:
       - pkg: mccloud-haproxy-pkg
       - test: mccloud-haproxy-ports-free
-      - file: mccloud-haproxy-certs-dir
+      - mccloud_certs: mccloud-haproxy-certs
 {%- if c.get('haproxy_pidfile') %}
 {#- Standalone mode: an haproxy of our own on this configuration file
     (several reverse proxies on one host, tests). #}
