@@ -21,6 +21,12 @@ one run and on the same machine state:
   wheelhouse's size and build time (``mc_cloud_controller.wheelhouse
   force=True``). The container measures above leave those steps out, to
   compare with the bare container floor;
+- the deploy of the compute node (``salt-run mc_cloud_compute_node.deploy``)
+  declaring 1 VM, then 1,000 (``--deploy-vms``), each time VMs never seen
+  before (so the deploy allocates them, issues their certificates and
+  writes their routes, ports, firewall rules and hosts entries), on a /20
+  network and port ranges of their own; the ratio goes to
+  ``bench/results.json`` and the README (goal: at most 2x);
 - the provision time (and its floor) for each backing this machine offers:
   ``dir`` and ``overlayfs`` always, ``btrfs`` on a loop-device file system
   mounted as a separate lxc path, ``lvm-thin``/``zfs`` when the kernel has
@@ -43,7 +49,8 @@ loop device, bridge and firewall rule it made is removed at the end, also
 on failure. Needs root, LXC, and Debian's package mirror (or the lxc
 debian template's cache) for the template container.
 
-Usage: python3 bench/provision.py [--runs N] [--vms N] [--backings dir,overlayfs,btrfs,...]
+Usage: python3 bench/provision.py [--runs N] [--vms N] [--deploy-vms N] [--only deploy]
+       [--backings dir,overlayfs,btrfs,...]
 """
 
 from __future__ import annotations
@@ -85,6 +92,12 @@ FLOOR_IP = f"{NET}.250"
 FLOOR_MAC = "02:00:0a:c7:09:fa"
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
 BACKINGS = ("dir", "overlayfs", "btrfs", "lvm-thin", "zfs")
+#: The deploy-scale measure's network (a /20), bridge and port ranges (below the
+#: ephemeral ports, which processes of the machine hold at random).
+SCALE_NET, SCALE_PREFIX = "10.199.16.0", 20
+SCALE_BRIDGE = "mcbs" + uuid.uuid4().hex[:6]
+SCALE_SSH = (20000, 23999)
+SCALE_SNMP = (24000, 27999)
 #: The figures' settings, from the command line (main) through the environment.
 OPTS = json.loads(os.environ.get("MCCLOUD_BENCH_OPTS", "{}"))
 
@@ -249,13 +262,17 @@ def host(bench_root: Path) -> Iterator[tuple[str, Storage]]:
                 pass
         storage.close()
         sh("ip", "link", "del", bridge)
+        sh("ip", "link", "del", SCALE_BRIDGE)
         subprocess.run(f"iptables -D INPUT -j {CHAIN}; iptables -F {CHAIN}; iptables -X {CHAIN}",
                        shell=True, capture_output=True)
-        cidr = f"{NET}.0/24"
-        subprocess.run(["iptables", "-t", "nat", "-D", "POSTROUTING", "-s", cidr, "!", "-d", cidr,
-                        "-j", "MASQUERADE"], capture_output=True)
-        Path(f"/etc/network/interfaces.d/mccloud-{bridge}").unlink(missing_ok=True)
-        _remove_reserved([SSH, SNMP])
+        subprocess.run(f"iptables -t nat -D PREROUTING -j {CHAIN}; iptables -t nat -F {CHAIN}; "
+                       f"iptables -t nat -X {CHAIN}", shell=True, capture_output=True)
+        for cidr in (f"{NET}.0/24", f"{SCALE_NET}/{SCALE_PREFIX}"):
+            subprocess.run(["iptables", "-t", "nat", "-D", "POSTROUTING", "-s", cidr, "!", "-d", cidr,
+                            "-j", "MASQUERADE"], capture_output=True)
+        for name in (bridge, SCALE_BRIDGE):
+            Path(f"/etc/network/interfaces.d/mccloud-{name}").unlink(missing_ok=True)
+        _remove_reserved([SSH, SNMP, SCALE_SSH, SCALE_SNMP])
         shutil.rmtree(lxc / TEMPLATE, ignore_errors=True)
         shutil.rmtree(lxc / NOSALT, ignore_errors=True)
 
@@ -277,6 +294,7 @@ def cloud(salt_factories: Any, bench_root: Path, host: tuple[str, Storage]) -> I
         "pillar_roots": {"base": [str(bench_root / "pillar")]},
         "mccloud_store_dir": store,
         "mccloud_sls_timeout": 900,
+        "ext_pillar": [{"mccloud": {}}],
     }
     master = salt_factories.salt_master_daemon("mccloud-bench-master", overrides=master_overrides,
                                                on_auth_event_callback=accept_only(node))
@@ -321,7 +339,7 @@ class Bench:
             },
             "makina-states.cloud.compute_node.conf." + self.cloud.node: {
                 "bind_address": "127.0.0.1", "http_port": HTTP, "https_port": HTTPS,
-                "ssl_cert": str(etc / "ssl" / "haproxy.pem"),
+                "ssl_certs_dir": str(etc / "ssl" / "certs"),
                 "haproxy_config": str(etc / "haproxy" / "haproxy.cfg"),
                 "haproxy_service": False, "haproxy_pidfile": str(etc / "haproxy.pid"),
                 "hosts_file": str(etc / "hosts"),
@@ -330,8 +348,23 @@ class Bench:
             },
         }
 
-    def declare(self, vms: dict[str, dict[str, Any]]) -> None:
-        self.cloud.set_vms({vm: {**UNCONFINED, **own} for vm, own in vms.items()}, **self.extra())
+    def declare(self, vms: dict[str, dict[str, Any]], scale: bool = False) -> None:
+        extra = {**self.extra(), **(self.scale_extra() if scale else {})}
+        self.cloud.set_vms({vm: {**UNCONFINED, **own} for vm, own in vms.items()}, **extra)
+
+    def scale_extra(self) -> dict[str, Any]:
+        """The deploy-scale measure's /20 network, bridge and port ranges."""
+        first = SCALE_NET.rsplit(".", 2)[0]
+        return {
+            "makina-states.cloud.lxc.defaults.network": SCALE_NET,
+            "makina-states.cloud.lxc.defaults.netmask": str(SCALE_PREFIX),
+            "makina-states.cloud.lxc.defaults.gateway": f"{first}.16.1",
+            "makina-states.cloud.lxc.defaults.bridge": SCALE_BRIDGE,
+            "makina-states.cloud.compute_node.ssh_port_range_start": SCALE_SSH[0],
+            "makina-states.cloud.compute_node.ssh_port_range_end": SCALE_SSH[1],
+            "makina-states.cloud.compute_node.snmp_port_range_start": SCALE_SNMP[0],
+            "makina-states.cloud.compute_node.snmp_port_range_end": SCALE_SNMP[1],
+        }
 
     def run(self, fun: str, *args: str) -> float:
         start = time.monotonic()
@@ -503,6 +536,8 @@ def report(bench: Bench, found: list[Backing], n_orch: int) -> None:
 
 
 def test_provisioning_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
+    if OPTS.get("only") == "deploy":
+        pytest.skip("--only deploy")
     runs = int(OPTS.get("runs", 3))
     n_orch = int(OPTS.get("vms", 4))
     wanted = OPTS.get("backings") or list(BACKINGS)
@@ -573,10 +608,40 @@ def test_provisioning_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
     report(bench, found, n_orch)
 
 
+def test_deploy_scale_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
+    """The compute-node deploy declaring 1 VM, then ``deploy_vms``: VMs
+    never seen before each time (allocated, certified and routed by that
+    deploy), none started."""
+    runs = int(OPTS.get("runs", 3))
+    n = int(OPTS.get("deploy_vms", 1000))
+    bench = Bench(cloud, host[1])
+    say(f"deploy scale: the compute node declaring 1 VM, then {n:,} ({runs} rounds)")
+    bench.declare({"warmup.scale.lan": {"profile_type": "dir"}}, scale=True)
+    say(f"  warm-up: controller deploy   {bench.run('mc_cloud_controller.deploy'):7.1f} s")
+    say(f"  warm-up: compute node deploy (template, bridge, packages) "
+        f"{bench.run('mc_cloud_compute_node.deploy', cloud.node):7.1f} s")
+    for r in range(1, runs + 1):
+        for count in (1, n):
+            bench.declare({f"r{r}n{count}v{i}.scale.lan": {"profile_type": "dir"} for i in range(count)}, scale=True)
+            bench.record(f"deploy, {count} VM(s) declared", bench.run("mc_cloud_compute_node.deploy", cloud.node))
+            bench.breakdown()
+    one, many = (statistics.median(bench.figures[f"deploy, {c} VM(s) declared"]) for c in (1, n))
+    print(f"\n## deploy scale\n\ndeploy, 1 VM declared       {stats(bench.figures['deploy, 1 VM(s) declared'])}"
+          f"\ndeploy, {n:,} VMs declared  {stats(bench.figures[f'deploy, {n} VM(s) declared'])}"
+          f"\nratio                       {many / one:.2f}x   (goal <= 2x)\n", flush=True)
+    sys.path.insert(0, str(ROOT / "bench"))
+    import results  # bench/results.py
+
+    results.record(results.RESULTS, {"deploy": {"vms": n, "runs": runs, "one_s": round(one, 2),
+                                                "many_s": round(many, 2)}})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="repeats of each measure (median printed)")
     ap.add_argument("--vms", type=int, default=4, help="VMs provisioned by the orchestrate measure")
+    ap.add_argument("--deploy-vms", type=int, default=1000, help="VMs the large node deploy declares")
+    ap.add_argument("--only", choices=["deploy"], help="only the deploy-scale measure")
     ap.add_argument("--backings", default=",".join(BACKINGS),
                     help=f"comma-separated, among {', '.join(BACKINGS)} (dir is always measured)")
     args = ap.parse_args()
@@ -588,7 +653,8 @@ def main() -> int:
         if not shutil.which(tool):
             print(f"bench/provision.py needs {tool}: ./run setup installs the Debian packages", file=sys.stderr)
             return 2
-    opts = {"runs": args.runs, "vms": args.vms, "backings": [b for b in args.backings.split(",") if b]}
+    opts = {"runs": args.runs, "vms": args.vms, "backings": [b for b in args.backings.split(",") if b],
+            "deploy_vms": args.deploy_vms, "only": args.only}
     os.environ["MCCLOUD_BENCH_OPTS"] = json.dumps(opts)
     print(f"\n## provisioning benchmark ({args.runs} runs per measure; progress below)", flush=True)
     return int(pytest.main([

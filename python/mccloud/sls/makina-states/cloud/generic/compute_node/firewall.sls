@@ -52,28 +52,38 @@ mccloud-firewall-script:
                 iptables -t nat -S "$C" 2>/dev/null | grep -qF -e "$tag"
             exit
         fi
+        case "$C" in
+            ""|*[!A-Za-z0-9_-]*) echo "mccloud firewall: the chain name holds something else than letters, digits, _ and -" >&2; exit 2 ;;
+        esac
         accept() {  # accept PROTO PORTS: one rule per 15 ports (multiport's limit)
             rest=$2
             while [ -n "$rest" ]; do
-                chunk=$(printf '%s\n' "$rest" | cut -d, -f1-15)
-                rest=$(printf '%s\n' "$rest" | cut -s -d, -f16-)
-                [ -z "$chunk" ] || iptables -A "$C" -p "$1" -m multiport --dports "$chunk" -j ACCEPT
+                chunk=${rest%%,*}; rest=${rest#"$chunk"}; rest=${rest#,}; n=1
+                while [ -n "$rest" ] && [ $n -lt 15 ]; do
+                    port=${rest%%,*}; rest=${rest#"$port"}; rest=${rest#,}
+                    [ -z "$port" ] || { chunk="$chunk,$port"; n=$((n + 1)); }
+                done
+                [ -z "$chunk" ] || printf -- '-A %s -p %s -m multiport --dports %s -j ACCEPT\n' "$C" "$1" "$chunk"
             done
         }
-        iptables -N "$C" 2>/dev/null || iptables -F "$C"
+        # Both chains are written by one iptables-restore (each rule by its
+        # own iptables process took seconds for a thousand VMs); --noflush
+        # leaves every other chain as it is and empties only these two.
+        {
+            printf '*filter\n:%s - [0:0]\n' "$C"
+            accept tcp "$MCCLOUD_TCP_PORTS"
+            accept udp "$MCCLOUD_UDP_PORTS"
+            printf -- '-A %s -m comment --comment %s -j RETURN\nCOMMIT\n' "$C" "$tag"
+            printf '*nat\n:%s - [0:0]\n' "$C"
+            for pair in $(printf '%s\n' "$MCCLOUD_SNMP_DNAT" | tr ',' ' '); do
+                printf -- '-A %s -p udp --dport %s -j DNAT --to-destination %s:161\n' "$C" "${pair%%=*}" "${pair#*=}"
+            done
+            printf -- '-A %s -m comment --comment %s -j RETURN\nCOMMIT\n' "$C" "$tag"
+        } | iptables-restore --noflush
         iptables -C INPUT -j "$C" 2>/dev/null || iptables -I INPUT -j "$C"
-        accept tcp "$MCCLOUD_TCP_PORTS"
-        accept udp "$MCCLOUD_UDP_PORTS"
-        iptables -t nat -N "$C" 2>/dev/null || iptables -t nat -F "$C"
         iptables -t nat -C PREROUTING -j "$C" 2>/dev/null || iptables -t nat -I PREROUTING -j "$C"
         iptables -t nat -C OUTPUT -m addrtype --dst-type LOCAL -j "$C" 2>/dev/null ||
             iptables -t nat -I OUTPUT -m addrtype --dst-type LOCAL -j "$C"
-        for pair in $(printf '%s\n' "$MCCLOUD_SNMP_DNAT" | tr ',' ' '); do
-            iptables -t nat -A "$C" -p udp --dport "${pair%%=*}" -j DNAT --to-destination "${pair#*=}:161"
-        done
-        iptables -t nat -A "$C" -m comment --comment "$tag" -j RETURN
-        iptables -A "$C" -m comment --comment "$tag" -j RETURN
-
 mccloud-firewall-apply:
   cmd.run:
     - failhard: true
