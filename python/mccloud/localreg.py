@@ -3,7 +3,7 @@ each VM, and what their own highstates (and sites' states) read back with
 ``mc_cloud_compute_node.cn_settings()`` and ``mc_cloud_vm.vm_settings()``.
 
 Where they land: one YAML file per registry, written by a ``file.serialize``
-state from the job's pillar (``mccloud:cn_registry``/``mccloud:vm_registry``),
+state from the job's pillar (``mccloud:cn_registry_json``/``mccloud:vm_registry``),
 so every rewrite is atomic (Salt writes a temporary file and renames it)
 and the file is mode 0600 (the registries hold certificates' private keys
 and password hashes). The directory is the minion option
@@ -194,7 +194,7 @@ def node_registry(node: Mapping[str, Any], cloud: Mapping[str, Any], drivers: Ma
     (``reverse_proxies`` and ``target``), ``cloudSettings`` (as
     ``mc_cloud.settings``) and what the drivers add (``lxcSettings``,
     ``imgSettings``; ``kvmSettings`` for a kvm driver)."""
-    cn = {k: v for k, v in node.items() if k not in ("cn_registry", "vm_registry")}
+    cn = {k: v for k, v in node.items() if k not in ("cn_registry", "cn_registry_json", "vm_registry")}
     return {
         "cnSettings": {"cn": cn, "rp": {"reverse_proxies": node.get("reverse_proxies", {}), "target": node["target"]}},
         "cloudSettings": dict(cloud),

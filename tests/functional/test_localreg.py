@@ -64,9 +64,15 @@ def test_every_historical_name_renders_as_what_does_that_job_today(data: dict[st
 
 
 def awkward(registry: dict[str, Any]) -> dict[str, Any]:
+    """``registry`` with strings that YAML readers would misread if they
+    were written raw."""
     out = copy.deepcopy(registry)
     out["cloudSettings"]["awkward"] = AWKWARD
     return out
+
+
+def with_registry(node: dict[str, Any], registry: dict[str, Any]) -> dict[str, Any]:
+    return {**node, "cn_registry_json": json.dumps(registry, ensure_ascii=True)}
 
 
 def test_a_node_registry_written_by_the_deploy_state_is_what_cn_settings_answers(
@@ -76,13 +82,13 @@ def test_a_node_registry_written_by_the_deploy_state_is_what_cn_settings_answers
     assert never.returncode != 0
     assert "never deployed as a compute node" in never.stdout + never.stderr
     assert f"mc_cloud_compute_node.deploy {CN}" in never.stdout + never.stderr
-    node = copy.deepcopy(data["node"])
-    node["cn_registry"] = awkward(node["cn_registry"])
+    registry = awkward(json.loads(data["node"]["cn_registry_json"]))  # as the runner sends it: one JSON text
+    node = with_registry(data["node"], registry)
     minion.apply("makina-states.cloud.generic.compute_node.registry", node)
     path = minion.registry_dir / "cloud_compute_node_settings.yaml"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     got = minion.ok("mc_cloud_compute_node.cn_settings")
-    assert got == json.loads(json.dumps(node["cn_registry"]))
+    assert got == registry
     cn = got["cnSettings"]["cn"]
     assert cn["target"] == CN and set(cn["vms"]) == {"a.example.net", "b.example.net"}
     assert {k: cn["vms"]["a.example.net"][k] for k in ("ip", "domains")} == {
@@ -92,8 +98,8 @@ def test_a_node_registry_written_by_the_deploy_state_is_what_cn_settings_answers
     assert got["imgSettings"]["makina-states-trusty"]["lxc_tarball_ver"]
     assert got["cloudSettings"]["awkward"] == AWKWARD
     # Rewritten whole by the next deploy.
-    node["cn_registry"]["cnSettings"]["cn"]["vms"].pop("b.example.net")
-    minion.apply("makina-states.cloud.generic.compute_node.registry", node)
+    registry["cnSettings"]["cn"]["vms"].pop("b.example.net")
+    minion.apply("makina-states.cloud.generic.compute_node.registry", with_registry(node, registry))
     assert set(minion.ok("mc_cloud_compute_node.cn_settings", "ttl=0")["cnSettings"]["cn"]["vms"]) == {
         "a.example.net"}
 

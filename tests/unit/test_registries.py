@@ -3,6 +3,7 @@ and destroy, the VM's with every provisioning (see mccloud.localreg)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,12 +35,17 @@ def test_a_node_deploy_pushes_the_node_registry_first(offline: Offline, jobs: Jo
     assert compute_node_deploy(offline.env, CN).result
     target, mods, data = jobs.sent[0]
     assert target == CN and mods[0] == REGISTRY
-    reg = data["cn_registry"]
+    reg = json.loads(data["cn_registry_json"])
+    assert data["cn_registry_json"].isascii()
     assert set(reg) == {"cnSettings", "cloudSettings", "lxcSettings", "imgSettings"}
     cn = reg["cnSettings"]["cn"]
     assert cn["vms"]["vm1.example.net"]["domains"] == ["vm1.example.net", "www.one.lan"]
-    assert "cn_registry" not in cn and cn["reverse_proxies"] == data["reverse_proxies"]
-    assert reg["cnSettings"]["rp"] == {"reverse_proxies": data["reverse_proxies"], "target": CN}
+    assert "cn_registry" not in cn and "cn_registry_json" not in cn
+    # The registry has the original's shape; the SLS get what they read.
+    full = cn["reverse_proxies"]
+    assert {"http_proxy", "https_proxy", "http_backends", "https_backends", "ssh_proxies", "sw_proxies"} <= set(full)
+    assert data["reverse_proxies"] == {k: full[k] for k in ("target", "ssl_certs_dir", "default_cert", "haproxy_cfg")}
+    assert reg["cnSettings"]["rp"] == {"reverse_proxies": full, "target": CN}
     assert reg["cloudSettings"] == offline.config.cloud_settings()
     assert reg["lxcSettings"]["gateway"] == "10.5.0.1" and reg["lxcSettings"]["use_bridge"] is True
     assert reg["imgSettings"] == offline.config.images_settings()["lxc"]["images"]
@@ -51,7 +57,7 @@ def test_a_destroy_pushes_the_node_registry_without_the_vm(offline: Offline, job
     assert offline.functions["mc_cloud_vm.destroy"]("vm1.example.net")["result"]
     _, mods, data = jobs.sent[-1]
     assert REGISTRY in mods
-    assert set(data["cn_registry"]["cnSettings"]["cn"]["vms"]) == {"vm2.example.net"}
+    assert set(json.loads(data["cn_registry_json"])["cnSettings"]["cn"]["vms"]) == {"vm2.example.net"}
 
 
 def test_a_provision_pushes_the_vm_registry_with_its_preprovision(offline: Offline, jobs: Jobs) -> None:
