@@ -67,9 +67,21 @@ def node_data(env: Env, target: str, **extra: Any) -> NodeData:
     return cast("NodeData", {**env.node_data(target), "images": images(env), **extra})
 
 
+#: What the lxc compute-node SLS (install_lxc, images) read of the node's settings.
+SLS_NODE_KEYS = ("target", "lxc_path", "network")
+
+
+def sls_data(env: Env, target: str, **extra: Any) -> NodeData:
+    """What the lxc compute-node SLS receive: the few node settings they
+    read plus the images, not the node's VMs, routes and certificates (on
+    a large node, megabytes of pillar objects that Salt pays for per job)."""
+    full: Mapping[str, Any] = env.node_data(target)
+    return cast("NodeData", {**{k: full[k] for k in SLS_NODE_KEYS if k in full}, "images": images(env), **extra})
+
+
 def configure(env: Env, target: str, part: str, **extra: Any) -> Outcome:
     out = Outcome()
-    out.add(f"{CN_SLS}.{part}", env.sls(target, f"{CN_SLS}.{part}", node_data(env, target, **extra)))
+    out.add(f"{CN_SLS}.{part}", env.sls(target, f"{CN_SLS}.{part}", sls_data(env, target, **extra)))
     return out
 
 
@@ -77,10 +89,9 @@ def install_vt(env: Env, target: str) -> Outcome:
     """Registers the node (allocates every VM), then grains and lxc install
     (one job), images, and the image synchronisation."""
     out = Outcome()
-    data = node_data(env, target)
-    out.add("register", {"result": True, "comment": f"{len(data['vms'])} VM(s) registered"})
+    out.add("register", {"result": True, "comment": f"{len(env.node_data(target)['vms'])} VM(s) registered"})
     parts = [f"{CN_SLS}.{part}" for part in ("grains", "install_lxc")]
-    if not out.add_all(env.batch(target, [(s, s) for s in parts], data)):
+    if not out.add_all(env.batch(target, [(s, s) for s in parts], sls_data(env, target))):
         return out
     for fun in ("mc_cloud_lxc.configure_images", "mc_cloud_lxc.sync_images"):
         if not out.add(fun, env.call(fun, target)):
@@ -99,8 +110,8 @@ def configure_images(env: Env, target: str) -> Outcome:
 def images_data(env: Env, target: str) -> NodeData:
     """What the images SLS receives: the node's data, the controller's
     wheelhouse and the bootstrap script (Salt goes into the images)."""
-    return node_data(env, target, wheelhouse=str(minions.wheelhouse_dir(env.opts)),
-                     bootstrap_script=minions.script_text(env.config.cloud_settings()))
+    return sls_data(env, target, wheelhouse=str(minions.wheelhouse_dir(env.opts)),
+                    bootstrap_script=minions.script_text(env.config.cloud_settings()))
 
 
 def _image_version(path: str) -> str | None:
@@ -119,7 +130,7 @@ def sync_images(env: Env, target: str) -> Outcome:
     if target == env.controller:
         out.add("sync_images", {"result": True, "comment": f"{target} is the controller: images are local"})
         return out
-    data = node_data(env, target)
+    data = sls_data(env, target)
     key = env.config.controller_settings()["ssh_key"]
     known = shlex.quote(f"{key}.known_hosts")  # mccloud's own, never root's known_hosts
     ssh = (f"ssh -i {shlex.quote(key)} -o BatchMode=yes -o StrictHostKeyChecking=accept-new "
