@@ -533,6 +533,32 @@ def report(bench: Bench, found: list[Backing], n_orch: int) -> None:
     for note in sorted(bench.notes):
         print(f"note: {note}")
     print(flush=True)
+    record(bench, n_orch)
+
+
+def record(bench: Bench, n_orch: int) -> None:
+    """The figures and ratios in bench/results.json (section provisioning)
+    and the README's provisioning table."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import results  # bench/results.py
+
+    f = bench.figures
+    goal = results.GOAL_PROVISION_RATIO
+    wanted = [(f"provision {b}", f"floor {b}", goal if b == "dir" else None) for b in BACKINGS]
+    wanted += [("destroy", "destroy floor", goal), (f"orchestrate {n_orch} VMs", "provision dir", goal)]
+    ratios = [{"of": a, "to": f"of {b}", "goal": g,
+               "ratio": round(statistics.median(f[a]) / statistics.median(f[b]), 2)}
+              for a, b, g in wanted if a in f and b in f]
+    section = {
+        "runs": max(len(v) for v in f.values()) if f else 0,
+        "figures": {k: {"median": round(statistics.median(v), 2), "min": round(min(v), 2), "max": round(max(v), 2)}
+                    for k, v in f.items()},
+        "ratios": ratios,
+        "unavailable": dict(bench.storage.unavailable),
+        "notes": sorted(bench.notes) + [f"{name}: mccloud provisioning failed: {why}"
+                                        for name, why in bench.failed.items()],
+    }
+    results.record(results.RESULTS, {"provisioning": section})
 
 
 def test_provisioning_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:

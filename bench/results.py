@@ -25,6 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
 README = ROOT / "README.md"
 START, END = "<!-- bench:registry:start -->", "<!-- bench:registry:end -->"
+#: The provisioning table's markers (``bench/provision.py`` records its section).
+PSTART, PEND = "<!-- bench:provisioning:start -->", "<!-- bench:provisioning:end -->"
+#: Goal of provisioning, destroy and orchestration, as ratios to their floors.
+GOAL_PROVISION_RATIO = 1.5
 
 #: Goals of the registry's figures.
 GOAL_FIRST_S, GOAL_REPEAT_S, GOAL_ALLOCS = 1.5, 0.5, 1000
@@ -148,17 +152,46 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join([*rows, "", "Measured (`./run bench`, `bench/results.json`):", *measured])
 
 
+def render_provisioning(data: dict[str, Any]) -> str:
+    """The provisioning table (markdown) of ``data``'s ``provisioning`` section."""
+    prov = data.get("provisioning")
+    if not prov:
+        return "No provisioning figures recorded yet: run ./run bench provision."
+    rows = ["| measure | median (min–max) | ratio | goal |", "|---|---|---|---|"]
+    ratios = {r["of"]: r for r in prov.get("ratios", [])}
+    for key, fig in prov["figures"].items():
+        r = ratios.get(key)
+        ratio = f"{r['ratio']:.2f}× {r['to']}" if r else ""
+        goal = ""
+        if r and r.get("goal"):
+            goal = f"≤ {r['goal']:g}× ({'met' if r['ratio'] <= r['goal'] else 'missed'})"
+        rows.append(f"| {key} | {fig['median']:.2f} s ({fig['min']:.2f}–{fig['max']:.2f}) | {ratio} | {goal} |")
+    rows += [f"| {name} | unavailable: {why} | | |" for name, why in prov.get("unavailable", {}).items()]
+    notes = [f"- {note}" for note in prov.get("notes", [])]
+    return "\n".join([*rows, "", *notes, *([""] if notes else []),
+                      f"Measured (`./run bench provision`, `bench/results.json`, {prov['runs']} run(s)): "
+                      f"{_stamp(prov)}"])
+
+
+def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
+    try:
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+    except ValueError:
+        if required:
+            raise SystemExit(f"{path} has no {start} … {end} block for the benchmark figures") from None
+        return text
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def update_readme(readme: str | os.PathLike[str], data: dict[str, Any], check: bool = False) -> bool:
-    """Puts the rendering of ``data`` between the markers of ``readme``;
-    with ``check``, only tells whether it is there already."""
+    """Puts the renderings of ``data`` between the markers of ``readme``
+    (the registry's, and the provisioning's where the README has them);
+    with ``check``, only tells whether they are there already."""
     path = Path(readme)
     text = path.read_text()
-    try:
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
-    except ValueError:
-        raise SystemExit(f"{path} has no {START} … {END} block for the benchmark figures") from None
-    new = f"{head}{START}\n{render(data)}\n{END}{tail}"
+    new = _replace(path, text, START, END, render(data), required=True)
+    new = _replace(path, new, PSTART, PEND, render_provisioning(data), required=False)
     if check:
         return new == text
     if new != text:

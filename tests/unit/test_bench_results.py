@@ -66,3 +66,29 @@ def test_recording_a_section_keeps_the_others_and_renders_the_readme(tmp_path: P
     assert results.update_readme(readme, data, check=True)
     readme.write_text(text.replace("1.0 ms", "0.5 ms"))  # a figure edited by hand
     assert not results.update_readme(readme, data, check=True)
+
+
+def test_the_provisioning_table_comes_from_its_section(tmp_path: Path) -> None:
+    data = sample(1.2, 0.4, [1100])
+    stamp = {k: data["node"][k] for k in ("commit", "date", "machine")}
+    data["provisioning"] = {**stamp, "runs": 3, "unavailable": {"zfs": "no zfs module"}, "notes": ["a note"],
+                            "figures": {"floor dir": {"median": 6.0, "min": 5.5, "max": 7.0},
+                                        "provision dir": {"median": 12.0, "min": 11.0, "max": 13.0},
+                                        "destroy floor": {"median": 1.0, "min": 1.0, "max": 1.1},
+                                        "destroy": {"median": 1.4, "min": 1.3, "max": 1.5}},
+                            "ratios": [{"of": "provision dir", "to": "of floor dir", "goal": 1.5, "ratio": 2.0},
+                                       {"of": "destroy", "to": "of destroy floor", "goal": 1.5, "ratio": 1.4}]}
+    table = results.render_provisioning(data)
+    assert "| provision dir | 12.00 s (11.00–13.00) | 2.00× of floor dir | ≤ 1.5× (missed) |" in table
+    assert "| destroy | 1.40 s (1.30–1.50) | 1.40× of destroy floor | ≤ 1.5× (met) |" in table
+    assert "| zfs | unavailable: no zfs module |" in table and "- a note" in table
+    assert "3 run(s)): commit abc1234" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{results.START}\nx\n{results.END}\n\n{results.PSTART}\nold\n{results.PEND}\n")
+    assert results.update_readme(readme, data)
+    assert table in readme.read_text() and "old" not in readme.read_text()
+    # A README without the provisioning block keeps only the registry's.
+    bare = tmp_path / "BARE.md"
+    bare.write_text(f"{results.START}\nx\n{results.END}\n")
+    results.update_readme(bare, data)
+    assert results.PSTART not in bare.read_text()
