@@ -290,12 +290,13 @@ def ssl_certs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mappi
     out: list[tuple[str, str]] = []
     names: set[str] = set()
     pems: set[str] = set()
-    for served in _serving(ssl_dir, domains, ca, days, paths=False):
-        pem = served.pem()
-        if served.name not in names and pem not in pems:
-            out.append((served.name, pem))
-            names.add(served.name)
-            pems.add(pem)
+    with _serving(ssl_dir, domains, ca, days) as (_, _, _, found):
+        for served in found:
+            pem = served.pem()
+            if served.name not in names and pem not in pems:
+                out.append((served.name, pem))
+                names.add(served.name)
+                pems.add(pem)
     return out
 
 
@@ -303,14 +304,12 @@ def cert_pairs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapp
                as_text: bool = False) -> list[tuple[str, str]]:
     """``[(certificate, key)]`` serving ``domains`` in order, issuing what
     is missing: file paths, or their PEM texts with ``as_text``; each pair once."""
-    out: dict[tuple[str, str], None] = {}
-    for served in _serving(ssl_dir, domains, ca, days, paths=not as_text):
+    with _serving(ssl_dir, domains, ca, days) as (root, authority, names, found):
         if as_text:
-            out.setdefault((served.cert, served.key))
+            pairs = [(served.cert, served.key) for served in found]
         else:
-            assert served.custom is not None  # _serving(paths=True) gives every certificate its files
-            out.setdefault((str(served.custom.cert_path), str(served.custom.key_path)))
-    return list(out)
+            pairs = [(str(f.cert_path), str(f.key_path)) for f in _files(root, authority, names, found)]
+    return list(dict.fromkeys(pairs))
 
 
 def subject_overrides(subject: Any) -> dict[str, Any]:
@@ -375,17 +374,15 @@ def load_certs(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, str]],
     return exacts, alts
 
 
+@contextlib.contextmanager
 def _serving(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapping[str, Any],
-             days: int, paths: bool) -> list[Served]:
-    """The certificates serving ``domains``, issued when needed; with
-    ``paths``, each with files (the CA's written out where they are not
-    already)."""
+             days: int) -> Iterator[tuple[Path, CA, list[str], list[Served]]]:
+    """``(ssl_dir, the CA, the domains checked, the certificates serving
+    them)``, issued when needed, the lock held (files written meanwhile are
+    never half-replaced)."""
     names = list(dict.fromkeys(validate_domain(d) for d in domains))
     with _issuing(ssl_dir, ca, days) as (root, authority, leaf_days):
-        found = _ensure_many(root, authority, names, leaf_days)
-        if paths:
-            found = _with_files(root, authority, names, found)
-        return found
+        yield root, authority, names, _ensure_many(root, authority, names, leaf_days)
 
 
 @contextlib.contextmanager
@@ -452,20 +449,15 @@ def _find(ssl_dir: Path, ca: CA, domain: str, days: int, gen: bool,
     if custom:
         return custom
     if gen:
-        served = _ensure_many(ssl_dir, ca, [domain], days, subject, custom=False)
-        return _with_files(ssl_dir, ca, [domain], served)[0].custom or _unreachable(domain)
+        return _files(ssl_dir, ca, [domain], _ensure_many(ssl_dir, ca, [domain], days, subject, custom=False))[0]
     entry = _read_book(ca).get(domain)
-    files = issued_files(ssl_dir, ca.settings.name, domain)
     if _entry_texts(entry):
-        return _with_files(ssl_dir, ca, [domain], [_served_entry(domain, entry)])[0].custom or _unreachable(domain)
+        return _files(ssl_dir, ca, [domain], [_served_entry(domain, entry)])[0]
+    files = issued_files(ssl_dir, ca.settings.name, domain)
     if files.cert_path.exists() and files.key_path.exists():
         return files
     raise NotFoundError(f"no certificate for {domain} issued by {ca.cert_path} nor in"
                         f" {ssl_dir / CUSTOM}: ask for one to be generated (gen=True)")
-
-
-def _unreachable(domain: str) -> CertFiles:
-    raise PkiError(f"the certificate of {domain} has no files")  # pragma: no cover - _with_files gives them
 
 
 def _ensure_many(ssl_dir: Path, ca: CA, domains: list[str], days: int,
@@ -558,14 +550,14 @@ def _served_entry(domain: str, entry: Any) -> Served:
     return Served(domain, cert, key)
 
 
-def _with_files(ssl_dir: Path, ca: CA, domains: list[str], served: list[Served]) -> list[Served]:
-    """``served`` with the files of each CA certificate, written (in one
-    batch) where they do not hold it already."""
+def _files(ssl_dir: Path, ca: CA, domains: list[str], served: list[Served]) -> list[CertFiles]:
+    """The files of each of ``served``: an operator's, or the CA's files of
+    the domain, written (in one batch) where they do not hold it already."""
     pending: list[tuple[Path, bytes, int]] = []
-    out: list[Served] = []
+    out: list[CertFiles] = []
     for domain, one in zip(domains, served):
         if one.custom is not None:
-            out.append(one)
+            out.append(one.custom)
             continue
         files = issued_files(ssl_dir, ca.settings.name, domain)
         for path, text, mode in ((files.key_path, one.key, 0o600), (files.cert_path, one.cert, 0o644)):
@@ -575,7 +567,7 @@ def _with_files(ssl_dir: Path, ca: CA, domains: list[str], served: list[Served])
                 same = False
             if not same:
                 pending.append((path, text.encode(), mode))
-        out.append(Served(one.name, one.cert, one.key, custom=files))
+        out.append(files)
     if pending:
         _mkdir(pending[0][0].parent)
         _write_many(pending)
