@@ -471,8 +471,9 @@ def _ensure_many(ssl_dir: Path, ca: CA, domains: list[str], days: int,
     changed = False
     to_issue: list[str] = []
     legacy: set[str] | None = None
+    owns = {d: _custom(ssl_dir, d, customs) for d in domains} if customs else {}
     for domain in domains:
-        if customs and _custom(ssl_dir, domain, customs):
+        if owns.get(domain):
             continue
         problem = _entry_problem(book.get(domain), ca, now)
         if problem:
@@ -492,7 +493,7 @@ def _ensure_many(ssl_dir: Path, ca: CA, domains: list[str], days: int,
         _write_book(ca, book)
     out: list[Served] = []
     for domain in domains:
-        own = _custom(ssl_dir, domain, customs) if customs else None
+        own = owns.get(domain)
         out.append(Served(own.name, *own.read(), custom=own) if own else _served_entry(domain, book.get(domain)))
     return out
 
@@ -743,9 +744,7 @@ class _Leaves:
         for ext, critical in common:
             builder = builder.add_extension(ext, critical=critical)
         cert = builder.sign(self.ca.key, hashes.SHA256())
-        return {"cert": cert.public_bytes(serialization.Encoding.PEM).decode(), "key": _key_pem(key).decode(),
-                "issuer": self.ca.key_id.hex(), "not_before": int(self.start.timestamp()),
-                "not_after": int(self.end.timestamp())}
+        return _entry(cert.public_bytes(serialization.Encoding.PEM).decode(), _key_pem(key).decode(), cert, self.ca)
 
 
 def _leaf_subject(ca_subject: x509.Name, domain: str, overrides: Mapping[str, Any]) -> x509.Name:
