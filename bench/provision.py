@@ -27,6 +27,15 @@ one run and on the same machine state:
   writes their routes, ports, firewall rules and hosts entries), on a /20
   network and port ranges of their own; the ratio goes to
   ``bench/results.json`` and the README (goal: at most 2x);
+- a minion at the floor: by hand, an overlayfs snapshot clone of the
+  template (Salt inside), a static address, the minion's configuration and
+  a key accepted on the master beforehand written into it, ``lxc-start``,
+  the image's ``salt-minion`` started, until the master's ``test.ping``
+  answers; plus Salt's price for one runner call running one job on the
+  node (``salt-run salt.execute <node> test.ping``). Against it,
+  ``mc_cloud_vm.provision`` of an overlayfs VM with every step (key,
+  bootstrap, initial highstate, ping; goal: at most 1.5x the sum), and
+  ``mc_cloud_vm.orchestrate`` of 4 such VMs (goal: at most 2x one);
 - the provision time (and its floor) for each backing this machine offers:
   ``dir`` and ``overlayfs`` always, ``btrfs`` on a loop-device file system
   mounted as a separate lxc path, ``lvm-thin``/``zfs`` when the kernel has
@@ -49,7 +58,7 @@ loop device, bridge and firewall rule it made is removed at the end, also
 on failure. Needs root, LXC, and Debian's package mirror (or the lxc
 debian template's cache) for the template container.
 
-Usage: python3 bench/provision.py [--runs N] [--vms N] [--deploy-vms N] [--only deploy]
+Usage: python3 bench/provision.py [--runs N] [--vms N] [--deploy-vms N] [--only deploy|minion]
        [--backings dir,overlayfs,btrfs,...]
 """
 
@@ -90,6 +99,8 @@ NO_MINION = "bootstrap,initial_highstate,ping"
 #: Addresses of the hand-made floor containers, above what the registry hands out here.
 FLOOR_IP = f"{NET}.250"
 FLOOR_MAC = "02:00:0a:c7:09:fa"
+MINION_FLOOR_IP = f"{NET}.249"
+MINION_FLOOR_MAC = "02:00:0a:c7:09:f9"
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
 BACKINGS = ("dir", "overlayfs", "btrfs", "lvm-thin", "zfs")
 #: The deploy-scale measure's network (a /20), bridge and port ranges (below the
@@ -223,6 +234,11 @@ def bench_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bench")
     for d in ("pillar", "store", "lxc", "etc"):
         (root / d).mkdir()
+    # unprivileged containers' roots traverse down to the lxc path (pytest makes it 0700)
+    for d in (root / "lxc", *(root / "lxc").parents):
+        if d in (Path("/tmp"), Path("/")):
+            break
+        d.chmod(d.stat().st_mode | 0o001)
     (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
     (root / "pillar" / "top.sls").write_text("base:\n  '*':\n    - cloud\n")
     (root / "pillar" / "cloud.sls").write_text("{}\n")
@@ -380,12 +396,24 @@ class Bench:
         return took
 
     def breakdown(self) -> None:
-        """Where the last run's time went on the minion: each step's states
-        and its slowest ones."""
+        """Where the last run's time went: each step's states on the minion
+        and its slowest ones, the wall time of each job and runner-side
+        step."""
         for step in self.last.get("steps") or []:
+            if step.get("steps"):  # a VM of an orchestration: its steps' wall times
+                walls = ", ".join(f"{s['name'].rsplit('.', 1)[-1]} {s.get('seconds', s.get('job_seconds', 0)):.2f}"
+                                  for s in step["steps"] if "seconds" in s or "job_seconds" in s)
+                say(f"    {step['name']:<36} {walls}")
+                continue
+            wall = "".join(f", {label} {step[key]:.2f} s" for key, label in
+                           (("seconds", "wall"), ("job_seconds", "job wall")) if key in step)
             if "duration" in step:
                 slow = ", ".join(f"{sid} {secs:.2f}" for sid, secs in (step.get("slowest") or {}).items())
-                say(f"    {step['name']:<36} {step['duration']:7.2f} s  ({slow})")
+                say(f"    {step['name']:<36} {step['duration']:7.2f} s  ({slow}{wall})")
+                if "bootstrap" in step["name"]:
+                    say(f"      {step.get('comment', '')}")
+            elif wall:
+                say(f"    {step['name']:<36} {wall[2:]}")
 
     def record(self, key: str, seconds: float) -> None:
         self.figures.setdefault(key, []).append(seconds)
@@ -444,7 +472,84 @@ class Bench:
         """Provisions ``vm`` with every step: until its minion answered
         test.ping (the runner's last step)."""
         os.sync()
-        return self.run("mc_cloud_vm.provision", vm)
+        took = self.run("mc_cloud_vm.provision", vm)
+        if OPTS.get("only") == "minion":  # untimed: when the minion started, inside the VM
+            show = sh("lxc-attach", "-P", str(self.root / "lxc"), "-n", vm, "--", "sh", "-c",
+                      "cat /proc/uptime; systemctl show salt-minion -p NRestarts -p ExecMainStartTimestampMonotonic "
+                      "-p ActiveEnterTimestampMonotonic; systemd-analyze 2>/dev/null | head -1; "
+                      "tail -n 5 /var/log/salt/minion 2>/dev/null")
+            for line in show.stdout.splitlines():
+                say(f"      {vm}: {line}")
+        return took
+
+    def minion_floor(self, lxc: Path, name: str) -> float:
+        """A minion by hand (the floor of a VM that becomes a minion): its
+        key generated and accepted on the master beforehand (untimed); then
+        an overlayfs snapshot clone of the template (Salt inside), a static
+        address, the minion's configuration and keys written into the
+        clone, ``lxc-start``, the image's ``salt-minion`` started (by the
+        image's systemd when it carries the unit, else by hand), until the
+        master's ``test.ping`` answers."""
+        import salt.client
+        import salt.crypt
+
+        mopts = dict(self.cloud.master.config)
+        keys = self.root / "floor-keys"
+        shutil.rmtree(keys, ignore_errors=True)
+        keys.mkdir()
+        salt.crypt.gen_keys(str(keys), "minion", 2048)
+        accepted = Path(mopts["pki_dir"]) / "minions" / name
+        accepted.write_text((keys / "minion.pub").read_text())
+        conf = (f"id: {name}\nmaster: {NET}.1\nmaster_port: {mopts['ret_port']}\n"
+                f"publish_port: {mopts['publish_port']}\n")
+        client = salt.client.LocalClient(mopts=mopts)
+        os.sync()
+        start = time.monotonic()
+        try:
+            sh("lxc-copy", "-P", str(lxc), "-n", TEMPLATE, "-N", name, "-s", "-B", "overlay", check=True)
+            with open(lxc / name / "config", "a") as f:
+                f.write("\n".join([
+                    "lxc.net =", "lxc.net.0.type = veth", f"lxc.net.0.link = {self.cloud.bridge}",
+                    "lxc.net.0.flags = up", "lxc.net.0.name = eth0", f"lxc.net.0.hwaddr = {MINION_FLOOR_MAC}",
+                    f"lxc.net.0.ipv4.address = {MINION_FLOOR_IP}/24", f"lxc.net.0.ipv4.gateway = {NET}.1",
+                    "lxc.apparmor.profile = unconfined", ""]))
+            root = lxc / name / "overlay" / "delta"
+            files = {"etc/network/interfaces": "auto lo\niface lo inet loopback\n\nauto eth0\niface eth0 inet manual\n",
+                     "etc/salt/minion.d/mccloud.conf": conf,
+                     "etc/salt/pki/minion/minion.pem": (keys / "minion.pem").read_text(),
+                     "etc/salt/pki/minion/minion.pub": (keys / "minion.pub").read_text(),
+                     "etc/salt/pki/minion/minion_master.pub": (Path(mopts["pki_dir"]) / "master.pub").read_text()}
+            for rel, text in files.items():
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_text(text)
+            sh("lxc-start", "-P", str(lxc), "-n", name, check=True)
+            if not (lxc / TEMPLATE / "rootfs" / "etc" / "systemd" / "system" / "multi-user.target.wants"
+                    / "salt-minion.service").exists():  # else the image's systemd starts it
+                sh("lxc-attach", "-P", str(lxc), "-n", name, "--", "/opt/mccloud/salt/bin/salt-minion",
+                   "-c", "/etc/salt", "-d", check=True)
+            deadline = time.monotonic() + 120
+            while client.cmd(name, "test.ping", timeout=1, gather_job_timeout=1).get(name) is not True:
+                if time.monotonic() > deadline:
+                    seen = sh("lxc-attach", "-P", str(lxc), "-n", name, "--", "sh", "-c",
+                              "systemctl status salt-minion --no-pager; tail -n 20 /var/log/salt/minion")
+                    raise BenchError(f"the hand-made minion {name} did not answer test.ping within 120 s: "
+                                     f"{seen.stdout[-3000:]}{seen.stderr[-500:]}")
+            return time.monotonic() - start
+        finally:
+            client.destroy()
+            sh("lxc-stop", "-P", str(lxc), "-n", name, "-k")
+            sh("lxc-destroy", "-P", str(lxc), "-n", name)
+            accepted.unlink(missing_ok=True)
+
+    def runner_call(self) -> float:
+        """Salt's price for one runner call running one job on the node:
+        ``salt-run salt.execute <node> test.ping``."""
+        start = time.monotonic()
+        ret = self.cloud.run_cli.run("salt.execute", self.cloud.node, "test.ping")
+        took = time.monotonic() - start
+        if ret.returncode != 0:
+            raise BenchError(f"salt-run salt.execute {self.cloud.node} test.ping failed: {ret.stderr[-500:]}")
+        return took
 
     def orchestrate(self, vms: list[str], lxc: Path) -> float:
         os.sync()
@@ -533,19 +638,25 @@ def report(bench: Bench, found: list[Backing], n_orch: int) -> None:
     for note in sorted(bench.notes):
         print(f"note: {note}")
     print(flush=True)
-    record(bench, n_orch)
+    goal = results_module().GOAL_PROVISION_RATIO
+    wanted = [(f"provision {b}", f"floor {b}", goal if b == "dir" else None) for b in BACKINGS]
+    wanted += [("destroy", "destroy floor", goal), (f"orchestrate {n_orch} VMs", "provision dir", goal)]
+    record(bench, "provisioning", wanted)
 
 
-def record(bench: Bench, n_orch: int) -> None:
-    """The figures and ratios in bench/results.json (section provisioning)
-    and the README's provisioning table."""
+def results_module() -> Any:
     sys.path.insert(0, str(ROOT / "bench"))
     import results  # bench/results.py
 
+    return results
+
+
+def record(bench: Bench, name: str, wanted: list[tuple[str, str, float | None]]) -> None:
+    """The figures and the ratios ``wanted`` (of, to, goal) in
+    bench/results.json (section ``name``) and the README's provisioning
+    table."""
+    results = results_module()
     f = bench.figures
-    goal = results.GOAL_PROVISION_RATIO
-    wanted = [(f"provision {b}", f"floor {b}", goal if b == "dir" else None) for b in BACKINGS]
-    wanted += [("destroy", "destroy floor", goal), (f"orchestrate {n_orch} VMs", "provision dir", goal)]
     ratios = [{"of": a, "to": f"of {b}", "goal": g,
                "ratio": round(statistics.median(f[a]) / statistics.median(f[b]), 2)}
               for a, b, g in wanted if a in f and b in f]
@@ -558,12 +669,12 @@ def record(bench: Bench, n_orch: int) -> None:
         "notes": sorted(bench.notes) + [f"{name}: mccloud provisioning failed: {why}"
                                         for name, why in bench.failed.items()],
     }
-    results.record(results.RESULTS, {"provisioning": section})
+    results.record(results.RESULTS, {name: section})
 
 
 def test_provisioning_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
-    if OPTS.get("only") == "deploy":
-        pytest.skip("--only deploy")
+    if OPTS.get("only"):
+        pytest.skip(f"--only {OPTS['only']}")
     runs = int(OPTS.get("runs", 3))
     n_orch = int(OPTS.get("vms", 4))
     wanted = OPTS.get("backings") or list(BACKINGS)
@@ -634,10 +745,58 @@ def test_provisioning_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
     report(bench, found, n_orch)
 
 
+def test_minion_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
+    """A VM that becomes a minion against the minion floor by hand plus
+    one runner call; orchestrate of such VMs against one."""
+    if OPTS.get("only") not in (None, "minion"):
+        pytest.skip(f"--only {OPTS.get('only')}")
+    runs = int(OPTS.get("runs", 3))
+    n_orch = int(OPTS.get("vms", 4))
+    bench = Bench(cloud, host[1])
+    lxc = cloud.root / "lxc"
+    one = "minion-ovl.bench.lan"
+    ovl = {"profile_type": "overlayfs"}
+    bench.declare({one: ovl})
+    if OPTS.get("only") == "minion":
+        say(f"controller and compute node deploy (builds the template {TEMPLATE})")
+        say(f"  controller deploy        {bench.run('mc_cloud_controller.deploy'):7.1f} s")
+        say(f"  compute node deploy      {bench.run('mc_cloud_compute_node.deploy', cloud.node):7.1f} s")
+    floor, provision = "minion floor + one runner call", "provision overlayfs minion (every step)"
+    for r in range(1, runs + 1):
+        say(f"round {r}/{runs}: the minion floor by hand, one runner call, mc_cloud_vm.provision {one}")
+        by_hand = bench.minion_floor(lxc, "floor-minion")
+        bench.record("minion floor (overlayfs clone, by hand)", by_hand)
+        call = bench.runner_call()
+        bench.record("salt-run salt.execute <node> test.ping", call)
+        bench.record(floor, by_hand + call)
+        bench.record(provision, bench.minion(one))
+        bench.breakdown()
+        bench.run("mc_cloud_lxc.vm_destroy", one)
+    orch = [f"morch{i}.bench.lan" for i in range(1, n_orch + 1)]
+    bench.declare({vm: ovl for vm in orch})
+    many = f"orchestrate {n_orch} minions"
+    for r in range(1, runs + 1):
+        say(f"round {r}/{runs}: mc_cloud_vm.orchestrate {cloud.node} ({n_orch} VMs, every step)")
+        os.sync()
+        bench.record(many, bench.run("mc_cloud_vm.orchestrate", cloud.node))
+        bench.breakdown()
+        for vm in orch:
+            bench.run("mc_cloud_lxc.vm_destroy", vm)
+    f = bench.figures
+    print(f"\n## minions\n\n" + "\n".join(f"{k:<44} {stats(v)}" for k, v in f.items()) +
+          f"\n\nprovision / (floor + runner call)   {ratio(f, provision, floor)}   (goal <= 1.5x)"
+          f"\norchestrate-{n_orch} / one               {ratio(f, many, provision)}   (goal <= 2x)\n", flush=True)
+    results = results_module()
+    record(bench, "minion", [(provision, floor, results.GOAL_PROVISION_RATIO),
+                             (many, provision, results.GOAL_ORCHESTRATE_MINIONS)])
+
+
 def test_deploy_scale_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
     """The compute-node deploy declaring 1 VM, then ``deploy_vms``: VMs
     never seen before each time (allocated, certified and routed by that
     deploy), none started."""
+    if OPTS.get("only") not in (None, "deploy"):
+        pytest.skip(f"--only {OPTS.get('only')}")
     runs = int(OPTS.get("runs", 3))
     n = int(OPTS.get("deploy_vms", 1000))
     bench = Bench(cloud, host[1])
@@ -667,7 +826,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="repeats of each measure (median printed)")
     ap.add_argument("--vms", type=int, default=4, help="VMs provisioned by the orchestrate measure")
     ap.add_argument("--deploy-vms", type=int, default=1000, help="VMs the large node deploy declares")
-    ap.add_argument("--only", choices=["deploy"], help="only the deploy-scale measure")
+    ap.add_argument("--only", choices=["deploy", "minion"],
+                    help="only the deploy-scale measure, or only the minion measures")
     ap.add_argument("--backings", default=",".join(BACKINGS),
                     help=f"comma-separated, among {', '.join(BACKINGS)} (dir is always measured)")
     args = ap.parse_args()

@@ -29,6 +29,8 @@ START, END = "<!-- bench:registry:start -->", "<!-- bench:registry:end -->"
 PSTART, PEND = "<!-- bench:provisioning:start -->", "<!-- bench:provisioning:end -->"
 #: Goal of provisioning, destroy and orchestration, as ratios to their floors.
 GOAL_PROVISION_RATIO = 1.5
+#: Goal of orchestrating 4 VMs that become minions, as a ratio to one such VM.
+GOAL_ORCHESTRATE_MINIONS = 2.0
 
 #: Goals of the registry's figures.
 GOAL_FIRST_S, GOAL_REPEAT_S, GOAL_ALLOCS = 1.5, 0.5, 1000
@@ -153,11 +155,19 @@ def render(data: dict[str, Any]) -> str:
 
 
 def render_provisioning(data: dict[str, Any]) -> str:
-    """The provisioning table (markdown) of ``data``'s ``provisioning`` section."""
-    prov = data.get("provisioning")
+    """The provisioning tables (markdown) of ``data``'s ``provisioning``
+    section (containers) and ``minion`` section (VMs that become minions),
+    each with its commit."""
+    parts = [_table(data.get(name), what) for name, what in
+             (("provisioning", "containers"), ("minion", "VMs that become minions"))]
+    found = [p for p in parts if p]
+    return "\n\n".join(found) if found else "No provisioning figures recorded yet: run ./run bench provision."
+
+
+def _table(prov: dict[str, Any] | None, what: str) -> str:
     if not prov:
-        return "No provisioning figures recorded yet: run ./run bench provision."
-    rows = ["| measure | median (min–max) | ratio | goal |", "|---|---|---|---|"]
+        return ""
+    rows = [f"| {what}: measure | median (min–max) | ratio | goal |", "|---|---|---|---|"]
     ratios = {r["of"]: r for r in prov.get("ratios", [])}
     for key, fig in prov["figures"].items():
         r = ratios.get(key)

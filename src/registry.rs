@@ -201,7 +201,7 @@ impl Registry {
         Ok(match kind {
             Kind::Ssh => a.ssh,
             Kind::Snmp => a.snmp,
-            Kind::Ip => None,
+            Kind::Ip | Kind::Idmap => None,
         }
         .unwrap_or_default())
     }

@@ -35,11 +35,13 @@ pub enum Kind {
     Ssh,
     /// An snmp reverse-proxy port.
     Snmp,
+    /// The first host id of an unprivileged container's id block.
+    Idmap,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 3] = [Kind::Ip, Kind::Ssh, Kind::Snmp];
+    pub const ALL: [Kind; 4] = [Kind::Ip, Kind::Ssh, Kind::Snmp, Kind::Idmap];
 
     /// The kind's name, as the store keeps it and the Salt calls spell it.
     pub const fn as_str(self) -> &'static str {
@@ -47,6 +49,7 @@ impl Kind {
             Kind::Ip => "ip",
             Kind::Ssh => "ssh",
             Kind::Snmp => "snmp",
+            Kind::Idmap => "idmap",
         }
     }
 
@@ -57,7 +60,7 @@ impl Kind {
             .find(|k| k.as_str() == name)
             .ok_or_else(|| {
                 Error::argument(format!(
-                    "allocation kind {name:?} is not one of ip, ssh, snmp"
+                    "allocation kind {name:?} is not one of ip, ssh, snmp, idmap"
                 ))
             })
     }
@@ -75,6 +78,7 @@ impl Kind {
     fn pool_keys(self, vt: &str) -> String {
         match self {
             Kind::Ip => format!("{CLOUD}.{vt}.defaults.network/netmask"),
+            Kind::Idmap => format!("{COMPUTE_NODE}.idmap_range_start/_end"),
             k => format!("{COMPUTE_NODE}.{}_port_range_start/_end", k.as_str()),
         }
     }
@@ -106,6 +110,7 @@ fn allocate_number(
     }
     let (what, freed_by) = match kind {
         Kind::Ip => ("IP".to_string(), "allocated_ips".to_string()),
+        Kind::Idmap => ("subordinate id block".to_string(), "idmaps".to_string()),
         _ => (format!("{k} port"), format!("{k}_ports")),
     };
     Err(Error::Exhausted(format!(
@@ -220,6 +225,25 @@ fn vm_secret(
     Ok((password, salt))
 }
 
+/// The first id of the VM's id block, held or allocated (unprivileged
+/// containers only).
+fn vm_idmap(tx: &Tx, node: &NodePlan, plan: &VmPlan) -> Result<Option<u32>> {
+    if !plan.idmap {
+        return Ok(None);
+    }
+    let held = tx
+        .number(Kind::Idmap.as_str(), &node.cn, &plan.vm)?
+        .filter(|v| node.idmap.contains(*v));
+    match held {
+        Some(v) => Ok(Some(v)),
+        None => {
+            // A block outside the node's range (the range changed): a new one.
+            tx.remove_number(Kind::Idmap.as_str(), &node.cn, &plan.vm)?;
+            allocate_number(tx, Kind::Idmap, &node.cn, (&plan.vm, &plan.vt), &node.idmap).map(Some)
+        }
+    }
+}
+
 fn vm_port(tx: &Tx, node: &NodePlan, kind: Kind, plan: &VmPlan) -> Result<u16> {
     let pool = if kind == Kind::Ssh {
         &node.ssh
@@ -267,6 +291,7 @@ pub(crate) fn allocate_vm(
     } else {
         (None, None)
     };
+    let idmap = vm_idmap(tx, node, plan)?;
     Ok(VmAllocation {
         ip,
         macs,
@@ -274,5 +299,6 @@ pub(crate) fn allocate_vm(
         salt,
         ssh,
         snmp,
+        idmap,
     })
 }

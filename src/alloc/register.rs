@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::{allocate_vm, reserve_claims, Kind};
 use crate::error::Result;
+use crate::pools::Pool;
 use crate::settings::{Config, NodePlan, VmAllocation, VmPlan};
 use crate::store::{legacy, Tx};
 
@@ -67,6 +68,7 @@ pub fn node(
     let ips: HashMap<String, u32> = tx.numbers(Kind::Ip.as_str(), cn)?.into_iter().collect();
     let ssh: HashMap<String, u32> = tx.numbers(Kind::Ssh.as_str(), cn)?.into_iter().collect();
     let snmp: HashMap<String, u32> = tx.numbers(Kind::Snmp.as_str(), cn)?.into_iter().collect();
+    let idmaps: HashMap<String, u32> = tx.numbers(Kind::Idmap.as_str(), cn)?.into_iter().collect();
     let mut macs: HashMap<&str, BTreeMap<String, String>> = HashMap::new();
     let rows = tx.macs(cn)?;
     for (vm, slot, m) in &rows {
@@ -86,6 +88,12 @@ pub fn node(
             let held = macs.get(p.vm.as_str())?;
             let ip = *ips.get(&p.vm)?;
             let (ssh, snmp) = (*ssh.get(&p.vm)?, *snmp.get(&p.vm)?);
+            // An unprivileged container holds a block inside the node's range.
+            let idmap = match idmaps.get(&p.vm) {
+                Some(v) if p.idmap && node.idmap.contains(*v) => Some(*v),
+                _ if p.idmap => return None,
+                _ => None,
+            };
             let macs = p
                 .macs
                 .iter()
@@ -109,6 +117,7 @@ pub fn node(
                 salt: String::new(),
                 ssh: Some(ssh as u16),
                 snmp: Some(snmp as u16),
+                idmap,
             })
         };
         let a = match held() {

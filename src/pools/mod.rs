@@ -1,11 +1,13 @@
 //! What can be handed out: the IP network of a compute node ([`ipam`]),
-//! its reverse-proxy port ranges ([`ports`]), MAC addresses ([`mac`]) and
+//! its reverse-proxy port ranges ([`ports`]), the subordinate id blocks of
+//! its unprivileged containers ([`idmap`]), MAC addresses ([`mac`]) and
 //! passwords with their crypt salts ([`secrets`]). Pure values and rules:
 //! who holds what is the store's business, choosing is `alloc`'s.
 //!
 //! IPs and ports are ordered pools of integers handed out first-free,
 //! walking upwards ([`Pool`]).
 
+pub mod idmap;
 pub mod ipam;
 pub mod mac;
 pub mod ports;

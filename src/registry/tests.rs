@@ -24,6 +24,8 @@ struct Pools {
     gateway: Ipv4Addr,
     ssh: (u16, u16),
     snmp: (u16, u16),
+    /// Subordinate id blocks (of 65,536 ids, from 1,000,000).
+    blocks: u32,
 }
 
 impl Pools {
@@ -34,6 +36,7 @@ impl Pools {
             gateway: Ipv4Addr::new(10, 5, 0, 1),
             ssh: (40000, 40031),
             snmp: (30000, 30031),
+            blocks: 32,
         }
     }
 
@@ -46,6 +49,8 @@ impl Pools {
             format!("{COMPUTE_NODE}.ssh_port_range_end"): self.ssh.1,
             format!("{COMPUTE_NODE}.snmp_port_range_start"): self.snmp.0,
             format!("{COMPUTE_NODE}.snmp_port_range_end"): self.snmp.1,
+            format!("{COMPUTE_NODE}.idmap_range_start"): 1_000_000,
+            format!("{COMPUTE_NODE}.idmap_range_end"): 1_000_000 + u64::from(self.blocks) * 65536 - 1,
         });
         let Value::Object(m) = keys else {
             panic!("a mapping")
@@ -296,7 +301,7 @@ fn destroy_frees_ip_and_ports_and_retires_macs() {
     assert_eq!(
         Value::Object(freed.into_iter().collect()),
         json!({"ip": a["ip"], "ssh": a["ssh_reverse_proxy_port"], "snmp": a["snmp_reverse_proxy_port"],
-               "retired_macs": [a["mac"]], "password": "forgotten"})
+               "idmap": 1_000_000, "retired_macs": [a["mac"]], "password": "forgotten"})
     );
     failed(
         reg.destroy_vm(CN, "a.test"),
@@ -494,6 +499,7 @@ fn automatic_ips_skip_dot_0_and_dot_255() {
         gateway: Ipv4Addr::new(10, 5, 1, 1),
         ssh: (40000, 40300),
         snmp: (30000, 30300),
+        blocks: 300,
     };
     let names: Vec<String> = (0..260).map(|i| format!("vm{i:03}.test")).collect();
     let (_dir, reg) = open(pillar(&pools, &[CN], &plain_vms(&names)));
@@ -1014,7 +1020,7 @@ fn ops(vms: usize) -> impl Strategy<Value = Vec<Op>> {
 /// smallest candidate nobody holds; freed values are therefore reused first.
 #[derive(Debug, Default)]
 struct Model {
-    held: BTreeMap<String, (Ipv4Addr, u16, u16, String)>,
+    held: BTreeMap<String, (Ipv4Addr, u16, u16, String, u32)>,
     macs_ever: BTreeSet<String>,
 }
 
@@ -1024,12 +1030,15 @@ impl Model {
         candidates.into_iter().find(|c| !used.contains(c))
     }
 
-    /// The (ip, ssh, snmp) a new VM gets, or None when a pool is exhausted.
-    fn next(&self, pools: &Pools) -> Option<(Ipv4Addr, u16, u16)> {
+    /// The (ip, ssh, snmp, id block) a new VM gets, or None when a pool is
+    /// exhausted.
+    fn next(&self, pools: &Pools) -> Option<(Ipv4Addr, u16, u16, u32)> {
+        let blocks = (0..pools.blocks).map(|i| 1_000_000 + i * 65536).collect();
         Some((
             Self::first_free(pools.ips(), self.held.values().map(|h| h.0))?,
             Self::first_free(Pools::ports(pools.ssh), self.held.values().map(|h| h.1))?,
             Self::first_free(Pools::ports(pools.snmp), self.held.values().map(|h| h.2))?,
+            Self::first_free(blocks, self.held.values().map(|h| h.4))?,
         ))
     }
 }
@@ -1040,9 +1049,10 @@ proptest! {
     #[test]
     fn allocate_and_destroy_follow_the_first_free_model(
         ssh_size in 4u16..=12,
+        blocks in 4u32..=12,
         script in ops(14),
     ) {
-        let pools = Pools { prefix: 28, ssh: (40000, 40000 + ssh_size - 1), ..Pools::small() };
+        let pools = Pools { prefix: 28, ssh: (40000, 40000 + ssh_size - 1), blocks, ..Pools::small() };
         let names: Vec<String> = (0..14).map(|i| format!("vm{i:02}.test")).collect();
         let (_dir, reg) = open(pillar(&pools, &[CN], &plain_vms(&names)));
         let mut model = Model::default();
@@ -1055,19 +1065,19 @@ proptest! {
                     match (model.held.get(vm), model.next(&pools)) {
                         (Some(h), _) => {
                             let a = got.unwrap();
-                            prop_assert_eq!((a.ip, a.ssh.unwrap(), a.snmp.unwrap(), &a.macs[0]), (h.0, h.1, h.2, &h.3));
+                            prop_assert_eq!((a.ip, a.ssh.unwrap(), a.snmp.unwrap(), &a.macs[0], a.idmap), (h.0, h.1, h.2, &h.3, Some(h.4)));
                             prop_assert_eq!(dump(&reg), before, "a re-query changes nothing");
                         }
                         (None, None) => {
                             failed(got, Error::Exhausted, &[CN, vm]);
                             prop_assert_eq!(dump(&reg), before, "a failed allocation changes nothing");
                         }
-                        (None, Some((ip, ssh, snmp))) => {
+                        (None, Some((ip, ssh, snmp, block))) => {
                             let a = got.unwrap();
-                            prop_assert_eq!((a.ip, a.ssh.unwrap(), a.snmp.unwrap()), (ip, ssh, snmp), "{}", vm);
+                            prop_assert_eq!((a.ip, a.ssh.unwrap(), a.snmp.unwrap(), a.idmap), (ip, ssh, snmp, Some(block)), "{}", vm);
                             let mac = a.macs[0].clone();
                             prop_assert!(model.macs_ever.insert(mac.clone()), "MAC {} handed out twice", mac);
-                            model.held.insert(vm.clone(), (ip, ssh, snmp, mac));
+                            model.held.insert(vm.clone(), (ip, ssh, snmp, mac, block));
                         }
                     }
                 }
@@ -1076,8 +1086,9 @@ proptest! {
                     let got = reg.destroy_vm(CN, vm);
                     match model.held.remove(vm) {
                         None => failed(got, Error::NotFound, &[CN, vm]),
-                        Some((ip, ssh, snmp, mac)) => {
+                        Some((ip, ssh, snmp, mac, block)) => {
                             let freed = got.unwrap();
+                            prop_assert_eq!(&freed["idmap"], &json!(block));
                             prop_assert_eq!(&freed["ip"], &json!(ip.to_string()));
                             prop_assert_eq!(&freed["ssh"], &json!(ssh));
                             prop_assert_eq!(&freed["snmp"], &json!(snmp));

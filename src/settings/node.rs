@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 
 use crate::pillar::merge::{map, with_names};
 use crate::pillar::values::{as_int, mapping_mut, scalar};
+use crate::pools::idmap::IdRange;
 use crate::pools::ipam::Network;
 use crate::pools::ports::PortRange;
 
@@ -27,6 +28,8 @@ pub struct NodePlan {
     pub ssh: PortRange,
     /// snmp reverse-proxy ports.
     pub snmp: PortRange,
+    /// Host ids of its unprivileged containers.
+    pub idmap: IdRange,
     /// The virtualisation types the node hosts, sorted (see
     /// [`super::NodeDecl::hosted_types`]); an empty node hosts lxc.
     pub types: Vec<String>,
@@ -88,12 +91,27 @@ fn index_claims(vms: &[VmPlan]) -> Vec<(Ipv4Addr, usize, String)> {
     main.chain(extra).collect()
 }
 
+/// The node's subordinate id range (`idmap_range_start`/`_end` of the
+/// merged compute-node settings `s`).
+fn id_range(s: &Value) -> Result<IdRange> {
+    let key = |end: &str| format!("{COMPUTE_NODE}.idmap_range_{end}");
+    let start = as_int(&s["idmap_range_start"], &key("start"))?;
+    let end = as_int(&s["idmap_range_end"], &key("end"))?;
+    IdRange::new(
+        start,
+        end,
+        &format!("{COMPUTE_NODE}.idmap_range_start/_end"),
+    )
+}
+
 impl Config {
     pub(super) fn compute_node_merged(&self) -> Result<Value> {
         let defaults = json!({
             "has": {"firewall": true},
             "ssh_port_range_start": 40000, "ssh_port_range_end": 50000,
             "snmp_port_range_start": 30000, "snmp_port_range_end": 39999,
+            "idmap_range_start": crate::pools::idmap::DEFAULT_START,
+            "idmap_range_end": IdRange::default_end(),
             "conf": {},
         });
         with_names(&self.pillar, COMPUTE_NODE, defaults, &["conf"])
@@ -103,6 +121,7 @@ impl Config {
     pub fn compute_node_settings(&self) -> Result<Value> {
         let mut s = self.compute_node_merged()?;
         self.port_ranges(&s)?;
+        id_range(&s)?;
         let targets: Map<String, Value> = self
             .declared()?
             .iter()
@@ -171,7 +190,9 @@ impl Config {
             types.push(crate::drivers::DEFAULT_TYPE.to_owned());
         }
         let network = self.node_network(cn, &types)?;
-        let (ssh, snmp) = self.port_ranges(&self.compute_node_merged()?)?;
+        let merged = self.compute_node_merged()?;
+        let (ssh, snmp) = self.port_ranges(&merged)?;
+        let idmap = id_range(&merged)?;
         let conf = self.node_conf(cn)?;
         let plans = vms
             .iter()
@@ -182,6 +203,7 @@ impl Config {
             network,
             ssh,
             snmp,
+            idmap,
             types,
             conf,
             claimed: index_claims(&plans),

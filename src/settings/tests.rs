@@ -61,6 +61,7 @@ fn finish(cfg: &Config, cn: &str, vm: &str) -> Result<Value> {
         salt: "saltsaltsaltsalt".into(),
         ssh: Some(40000),
         snmp: Some(30000),
+        idmap: plan.idmap.then_some(1_000_000),
     };
     crate::views::vm::finish(cfg, cn, &plan, &alloc, true)
 }
@@ -1423,4 +1424,78 @@ fn the_firewall_chain_is_mccloud_s_own() {
     }
     let conf = json!({ format!("{COMPUTE_NODE}.conf.{CN}.firewall_chain"): "MCCLOUD-FW2" });
     assert!(config(conf).node_conf(CN).is_ok());
+}
+
+#[test]
+fn lxc_vms_run_unprivileged_where_their_root_filesystem_allows_it() {
+    // A dir VM: unprivileged, its block mapped and its rootfs idmapped.
+    let s = one_vm(CN, json!({})).unwrap();
+    assert_eq!(
+        (&s["privileged"], &s["idmap_base"], &s["idmap_size"]),
+        (&json!(false), &json!(1_000_000), &json!(65536))
+    );
+    let config = s["lxc_config"].as_str().unwrap();
+    assert!(
+        config.contains("lxc.idmap = u 0 1000000 65536")
+            && config.contains("lxc.rootfs.options = idmap=container"),
+        "{config}"
+    );
+    // Asked privileged, or a backing LXC cannot idmap: privileged, as before.
+    for own in [
+        json!({"privileged": true}),
+        json!({"profile_type": "overlayfs"}),
+        json!({"profile_type": "lvm"}),
+        json!({"privileged": "yes", "profile_type": "dir-scratch"}),
+    ] {
+        let s = one_vm(CN, own.clone()).unwrap();
+        assert_eq!(
+            (&s["privileged"], &s["idmap_base"]),
+            (&json!(true), &Value::Null),
+            "{own}"
+        );
+        assert!(
+            !s["lxc_config"].as_str().unwrap().contains("lxc.idmap"),
+            "{own}"
+        );
+    }
+    // What cannot work unprivileged is named before anything is allocated.
+    let refused = |own: Value, words: &[&str]| {
+        let e = one_vm(CN, own.clone()).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{own}: {e:?}");
+        for w in words {
+            assert!(e.to_string().contains(w), "{own}: {e} lacks {w}");
+        }
+    };
+    refused(
+        json!({"privileged": false, "profile_type": "overlayfs"}),
+        &[
+            "privileged of VM vm1.test.com",
+            "overlayfs",
+            "profile types dir and dir-scratch",
+        ],
+    );
+    refused(
+        json!({"lxc_conf": [{"lxc.sysctl.kernel.shmmax": "1"}]}),
+        &["lxc.sysctl.kernel.shmmax", "privileged: true"],
+    );
+    refused(
+        json!({"lxc_conf": ["lxc.idmap = u 0 5000 10"]}),
+        &["lxc.idmap", "privileged: true"],
+    );
+    refused(
+        json!({"fstab": ["/dev/sdb1 srv ext4 defaults 0 0"]}),
+        &["/dev/sdb1", "block device"],
+    );
+    refused(
+        json!({"privileged": ["yes"]}),
+        &["privileged of VM vm1.test.com", "true or false"],
+    );
+    // Namespaced sysctls and bind mounts are fine.
+    let ok = one_vm(
+        CN,
+        json!({"lxc_conf": [{"lxc.sysctl.net.ipv4.ip_forward": "1"}],
+                               "fstab": ["/srv/data srv none bind 0 0"]}),
+    )
+    .unwrap();
+    assert_eq!(ok["privileged"], json!(false));
 }

@@ -47,6 +47,8 @@ pub struct VmPlan {
     pub password: Option<String>,
     /// What its type adds (an lxc VM's profile).
     pub type_plan: TypePlan,
+    /// Whether it runs unprivileged and holds a block of host ids.
+    pub idmap: bool,
 }
 
 /// The allocations of one VM.
@@ -64,6 +66,8 @@ pub struct VmAllocation {
     pub ssh: Option<u16>,
     /// snmp reverse-proxy port, when allocated.
     pub snmp: Option<u16>,
+    /// First host id of its id block (an unprivileged container).
+    pub idmap: Option<u32>,
 }
 
 /// The defaults of a VM's type (and its name servers) with the VM's own
@@ -198,6 +202,10 @@ impl Config {
             )));
         }
         let type_plan = driver.plan_vm(t, &s, cn, &declared_at)?;
+        let idmap = match &type_plan {
+            TypePlan::Lxc(p) => lxc::unprivileged(&s, p, &at)?,
+            TypePlan::Generic => false,
+        };
         parse_prefix(&scalar(values::at(&s, "netmask"), &at("netmask"))?)?;
         // The merged settings are dropped here (a node may declare tens of
         // thousands of VMs); `finish_vm` merges them again for its one VM.
@@ -213,6 +221,7 @@ impl Config {
             macs,
             password,
             type_plan,
+            idmap,
         })
     }
 

@@ -80,22 +80,23 @@ CREATE TABLE IF NOT EXISTS salts(
 CREATE INDEX IF NOT EXISTS macs_by_vm ON macs(vm) WHERE retired = 0;
 ";
 
-/// The uniqueness space of a kind of number: IPs, or ports (ssh and snmp
-/// ports share one space: a port is never held twice on a node).
+/// The uniqueness space of a kind of number: IPs, ports (ssh and snmp
+/// ports share one space: a port is never held twice on a node), or the
+/// id blocks of unprivileged containers.
 pub fn space_of(kind: &str) -> &'static str {
-    if kind == "ip" {
-        "ip"
-    } else {
-        "port"
+    match kind {
+        "ip" => "ip",
+        "idmap" => "idmap",
+        _ => "port",
     }
 }
 
 /// The kinds of a space.
 fn kinds_of(space: &str) -> &'static [&'static str] {
-    if space == "ip" {
-        &["ip"]
-    } else {
-        &["ssh", "snmp"]
+    match space {
+        "ip" => &["ip"],
+        "idmap" => &["idmap"],
+        _ => &["ssh", "snmp"],
     }
 }
 

@@ -95,6 +95,10 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
             "snmp_port_range",
             json!({"start": node.snmp.start, "end": node.snmp.end}),
         ),
+        (
+            "idmap_range",
+            json!({"start": node.idmap.start, "end": node.idmap.end, "count": node.idmap.count()}),
+        ),
         ("network", Value::Object(network)),
     ]);
     m.extend(facts);

@@ -72,6 +72,7 @@ def calls(rp: RealPillar) -> list[tuple[str, tuple[Any, ...]]]:
         ("mc_cloud_compute_node.cleanup_allocated_ips", (cn,)),
         ("mc_cloud_compute_node.cleanup_ssh_ports", (cn,)),
         ("mc_cloud_compute_node.cleanup_snmp_ports", (cn,)),
+        ("mc_cloud_compute_node.cleanup_idmaps", (cn,)),
         ("mc_cloud.inventory", ()),
         ("mc_cloud_controller.ensure_ca_present", ()),
         ("mc_cloud_controller.get_cacert", ()),
@@ -113,10 +114,10 @@ def run_all(mods: Any, rp: RealPillar) -> dict[str, Any]:
 def scrub(value: Any, roots: tuple[str, ...]) -> Any:
     """``value`` without what differs between two stores by design:
     generated passwords, keys and certificates (each store has its own
-    CA), and the test's directories."""
+    CA), the test's directories, and timings."""
     if isinstance(value, Mapping):
         return {k: scrub(v, roots) for k, v in value.items()
-                if "password" not in str(k) and k not in ("duration", "slowest")}
+                if "password" not in str(k) and k not in ("duration", "slowest", "seconds", "job_seconds")}
     if isinstance(value, (list, tuple)):
         return [scrub(v, roots) for v in value]
     if isinstance(value, str):

@@ -78,6 +78,12 @@ def cloud_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cloud")
     for d in ("pillar", "store", "lxc", "etc"):
         (root / d).mkdir()
+    # The root of an unprivileged container (a host uid of its own) must
+    # traverse the directories down to its lxc path: pytest makes them 0700.
+    for d in (root / "lxc", *(root / "lxc").parents):
+        if d in (Path("/tmp"), Path("/")):
+            break
+        d.chmod(d.stat().st_mode | 0o001)
     (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
     return root
 

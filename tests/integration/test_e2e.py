@@ -133,6 +133,19 @@ def check_vm(cloud: Cloud, lxc: Path, vm: str) -> dict[str, Any]:
     pub = (cloud.root / "etc" / "ssh" / "id_mccloud.pub").read_text().strip()
     assert pub in guest_file(lxc, vm, "/root/.ssh/authorized_keys")
     assert f"root:{s['password_hash']}:" in guest_file(lxc, vm, "/etc/shadow")
+    # Unprivileged by default: the guest's root is the first host id of the
+    # VM's own block; its files stay host root's on disk (the root
+    # filesystem is mounted idmapped). The overlayfs clone runs privileged.
+    pid = sh("lxc-info", "-P", str(lxc), "-n", vm, "-pH").stdout.strip()
+    uid_map = Path(f"/proc/{pid}/uid_map").read_text().split()
+    if vm == OVERLAY:
+        assert (s["privileged"], s["idmap_base"], uid_map) == (True, None, ["0", "0", "4294967295"]), uid_map
+    else:
+        assert s["privileged"] is False and uid_map == ["0", str(s["idmap_base"]), "65536"], (s, uid_map)
+        assert Path(f"/proc/{pid}/gid_map").read_text().split() == ["0", str(s["idmap_base"]), "65536"]
+        assert os.stat(f"/proc/{pid}").st_uid == s["idmap_base"]
+        inside = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "stat", "-c", "%u", "/etc/shadow").stdout
+        assert inside.strip() == "0" and (lxc / vm / "rootfs" / "etc" / "shadow").stat().st_uid == 0
     if vm == OVERLAY:  # a copy-on-write clone: only what the guest changed is its own
         rootfs = sh("lxc-info", "-P", str(lxc), "-n", vm, "-c", "lxc.rootfs.path").stdout
         assert f"/{TEMPLATE}/rootfs:" in rootfs and rootfs.strip().endswith(f"/{vm}/overlay/delta"), rootfs
@@ -294,8 +307,8 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         if "duration" in step:
             phases[f"  states of {step['name']}"] = step["duration"]
     seen = {VMS[0]: check_vm(cloud, lxc, VMS[0])}
-    assert [s["name"] for s in data["steps"]][-3:] == [
-        "mc_cloud_vm.vm_bootstrap", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"], data
+    assert [s["name"] for s in data["steps"]][-4:] == [
+        "mc_cloud_vm.vm_bootstrap", "minion", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"], data
     check_minion(cloud, lxc, VMS[0])
     # The minion is a service of the container: it answers again after a restart.
     assert sh("lxc-stop", "-P", str(lxc), "-n", VMS[0]).returncode == 0
@@ -324,6 +337,8 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         assert rc == 0 and again["changes"] == {}, out
     for key in ("ip", "mac", "ssh_reverse_proxy_port"):
         assert len({s[key] for s in seen.values()}) == len(VMS)
+    blocks = [s["idmap_base"] for s in seen.values() if not s["privileged"]]
+    assert len(blocks) == len(VMS) - 1 and len(set(blocks)) == len(blocks), blocks  # a block each
     assert all(s["ip"].startswith(NET + ".") for s in seen.values())
     a = seen[VMS[0]]
     ssh_banner("127.0.0.1", a["ssh_reverse_proxy_port"])  # the first is still reachable

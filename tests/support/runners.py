@@ -93,7 +93,8 @@ class Minions:
         self.calls: list[tuple[str, str, str]] = []
         self.fail: dict[str, str] = {}
 
-    def __call__(self, opts: Any, minion: str, mode: str, fun: str, timeout: int = 300) -> tuple[bool, Any]:
+    def __call__(self, opts: Any, minion: str, mode: str, fun: str, timeout: float = 300,
+                 **client: Any) -> tuple[bool, Any]:
         self.calls.append((minion, mode, fun))
         if not minions.accepted(opts, minion, mode):
             return False, None

@@ -92,3 +92,24 @@ def test_the_provisioning_table_comes_from_its_section(tmp_path: Path) -> None:
     bare.write_text(f"{results.START}\nx\n{results.END}\n")
     results.update_readme(bare, data)
     assert results.PSTART not in bare.read_text()
+
+
+def test_the_minion_table_follows_the_containers_one(tmp_path: Path) -> None:
+    data = sample(1.2, 0.4, [1100])
+    stamp = {k: data["node"][k] for k in ("commit", "date", "machine")}
+    assert "No provisioning figures" in results.render_provisioning(data)
+    data["minion"] = {**stamp, "commit": "def5678", "runs": 2, "notes": [],
+                      "figures": {"minion floor + one runner call": {"median": 4.0, "min": 3.9, "max": 4.2},
+                                  "provision overlayfs minion (every step)": {"median": 5.0, "min": 4.8, "max": 5.5}},
+                      "ratios": [{"of": "provision overlayfs minion (every step)",
+                                  "to": "of minion floor + one runner call", "goal": 1.5, "ratio": 1.25}]}
+    table = results.render_provisioning(data)
+    assert table.startswith("| VMs that become minions: measure |")
+    assert ("| provision overlayfs minion (every step) | 5.00 s (4.80–5.50) | 1.25× of minion floor + one "
+            "runner call | ≤ 1.5× (met) |") in table
+    assert "2 run(s)): commit def5678" in table
+    data["provisioning"] = {**stamp, "runs": 1, "figures": {"floor dir": {"median": 6.0, "min": 6.0, "max": 6.0}},
+                            "ratios": []}
+    both = results.render_provisioning(data)
+    assert both.index("| containers: measure |") < both.index("| VMs that become minions: measure |")
+    assert "1 run(s)): commit abc1234" in both and "2 run(s)): commit def5678" in both

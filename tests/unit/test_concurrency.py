@@ -53,7 +53,8 @@ for i in range(worker, n, workers):
     node = CN if i % 5 else "other.example.net"
     name = f"vm{i}.example.net" if node == CN else f"o{i}.example.net"
     s = open_registry(store, n).vm_settings(node, name)
-    print(json.dumps([node, name, s["ip"], s["mac"], s["ssh_reverse_proxy_port"], s["snmp_reverse_proxy_port"]]))
+    print(json.dumps([node, name, s["ip"], s["mac"], s["ssh_reverse_proxy_port"], s["snmp_reverse_proxy_port"],
+                      s["idmap_base"]]))
 if worker == 0:
     open_registry(store, n).target_settings(CN)
 """
@@ -81,9 +82,9 @@ def test_parallel_processes_never_share_a_value(tmp_path: Path) -> None:
     assert len(results) == n
     for node in (CN, "other.example.net"):
         rows = [r for r in results if r[0] == node]
-        for col, what in ((2, "ip"), (4, "ssh port"), (5, "snmp port")):
+        for col, what in ((2, "ip"), (4, "ssh port"), (5, "snmp port"), (6, "subordinate id block")):
             values = [r[col] for r in rows]
-            assert len(set(values)) == len(values), f"duplicate {what} on {node}"
+            assert None not in values and len(set(values)) == len(values), f"duplicate {what} on {node}"
     macs = [r[3] for r in results]
     assert len(set(macs)) == len(macs), "duplicate MAC across the registry"
     # What callers were told is what the store holds.
@@ -94,6 +95,10 @@ def test_parallel_processes_never_share_a_value(tmp_path: Path) -> None:
     ips = sorted(held.values(), key=lambda a: tuple(int(x) for x in a.split(".")))
     expected = [f"10.5.0.{i}" for i in range(2, 255)] + [f"10.5.1.{i}" for i in range(1, 255)]
     assert ips == expected[: len(ips)]
+    # And the id blocks are the first ones of the range, one per VM.
+    held_blocks = reg.allocated(CN, "idmap")
+    assert sorted(held_blocks.values()) == [1_000_000 + i * 65536 for i in range(len(held_blocks))]
+    assert all(held_blocks[row[1]] == row[6] for row in results if row[0] == CN)
 
 
 KILL_WORKER = r"""

@@ -82,25 +82,34 @@ def test_a_failing_state_in_the_third_batched_sls_names_the_third_step(offline: 
     assert out["result"] is False
     assert out["comment"] == (f"step reconfigure (mc_cloud_lxc.vm_reconfigure) failed: {LXC}.reconfigure "
                               f"on {CN}: reconfigure-state: lxc-start failed")
-    assert [s["name"] for s in out["steps"]] == ["mc_cloud_lxc.vm_spawn", "mc_cloud_vm.vm_fix_dns",
+    assert [s["name"] for s in out["steps"]] == ["key", "mc_cloud_lxc.vm_spawn", "mc_cloud_vm.vm_fix_dns",
                                                  "mc_cloud_lxc.vm_reconfigure"]
 
 
 def test_a_provision_sends_its_sls_steps_as_one_job_and_asks_the_registry_once(offline: Offline, jobs: Jobs) -> None:
     out = vm_provision(offline.env, "vm1.example.net").as_dict()
     assert out["result"] is True, out
+    # The bootstrap joins the VM's one job (its key pre-seeded, so the
+    # minion's files are in place before the first start); then the minion
+    # is awaited once, and the highstate and ping go to the VM's own minion.
     assert [mods for _, mods, _ in jobs.sent] == [[
         f"{LXC}.spawn", f"{GEN}.fix_dns", f"{LXC}.reconfigure", f"{LXC}.volumes", f"{LXC}.preprovision",
-        f"{GEN}.preprovision", f"{LXC}.initial_setup"], [f"{LXC}.bootstrap"]]
-    # the bootstrap is a job of its own (with the pre-seeded key); then the
-    # highstate and ping go to the VM's own minion
-    assert [s["name"] for s in out["steps"]][-3:] == [
-        "mc_cloud_vm.vm_bootstrap", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"]
+        f"{GEN}.preprovision", f"{LXC}.initial_setup", f"{LXC}.bootstrap"]]
+    names = [s["name"] for s in out["steps"]]
+    assert names[0] == "key" and names[-4:] == [
+        "mc_cloud_vm.vm_bootstrap", "minion", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"]
     assert offline.registry.calls == {"vm_settings": 1}
     data = jobs.sent[0][2]
     assert data["rootfs"].endswith("/vm1.example.net/rootfs") and "password" not in data["vm"]
     assert data["vm"]["vt"] == "lxc" and data["controller_pubkey"] == "ssh-ed25519 AAAA test"
-    assert "minion" not in data  # the key goes to the bootstrap job only
+    assert data["minion"]["pem"]  # deposited for the node alone, never published
+
+
+def test_without_the_bootstrap_step_no_key_is_made(offline: Offline, jobs: Jobs) -> None:
+    out = vm_provision(offline.env, "vm1.example.net", skip="bootstrap,initial_highstate,ping").as_dict()
+    assert out["result"] is True, out
+    assert len(jobs.sent) == 1 and "minion" not in jobs.sent[0][2]
+    assert "key" not in [s["name"] for s in out["steps"]]
 
 
 def test_a_non_sls_step_waits_for_the_batch_before_it(offline: Offline, jobs: Jobs) -> None:
@@ -108,7 +117,7 @@ def test_a_non_sls_step_waits_for_the_batch_before_it(offline: Offline, jobs: Jo
     offline.functions["mc_cloud_lxc.post_vm_fix_dns"] = lambda vm, cn: order.append(f"hook {len(jobs.sent)}") or True
     assert vm_provision(offline.env, "vm1.example.net", skip="initial_highstate").result
     assert order == ["hook 1"]  # spawn and fix_dns were sent first
-    assert [len(mods) for _, mods, _ in jobs.sent] == [2, 5, 1]  # the last: bootstrap
+    assert [len(mods) for _, mods, _ in jobs.sent] == [2, 6]  # the last ends with the bootstrap
 
 
 def test_a_node_deploy_registers_the_node_once(offline: Offline, jobs: Jobs) -> None:
@@ -181,8 +190,8 @@ def test_orchestrate_concurrency_comes_from_the_master_option(tmp_path: Path) ->
 def test_orchestrate_provisions_for_real_bodies_in_threads(offline: Offline, jobs: Jobs) -> None:
     out = vm_orchestrate(offline.env, CN, concurrency=4).as_dict()
     assert out["result"] is True, out
-    assert sorted(job[2]["vm"]["name"] for job in jobs.sent if "minion" not in job[2]) == sorted(VMS)
     assert sorted(job[2]["vm"]["name"] for job in jobs.sent if "minion" in job[2]) == sorted(VMS)
+    assert len(jobs.sent) == len(VMS)  # one job per VM, its bootstrap included
     assert offline.registry.calls == {"vm_settings": len(VMS)}
 
 

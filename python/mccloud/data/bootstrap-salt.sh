@@ -81,14 +81,15 @@ link_commands() {
     fi
 }
 
-service_up() {
+unit_text() {
     name=$1 conf=$2
-    if [ -d /run/systemd/system ]; then
-        cat > "/etc/systemd/system/$name.service" <<EOF
+    cat <<EOF
 [Unit]
 Description=Salt minion ($conf), installed by mccloud
-After=network-online.target
-Wants=network-online.target
+After=network.target
+# Starts once the controller placed the minion's key: an image carries the
+# unit enabled, so its VMs start their minion at boot
+ConditionPathExists=$conf/pki/minion/minion.pem
 
 [Service]
 Type=simple
@@ -100,20 +101,69 @@ KillMode=process
 [Install]
 WantedBy=multi-user.target
 EOF
-        systemctl daemon-reload
+}
+
+# Writes the unit of service $1 (configuration $2) when it differs; prints
+# "changed" when it did.
+write_unit() {
+    unit="/etc/systemd/system/$1.service"
+    new=$(unit_text "$1" "$2")
+    if [ "$(cat "$unit" 2>/dev/null)" = "$new" ]; then return 0; fi
+    printf '%s\n' "$new" > "$unit.mccloud-new"
+    mv -f "$unit.mccloud-new" "$unit"
+    echo changed
+}
+
+# Images: both minions' units, enabled (the link systemctl enable makes,
+# without a running systemd), each waiting for its key.
+install_units() {
+    [ -d /etc/systemd/system ] && [ -x /lib/systemd/systemd ] || return 0
+    mkdir -p /etc/systemd/system/multi-user.target.wants
+    for pair in salt-minion:/etc/salt mastersalt-minion:/etc/mastersalt; do
+        write_unit "${pair%%:*}" "${pair#*:}" >/dev/null
+        ln -sf "../${pair%%:*}.service" "/etc/systemd/system/multi-user.target.wants/${pair%%:*}.service"
+    done
+    say "minion units installed and enabled, each waiting for its key"
+}
+
+# Whether the running minion of service $1 (configuration $2) started after
+# its configuration and keys were last written: then it has them.
+current() {
+    pid=$(systemctl show -p MainPID --value "$1" 2>/dev/null || echo 0)
+    [ "${pid:-0}" != 0 ] && [ -d "/proc/$pid" ] || return 1
+    [ -z "$(find "$2/minion" "$2/minion.d" "$2/pki/minion" -type f ! -empty -newer "/proc/$pid" 2>/dev/null \
+        | head -n 1)" ]
+}
+
+service_up() {
+    name=$1 conf=$2
+    if [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then
+        # a container that has just started: its systemd may not answer yet
+        n=0
+        until systemctl show -p Version >/dev/null 2>&1; do
+            n=$((n + 1))
+            [ "$n" -lt 300 ] || die 5 "systemd does not answer systemctl after 30 s"
+            sleep 0.1
+        done
+        if [ -n "$(write_unit "$name" "$conf")" ]; then
+            systemctl daemon-reload
+            restart=1
+        elif current "$name" "$conf"; then
+            restart=0
+        else
+            restart=1
+        fi
         systemctl enable "$name.service" >/dev/null 2>&1 || die 5 "systemctl enable $name failed"
-        systemctl restart "$name.service" || die 5 "systemctl restart $name failed"
+        if [ "$restart" = 1 ]; then
+            systemctl restart "$name.service" || die 5 "systemctl restart $name failed"
+            say "$name started ($conf)"
+        else
+            # started at boot with its keys in place: it is already connecting
+            systemctl start "$name.service" || die 5 "systemctl start $name failed"
+            say "$name running ($conf)"
+        fi
     else
         cat > "/etc/init.d/$name" <<EOF
-#!/bin/sh
-### BEGIN INIT INFO
-# Provides:          $name
-# Required-Start:    \$network \$remote_fs
-# Required-Stop:     \$network \$remote_fs
-# Default-Start:     2 3 4 5
-# Default-Stop:      0 1 6
-# Short-Description: Salt minion ($conf), installed by mccloud
-### END INIT INFO
 PID=/run/$name.pid
 case "\$1" in
     start) start-stop-daemon --start --quiet --background --make-pidfile --pidfile \$PID \\
@@ -127,13 +177,13 @@ EOF
         chmod 755 "/etc/init.d/$name"
         if command -v update-rc.d >/dev/null; then update-rc.d "$name" defaults >/dev/null 2>&1 || true; fi
         "/etc/init.d/$name" restart || die 5 "/etc/init.d/$name restart failed"
+        say "$name started ($conf)"
     fi
-    say "$name started ($conf)"
 }
 
 install_salt
 link_commands
-[ "$INSTALL_ONLY" = 1 ] && exit 0
+if [ "$INSTALL_ONLY" = 1 ]; then install_units; exit 0; fi
 
 if [ "$MODE" = mastersalt ]; then conf=/etc/mastersalt name=mastersalt-minion; else conf=/etc/salt name=salt-minion; fi
 for f in minion.d/mccloud.conf pki/minion/minion.pem pki/minion/minion.pub pki/minion/minion_master.pub; do

@@ -68,7 +68,7 @@ def node_data(env: Env, target: str, **extra: Any) -> NodeData:
 
 
 #: What the lxc compute-node SLS (install_lxc, images) read of the node's settings.
-SLS_NODE_KEYS = ("target", "lxc_path", "network")
+SLS_NODE_KEYS = ("target", "lxc_path", "network", "idmap_range")
 
 
 def sls_data(env: Env, target: str, **extra: Any) -> NodeData:

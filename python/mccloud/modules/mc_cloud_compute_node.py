@@ -409,6 +409,23 @@ def cleanup_snmp_ports(target, target_data=None):
 
 
 @_ms.salt_errors
+def cleanup_idmaps(target):
+    """Frees the subordinate id blocks of VMs no longer declared on the
+    node; returns the blocks still allocated, ``{vm: first host id}`` (each
+    block is 65,536 ids).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.cleanup_idmaps devhost10.local
+    """
+    reg = _registry()
+    reg.cleanup(str(target), "idmap")
+    return reg.allocated(str(target), "idmap")
+
+
+@_ms.salt_errors
 def destroy_vm_allocations(target, vm):
     """Frees everything the VM holds: IP and ports return to their pools,
     the password is forgotten, MACs are retired (never handed out again).

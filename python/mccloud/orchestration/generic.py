@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextvars
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Container, Mapping, Sequence
 
@@ -84,7 +85,11 @@ def run_steps(
         step_of = {fun: step for step, fun, _ in pending}
         todo = [(fun, s) for _, fun, s in pending]
         pending.clear()
-        return all(record(step_of[fun], fun, ret) for fun, ret in batch(todo))
+        started = time.monotonic()
+        rets = batch(todo)
+        if rets:  # the job's wall time, on the last step it reports
+            rets[-1] = (rets[-1][0], {**rets[-1][1], "job_seconds": round(time.monotonic() - started, 3)})
+        return all(record(step_of[fun], fun, ret) for fun, ret in rets)
 
     for step in steps:
         found = step_functions(functions, vt, step)
@@ -95,7 +100,11 @@ def run_steps(
             if batch is not None and sls and name in sls:
                 pending.append((step, name, sls[name]))
                 continue
-            if not flush() or not record(step, name, as_step(functions[name](*args))):
+            if not flush():
+                return outcome
+            started = time.monotonic()
+            ret = as_step(functions[name](*args))
+            if not record(step, name, {**ret, "seconds": round(time.monotonic() - started, 3)}):
                 return outcome
     flush()
     return outcome
@@ -197,7 +206,12 @@ def vm_provision(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
     """Runs the provisioning steps of a VM (driver pre, generic, driver post
     for each), then ping and the post-provision hooks; stops at the first
     failure and says which step failed. The VM's data is computed once;
-    consecutive SLS steps go to its compute node as one job."""
+    consecutive SLS steps go to its compute node as one job.
+
+    With the bootstrap step, the VM's key is made and accepted first and
+    its driver's bootstrap SLS joins that job: the minion's files are in
+    place before the VM first starts (an image carrying Salt starts the
+    minion at boot), then the minion's answer is awaited once."""
     wanted = names(steps) or [*VM_STEPS, "ping", "post_provision"]
     unknown = sorted(set(wanted) - {*VM_STEPS, "ping", "post_provision"})
     if unknown:
@@ -208,9 +222,34 @@ def vm_provision(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
     vt = str(data["vm"]["vt"])
     todo = [s for s in wanted if s not in set(names(skip))]
     env.progress(f"{vm} on {cn} ({vt}): steps {', '.join(todo)}")
-    out = run_steps(env.functions, vt, [s for s in todo if s in VM_STEPS], (vm, cn), env.progress,
-                    sls=sls_steps(env, vt), batch=lambda pairs: env.batch(cn, pairs, data))
-    if not out.result:
+    sls = sls_steps(env, vt)
+    vm_steps = [s for s in todo if s in VM_STEPS]
+    out = Outcome()
+    job: Mapping[str, Any] = data
+
+    def run(phase: Sequence[str]) -> Outcome:
+        return run_steps(env.functions, vt, phase, (vm, cn), env.progress, outcome=out, sls=sls,
+                         batch=lambda pairs: env.batch(cn, pairs, job))
+
+    joined = joined_bootstrap(env, vt) if "bootstrap" in vm_steps else None
+    if joined:
+        job = bootstrap_data(env, vm, cn)
+        mode = job["minion"]["mode"]
+        out.add("key", {"result": True, "comment": f"key of {vm} generated and accepted on the {mode} master",
+                        "changes": {"accepted": mode}})
+        sls = {**sls, GENERIC_BOOTSTRAP: joined}
+        cut = vm_steps.index("bootstrap") + 1
+        # listening before the VM starts: its minion's start event is not missed
+        with minions.start_events(env.opts, mode) as events:
+            if not run(vm_steps[:cut]).result:
+                return out
+            started = time.monotonic()
+            why = minions.wait_answering(env.opts, vm, mode, env.progress, events=events)
+        if not out.add("minion", {"result": why is None, "seconds": round(time.monotonic() - started, 3),
+                                  "comment": why or f"{vm} answers test.ping on the {mode} master"}):
+            return out
+        vm_steps = vm_steps[cut:]
+    if not run(vm_steps).result:
         return out
     if "ping" in todo and not out.add("mc_cloud_vm.vm_ping", env.call("mc_cloud_vm.vm_ping", vm)):
         return out
@@ -219,6 +258,21 @@ def vm_provision(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
             if not out.add(fun, env.call(fun, vm, cn)):
                 return out
     return out
+
+
+#: The generic bootstrap step, which provisioning joins to the VM's first job.
+GENERIC_BOOTSTRAP = "mc_cloud_vm.vm_bootstrap"
+
+
+def joined_bootstrap(env: Env, vt: str) -> str | None:
+    """The bootstrap SLS of driver ``vt`` when provisioning can join the
+    bootstrap step to the VM's first job: the driver names its bootstrap SLS
+    and implements no bootstrap function of its own around the generic one."""
+    hooks = hook_functions(env.functions, [vt], "vm_bootstrap_sls")
+    own = set(step_functions(env.functions, vt, "bootstrap")) - {GENERIC_BOOTSTRAP}
+    if not hooks or own or GENERIC_BOOTSTRAP not in env.functions:
+        return None
+    return str(env.functions[hooks[0]]())
 
 
 def concurrency_of(env: Env, concurrency: Any) -> int:
@@ -345,20 +399,22 @@ def vm_minion_call(env: Env, vm: str, fun: str, timeout: int | None = None) -> O
         return out.fail(f"{vm} is not a minion of the {mode} master ({minions.master_conf(env.opts, mode)}): "
                         f"its bootstrap step did not run or failed (mc_cloud_vm.vm_bootstrap {vm})")
     env.progress(f"{vm}: {fun}")
+    started = time.monotonic()
     answered, value = minions.call(env.opts, vm, mode, fun, timeout)
+    took = {"seconds": round(time.monotonic() - started, 3)}
     if not answered:
         return out.fail(f"minion {vm} did not return {fun} within {timeout} s on the {mode} master (a job still "
                         f"running shows in salt-run jobs.active)")
     if fun.startswith("state."):
         failures = transport.state_failures(value)
         if failures and all(_NO_TOP in f for f in failures):  # a list, or one pseudo-state
-            out.add(fun, {"result": True, "comment": f"no states assigned to {vm} by the top file"})
+            out.add(fun, {"result": True, "comment": f"no states assigned to {vm} by the top file", **took})
             return out
         out.add(fun, {"result": not failures,
                       "comment": (f"{fun} on {vm} failed: " + "; ".join(failures)) if failures
-                      else f"{fun} succeeded on {vm}", "changes": transport.state_changes(value)})
+                      else f"{fun} succeeded on {vm}", "changes": transport.state_changes(value), **took})
         return out
-    out.add(fun, {"result": bool(value), "comment": f"{fun} on {vm}: {value!r}"})
+    out.add(fun, {"result": bool(value), "comment": f"{fun} on {vm}: {value!r}", **took})
     return out
 
 

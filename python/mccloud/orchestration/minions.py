@@ -171,6 +171,8 @@ def wheel(mopts: Mapping[str, Any], fun: str) -> Callable[..., Any]:
 
     def locked(*args: Any, **kwargs: Any) -> Any:
         with _KEYS:
+            # A loader per call: its dunders belong to the context (the
+            # thread) that built it, and orchestrate calls from several.
             return salt.loader.wheels(dict(mopts))[fun](*args, **kwargs)
 
     return locked
@@ -247,16 +249,18 @@ def accepted(opts: Mapping[str, Any], minion: str, mode: str) -> bool:
     return minion in wheel(master_opts(opts, mode), "key.list")("accepted").get("minions", [])
 
 
-def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: int = 300) -> tuple[bool, Any]:
+def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: float = 300,
+         **client: Any) -> tuple[bool, Any]:
     """Calls ``fun`` on ``minion`` through the master of ``mode``; returns
-    (answered, return value)."""
+    (answered, return value). ``client``: LocalClient options of the call
+    (``gather_job_timeout``)."""
     import salt.client
 
-    client = salt.client.get_local_client(master_conf(opts, mode))
+    client_ = salt.client.get_local_client(master_conf(opts, mode))
     try:
-        ret = client.cmd(minion, fun, timeout=timeout, full_return=True)
+        ret = client_.cmd(minion, fun, timeout=timeout, full_return=True, **client)
     finally:
-        client.destroy()
+        client_.destroy()
     value = ret.get(minion, False)
     if value is False:  # Salt's LocalClient marks a minion that did not return with False
         return False, None
@@ -266,23 +270,127 @@ def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: int
                   and ("retcode" in value or "jid" in value) else value)
 
 
+def _salt_client_error() -> type[Exception]:
+    import salt.exceptions
+
+    return salt.exceptions.SaltClientError
+
+
 def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Callable[[str], None],
-                   timeout: int | None = None) -> str | None:
-    """Waits until ``minion`` answers ``test.ping``; returns None, or why not."""
+                   timeout: int | None = None, events: StartEvents | None = None) -> str | None:
+    """Waits until ``minion`` answers ``test.ping``; returns None, or why
+    not. A ping published before the minion connected is lost (and costs
+    its timeout): pings wait for the minion's start event on the master's
+    event bus (sent once it connected), which ``events``, a listener opened
+    before the minion could start, may have received already."""
     wait = int(timeout or opts.get("mccloud_minion_timeout") or DEFAULT_TIMEOUT)
     if not accepted(opts, minion, mode):
         return f"{minion} has no accepted key on the {mode} master ({master_conf(opts, mode)})"
+    if events is None:
+        with start_events(opts, mode) as own:
+            return wait_answering(opts, minion, mode, progress, timeout, own)
     deadline = time.monotonic() + wait
     progress(f"waiting for minion {minion} to answer the {mode} master (up to {wait} s)")
+    # A minion that has just started connects within seconds: its start
+    # event comes first. One that ran already (provisioned again) sends
+    # none: after FIRST_WAIT a ping asks it.
+    seen = events.wait(minion, min(wait, FIRST_WAIT))
     while True:
-        answered, value = call(opts, minion, mode, "test.ping", timeout=5)
+        # Not seen starting: it may run already (a quick ping tells), or come up.
+        secs = PING_TIMEOUT if seen else QUICK_PING
+        try:
+            answered, value = call(opts, minion, mode, "test.ping", timeout=secs, gather_job_timeout=secs)
+        except _salt_client_error():  # the master did not take the publication in time: a busy master
+            answered, value = False, None
         if answered and value is True:
             return None
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return (f"minion {minion} did not answer test.ping on the {mode} master within {wait} s: "
                     f"is its service running, and can it reach the master at the address and port of its "
                     f"settings (master, master_port)?")
-        time.sleep(1)
+        if seen:  # connected, not answering yet: ping again soon
+            time.sleep(min(left, 0.2))
+        else:
+            seen = events.wait(minion, min(left, START_WAIT))
+
+
+#: Seconds a ping of a minion that started waits for its answer.
+PING_TIMEOUT = 2
+#: Seconds a ping of a minion not seen starting waits (it may run already).
+QUICK_PING = 1
+#: Longest wait for a minion's start event before pinging again.
+START_WAIT = 5
+#: Wait for the start event before the first ping.
+FIRST_WAIT = 3
+
+
+class StartEvents:
+    """The start events of minions on a master's event bus (see
+    :func:`start_events`)."""
+
+    def __init__(self, bus: Any) -> None:
+        self.bus = bus
+        self.started: set[str] = set()
+
+    def wait(self, minion: str, secs: float) -> bool:
+        """Whether ``minion`` sent its start event since the listener
+        opened, waiting up to ``secs`` for it (at most a second's sleep
+        when the bus cannot be read)."""
+        if minion in self.started:
+            return True
+        if self.bus is None:
+            time.sleep(min(secs, 1))
+            return False
+        end = time.monotonic() + secs
+        while True:
+            left = end - time.monotonic()
+            # (Salt's get_event waits forever for wait=0: no_block reads what came)
+            try:
+                event = (self.bus.get_event(no_block=True, tag="salt/minion/", full=True) if left <= 0
+                         else self.bus.get_event(wait=left, tag="salt/minion/", full=True))
+            except Exception:  # noqa: BLE001 - the bus went away: pings alone decide
+                self.bus = None
+                return False
+            if event is not None:
+                parts = str(event.get("tag", "")).split("/")
+                if len(parts) == 4 and parts[3] == "start":
+                    self.started.add(parts[2])
+                if minion in self.started:
+                    return True
+                continue
+            if left <= 0 or time.monotonic() >= end:
+                return False
+            time.sleep(0.05)  # the bus gave up early (reconnecting)
+
+
+@contextlib.contextmanager
+def start_events(opts: Mapping[str, Any], mode: str) -> Iterator[StartEvents]:
+    """A listener of minion start events on the master of ``mode``, opened
+    now (polling still works when its bus cannot be read)."""
+    try:
+        import salt.utils.event
+
+        mopts = master_opts(opts, mode)
+        if mopts.get("ipc_mode") != "tcp" and not os.path.exists(
+                os.path.join(str(mopts["sock_dir"]), "master_event_pub.ipc")):
+            raise FileNotFoundError("the master's event bus is not there (is the master running?)")
+        bus = salt.utils.event.get_master_event(dict(mopts), mopts["sock_dir"], listen=True)
+        bus.subscribe("salt/minion/")
+        if not bus.connect_pub(timeout=5):
+            if bus.subscriber is not None:  # Salt's destroy leaves a failed connection open
+                bus.subscriber.close()
+                bus.subscriber = None
+            bus.destroy()
+            bus = None
+    except Exception:  # noqa: BLE001 - polling still works without the bus
+        bus = None
+    events = StartEvents(bus)
+    try:
+        yield events
+    finally:
+        if events.bus is not None:
+            events.bus.destroy()
 
 
 # -- the wheelhouse ------------------------------------------------------------

@@ -112,6 +112,26 @@ pub fn render_config(s: &Map<String, Value>) -> Result<String> {
         "lxc.start.auto = {}",
         u8::from(s.get("autostart").is_some_and(truthy))
     );
+    if let (Some(base), Some(size)) = (
+        s.get("idmap_base").and_then(Value::as_u64),
+        s.get("idmap_size").and_then(Value::as_u64),
+    ) {
+        // Unprivileged: uids and gids 0-65535 of the container are the
+        // host ids of its block; its root filesystem (a directory, owned
+        // by host root on disk) is mounted idmapped, so neither images nor
+        // clones are ever chowned. The device rules of common.conf stay
+        // (userns.conf, made for containers of unprivileged users, would
+        // clear them).
+        let _ = writeln!(out, "lxc.idmap = u 0 {base} {size}");
+        let _ = writeln!(out, "lxc.idmap = g 0 {base} {size}");
+        let _ = writeln!(
+            out,
+            "lxc.rootfs.path = dir:{}/{}/rootfs",
+            text("lxc_path"),
+            text("name")
+        );
+        out.push_str("lxc.rootfs.options = idmap=container\n");
+    }
     let strings = |k: &str| {
         s.get(k)
             .and_then(Value::as_array)
@@ -135,6 +155,34 @@ pub fn render_config(s: &Map<String, Value>) -> Result<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_unprivileged_container_maps_its_block_and_idmaps_its_rootfs() {
+        let mut s = json!({"name": "v1", "bridge": "br0", "mac": "00:16:3e:00:00:01", "ip": "10.5.0.2",
+                           "netmask": "16", "gateway": "10.5.0.1", "lxc_path": "/srv/lxc",
+                           "idmap_base": 1_065_536, "idmap_size": 65536});
+        let Value::Object(m) = &s else { panic!() };
+        let text = render_config(m).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"lxc.idmap = u 0 1065536 65536"), "{text}");
+        assert!(lines.contains(&"lxc.idmap = g 0 1065536 65536"), "{text}");
+        assert!(
+            lines.contains(&"lxc.rootfs.path = dir:/srv/lxc/v1/rootfs"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"lxc.rootfs.options = idmap=container"),
+            "{text}"
+        );
+        assert!(!text.contains("userns.conf"), "{text}");
+        s["idmap_base"] = Value::Null;
+        let Value::Object(m) = &s else { panic!() };
+        let privileged = render_config(m).unwrap();
+        assert!(
+            !privileged.contains("lxc.idmap") && !privileged.contains("lxc.rootfs"),
+            "{privileged}"
+        );
+    }
 
     #[test]
     fn keys() {

@@ -30,7 +30,8 @@ pub const SEED_TARGETS: &str = "makina-states.services.cloud.lxc.targets";
 /// defaults over the generic VM defaults `g`, the size profiles, the
 /// profile types and modes. On a development host, VMs default to
 /// overlayfs clones with snapshots ("We use overlayfs with snapshot in
-/// development mode", seed 003); elsewhere to dir copies.
+/// development mode", seed 003), which run privileged; elsewhere to dir
+/// copies, which run unprivileged (see [`unprivileged`]).
 pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
     let ptype = if devhost { "overlayfs" } else { "dir" };
     let mut defaults = serde_json::json!({
@@ -41,6 +42,7 @@ pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
         "default_container": DEFAULT_IMAGE, "sudo": g["sudo"], "users": g["users"],
         "ssh_username": g["ssh_username"], "vgname": "lxc", "lvname": null, "lxc_conf": [],
         "lxc_conf_unset": [], "fstab": null, "lxc_path": "/var/lib/lxc",
+        "privileged": null,
     });
     if let Value::Object(d) = &mut defaults {
         super::copy_keys(d, g, &super::FROM_CLOUD);
@@ -132,6 +134,97 @@ fn check_mount(line: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The backing of profile type `ptype`: `overlayfs`, `lvm` or `dir`.
+pub fn backing_of(ptype: &str) -> &'static str {
+    if ptype.starts_with("overlayfs") {
+        "overlayfs"
+    } else if ptype.starts_with("lvm") {
+        "lvm"
+    } else {
+        "dir"
+    }
+}
+
+/// Whether an lxc VM runs unprivileged (its uids and gids mapped to a block
+/// of host ids of its own). That is the default wherever LXC can map the
+/// ids of its root filesystem, a directory (profile types dir and
+/// dir-scratch, btrfs snapshots included); overlayfs and lvm VMs run
+/// privileged, as they always did. `privileged: true` asks for a
+/// privileged container, `privileged: false` insists on an unprivileged
+/// one. What cannot work unprivileged is refused here, before anything is
+/// allocated or created: `privileged: false` on a backing LXC cannot
+/// idmap, the id mapping or root filesystem options set by hand, sysctls
+/// outside the container's own namespaces, block devices mounted from the
+/// host.
+pub fn unprivileged(
+    s: &Map<String, Value>,
+    p: &Profile,
+    at: &dyn Fn(&str) -> String,
+) -> Result<bool> {
+    let asked = match s.get("privileged") {
+        None | Some(Value::Null) => None,
+        Some(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_))) => {
+            Some(crate::pillar::values::truthy(v))
+        }
+        Some(other) => {
+            return Err(crate::Error::invalid(format!(
+                "{} must be true or false, not {}",
+                at("privileged"),
+                crate::pillar::values::kind_of(other)
+            )))
+        }
+    };
+    if asked == Some(true) {
+        return Ok(false);
+    }
+    let backing = backing_of(&p.ptype);
+    if backing != "dir" {
+        if asked == Some(false) {
+            return Err(crate::Error::invalid(format!(
+                "{} is false, but {} is {:?} (backing {backing}): LXC maps an unprivileged \
+                 container's ids onto a directory root filesystem only (profile types dir and \
+                 dir-scratch, btrfs snapshots included); choose one of those, or let the VM run \
+                 privileged",
+                at("privileged"),
+                at("profile_type"),
+                p.ptype
+            )));
+        }
+        return Ok(false);
+    }
+    let refuse = |what: String| {
+        Err(crate::Error::invalid(format!(
+            "{what}, which an unprivileged container cannot have: set privileged: true for this VM \
+             ({}) to run it privileged, or change it",
+            at("privileged")
+        )))
+    };
+    for (key, _) in config::lxc_conf_entries(s, at)? {
+        if key.starts_with("lxc.idmap") || key == "lxc.rootfs.options" || key == "lxc.rootfs.path" {
+            return refuse(format!(
+                "{} sets {key}, which the registry sets for an unprivileged container",
+                at("lxc_conf")
+            ));
+        }
+        if let Some(name) = key.strip_prefix("lxc.sysctl.") {
+            if !name.starts_with("net.") {
+                return refuse(format!(
+                    "{} sets {key}: only the net.* sysctls belong to a container's own namespaces",
+                    at("lxc_conf")
+                ));
+            }
+        }
+    }
+    let fstab = checks::strings(&at("fstab"), s.get("fstab").unwrap_or(&Value::Null))?;
+    if let Some(line) = fstab.iter().find(|l| l.starts_with("/dev/")) {
+        return refuse(format!(
+            "{} mounts the block device of {line:?}",
+            at("fstab")
+        ));
+    }
+    Ok(true)
+}
+
 /// The LXC keys of a finished VM, set before the generic ones: profile,
 /// profile type, backing, clone source, snapshot and (lvm) volume size.
 /// `own` is the VM's own pillar.
@@ -140,14 +233,7 @@ pub fn finish_vm(p: &Profile, s: &mut Map<String, Value>, own: &Map<String, Valu
     let lvm = ptype.starts_with("lvm");
     s.insert("profile".into(), json!(p.name));
     s.insert("profile_type".into(), json!(ptype));
-    let backing = if ptype.starts_with("overlayfs") {
-        "overlayfs"
-    } else if lvm {
-        "lvm"
-    } else {
-        "dir"
-    };
-    s.insert("backing".into(), json!(backing));
+    s.insert("backing".into(), json!(backing_of(ptype)));
     let from = if ptype.ends_with("-scratch") {
         Value::Null
     } else {

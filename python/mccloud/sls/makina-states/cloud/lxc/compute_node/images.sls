@@ -8,8 +8,9 @@
 
     Salt goes into each image that has python3 (image setting salt, default
     true) from the controller's wheelhouse, with the bootstrap script's
-    --install-only run in a chroot: VMs cloned from it only configure and
-    start their minion. #}
+    --install-only run in a chroot, which also installs the minions' units,
+    enabled, each starting once its key is in place: VMs cloned from it
+    start their minion as they boot. #}
 {%- from "makina-states/cloud/generic/job.jinja" import job with context %}
 {%- set d = job %}
 {%- set needs = {'debian': ['debootstrap'], 'busybox': ['busybox-static'], 'sshd': ['openssh-server']} %}

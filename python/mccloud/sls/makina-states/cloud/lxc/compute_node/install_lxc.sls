@@ -24,6 +24,35 @@ mccloud-lxc-pkgs:
       - iptables
       - rsync
 
+{#- Unprivileged containers: root may map the blocks of host ids the
+    registry hands out (lxc uses newuidmap and newgidmap, which read these
+    files, when the uidmap package is installed). The range is the core's
+    (two integers); an operator's other lines are kept. #}
+{%- set ids = d.get('idmap_range') or {} %}
+{%- if ids %}
+{%- set line = 'root:' ~ (ids.start | int) ~ ':' ~ (ids.count | int) %}
+{%- for f in ['subuid', 'subgid'] %}
+
+mccloud-lxc-{{ f }}-file:
+  file.managed:
+    - failhard: true
+    - name: /etc/{{ f }}
+    - replace: false
+    - mode: '0644'
+
+mccloud-lxc-{{ f }}:
+  file.replace:
+    - failhard: true
+    - name: /etc/{{ f }}
+    - pattern: {{ ('^' ~ line ~ '$') | tojson }}
+    - repl: {{ line | tojson }}
+    - append_if_not_found: true
+    - backup: false
+    - require:
+      - file: mccloud-lxc-{{ f }}-file
+{%- endfor %}
+{%- endif %}
+
 mccloud-lxc-path:
   file.directory:
     - failhard: true

@@ -36,8 +36,8 @@ mccloud-lxc-vm-bootstrap:
             msg=$(tail -n 1 "$err"); rm -f "$err"
             fail "bootstrap in $MCCLOUD_NAME failed (exit $rc): $msg" "$rc"
         fi
-        rm -f "$err"
-        echo "changed=yes comment='$MCCLOUD_NAME bootstrapped: $MCCLOUD_MODE minion started'"
+        msg=$(tail -n 1 "$err" | sed 's/^mccloud-bootstrap: //' | tr -d "'"); rm -f "$err"
+        echo "changed=yes comment='$MCCLOUD_NAME bootstrapped: $msg'"
     - env:
         MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
         MCCLOUD_NAME: {{ d.vm.name | string | tojson }}

@@ -56,7 +56,13 @@ mccloud-lxc-vm-restart:
             exit 0
         fi
         lxc-stop -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -t 30
-        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" || exit $?
+        log="$MCCLOUD_LXC_PATH/$MCCLOUD_NAME/lxc-start.log"
+        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -l ERROR -o "$log" || {
+            rc=$?
+            echo "lxc-start $MCCLOUD_NAME failed; its log ($log) says:" >&2
+            grep -v -e 'lxc_start.c:main' -e wait_on_daemonized_start -e '__lxc_start' "$log" | tail -n 3 >&2
+            exit "$rc"
+        }
         lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60 || exit $?
         echo "changed=yes comment='container $MCCLOUD_NAME restarted on its new configuration'"
     - env:

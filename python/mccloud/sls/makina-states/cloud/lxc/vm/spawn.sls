@@ -14,16 +14,57 @@
                  thin volume, else a new volume of the VM's size (-B lvm -L)
       dir        a snapshot when the template is a btrfs subvolume (lxc path
                  on btrfs), else a full copy
-    The template's storage is read from its own lxc.rootfs.path. #}
+    The template's storage is read from its own lxc.rootfs.path.
+
+    When the job makes the VM a minion too (data `minion`: provisioning
+    with the bootstrap step), its configuration and keys are placed in the
+    root filesystem before the first start, so that an image carrying
+    Salt's unit starts the minion at boot. #}
 {%- from "makina-states/cloud/generic/job.jinja" import job with context %}
 {%- set d = job %}
 {%- set v = d.vm %}
 {%- set P = d.lxc_path %}
 {%- set img = d.images.get(v.image, {'template': v.image}) if v.image is string else {} %}
 {%- set template = img.get('template') or 'debian' %}
+{%- set m = d.get('minion') %}
 include:
   - makina-states.cloud.lxc.vm.config
   - makina-states.cloud.lxc.vm.volumes
+{%- if m %}
+  - makina-states.cloud.generic.vm.bootstrap
+{%- endif %}
+{%- if v.get('idmap_base') %}
+
+{#- An unprivileged container's root (the first host id of its block) must
+    traverse the directories down to its own, or lxc-start aborts: say
+    which one, before anything is created. #}
+mccloud-lxc-vm-traverse:
+  cmd.run:
+    - failhard: true
+    - stateful: true
+    - name: |
+        set -f
+        as_root() { setpriv --reuid "$MCCLOUD_ROOT" --regid "$MCCLOUD_ROOT" --clear-groups -- "$@"; }
+        if as_root test -x "$MCCLOUD_LXC_PATH/"; then
+            echo "changed=no comment='the root of $MCCLOUD_NAME (host uid $MCCLOUD_ROOT) reaches $MCCLOUD_LXC_PATH'"
+            exit 0
+        fi
+        d=/
+        for part in $(printf '%s' "$MCCLOUD_LXC_PATH" | tr '/' ' '); do
+            d="${d%/}/$part"
+            as_root test -x "$d/" || break
+        done
+        echo "$MCCLOUD_NAME runs unprivileged: its root (host uid $MCCLOUD_ROOT) cannot traverse $d" \
+            "($(stat -c '%A %U' "$d")), on the way to the lxc path $MCCLOUD_LXC_PATH. Let it through" \
+            "(chmod o+x $d, or an ACL), or set privileged: true for the VM" >&2
+        exit 1
+    - env:
+        MCCLOUD_LXC_PATH: {{ P | string | tojson }}
+        MCCLOUD_NAME: {{ v.name | string | tojson }}
+        MCCLOUD_ROOT: {{ v.idmap_base | int | string | tojson }}
+    - require_in:
+      - cmd: mccloud-lxc-vm-create
+{%- endif %}
 
 mccloud-lxc-vm-create:
   cmd.run:
@@ -62,7 +103,12 @@ mccloud-lxc-vm-create:
             zfs) if [ "$from" = zfs ]; then set -- -s; else set -- -B zfs; fi ;;
             lvm|lvm-thin)
                 if [ "$from" = lvm-thin ]; then set -- -s; else set -- -B lvm -L "$MCCLOUD_SIZE"; fi ;;
-            *) if [ "$from" = btrfs ]; then set -- -s; else set --; fi ;;
+            *)
+                # an unprivileged container's root filesystem is a directory
+                # (LXC idmaps no other): a zfs or lvm template is copied into one
+                if [ "$from" = btrfs ]; then set -- -s
+                elif [ -n "$MCCLOUD_UNPRIVILEGED" ]; then set -- -B dir
+                else set --; fi ;;
         esac
         lxc-copy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_FROM" -N "$MCCLOUD_NAME" "$@" || exit $?
         echo "changed=yes comment='container $MCCLOUD_NAME cloned from $MCCLOUD_FROM'"
@@ -88,6 +134,7 @@ mccloud-lxc-vm-create:
         MCCLOUD_NAME: {{ v.name | string | tojson }}
         MCCLOUD_BACKING: {{ (v.get('backing') or '') | string | tojson }}
         MCCLOUD_SIZE: {{ (v.get('size') or '') | string | tojson }}
+        MCCLOUD_UNPRIVILEGED: {{ ('1' if v.get('idmap_base') else '') | tojson }}
 {%- if v.get('from_container') %}
         MCCLOUD_FROM: {{ v.from_container | string | tojson }}
 {%- else %}
@@ -100,6 +147,12 @@ mccloud-lxc-vm-create:
     - require_in:
       - file: mccloud-lxc-vm-config
       - mccloud_rootfs: mccloud-lxc-vm-guest-network
+{%- if m %}
+{%- for id in ['minion-config', 'minion-pki', 'minion-pem', 'minion-pub', 'minion-master-pub', 'bootstrap-script']
+              + (['minion-grains', 'local-salt'] if m.mastersalt else []) %}
+      - mccloud_rootfs: mccloud-vm-{{ id }}
+{%- endfor %}
+{%- endif %}
 
 mccloud-lxc-vm-start:
   cmd.run:
@@ -109,7 +162,13 @@ mccloud-lxc-vm-start:
         if lxc-info -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s | grep -q RUNNING; then
             echo "changed=no comment='container $MCCLOUD_NAME is running'"; exit 0
         fi
-        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" || exit $?
+        log="$MCCLOUD_LXC_PATH/$MCCLOUD_NAME/lxc-start.log"
+        lxc-start -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -l ERROR -o "$log" || {
+            rc=$?
+            echo "lxc-start $MCCLOUD_NAME failed; its log ($log) says:" >&2
+            grep -v -e 'lxc_start.c:main' -e wait_on_daemonized_start -e '__lxc_start' "$log" | tail -n 3 >&2
+            exit "$rc"
+        }
         lxc-wait -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_NAME" -s RUNNING -t 60 || exit $?
         echo "changed=yes comment='container $MCCLOUD_NAME started'"
     - env:
@@ -120,3 +179,6 @@ mccloud-lxc-vm-start:
       - file: mccloud-lxc-vm-config-include
       - mccloud_rootfs: mccloud-lxc-vm-guest-network
       - sls: makina-states.cloud.lxc.vm.volumes
+{%- if m %}
+      - sls: makina-states.cloud.generic.vm.bootstrap
+{%- endif %}
