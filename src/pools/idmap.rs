@@ -12,8 +12,9 @@ pub const BLOCK: u32 = 65536;
 /// Default first host id handed out (below it: the host's own users and
 /// the ranges other tools use, as LXD and Incus start there too).
 pub const DEFAULT_START: u32 = 1_000_000;
-/// Default number of blocks (16,384 containers per node).
-pub const DEFAULT_BLOCKS: u32 = 16_384;
+/// Default number of blocks: as many as fit below the invalid id
+/// 4294967295 (65,520 containers per node, more than a /16 network holds).
+pub const DEFAULT_BLOCKS: u32 = (u32::MAX - DEFAULT_START) / BLOCK;
 
 /// The host ids a node hands out, `start` to `end` inclusive, in blocks of
 /// [`BLOCK`] starting at `start`; a block is named by its first id.

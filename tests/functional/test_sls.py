@@ -133,3 +133,42 @@ def test_a_port_held_by_another_process_fails_before_haproxy(data: dict[str, Any
                                 "was reserved: stop it or wait for it to close, then deploy again")
     config = states["mccloud-haproxy-config"]["file"]
     assert {"test": "mccloud-haproxy-ports-free"} in next(c["require"] for c in config if "require" in c)
+
+
+def test_an_unprivileged_vm_names_the_directory_its_root_cannot_traverse(
+        data: dict[str, Any], tmp_path: Path) -> None:
+    """Before anything is created, the spawn of an unprivileged container
+    checks, as its root's host uid, that it can reach the lxc path; if it
+    cannot, it names the directory that stops it (lxc-start would only say
+    ABORTING). A privileged VM has no such state."""
+    vm = copy.deepcopy(data["vm"])
+    assert vm["vm"]["privileged"] is False and vm["vm"]["idmap_base"] == 1_000_000
+    locked = tmp_path / "locked"
+    lxc_path = locked / "inner" / "lxc"
+    lxc_path.mkdir(parents=True)
+    locked.chmod(0o700)
+    for d in (tmp_path, *tmp_path.parents):  # the test's own tmp directories: let it reach `locked`
+        if d in (Path("/tmp"), Path("/")):
+            break
+        d.chmod(d.stat().st_mode | 0o001)
+    vm["lxc_path"] = str(lxc_path)
+    p = show_sls(tmp_path, "makina-states.cloud.lxc.vm.spawn", vm)
+    assert p.returncode == 0, p.stdout + p.stderr
+    states = json.loads(p.stdout)["local"]
+    args = {k: v for a in states["mccloud-lxc-vm-traverse"]["cmd"] if isinstance(a, dict) for k, v in a.items()}
+    assert {"cmd": "mccloud-lxc-vm-create"} in args["require_in"]  # checked before anything is created
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", args["name"]], env={**os.environ, **args["env"]},
+                              capture_output=True, text=True, timeout=60)
+
+    stopped = check()
+    assert stopped.returncode == 1
+    assert f"cannot traverse {locked} (drwx------ root)" in stopped.stderr, stopped.stderr
+    assert "host uid 1000000" in stopped.stderr and "privileged: true" in stopped.stderr
+    locked.chmod(0o711)
+    through = check()
+    assert through.returncode == 0 and "changed=no" in through.stdout, through.stdout + through.stderr
+    vm["vm"]["idmap_base"], vm["vm"]["privileged"] = None, True
+    privileged = json.loads(show_sls(tmp_path, "makina-states.cloud.lxc.vm.spawn", vm).stdout)["local"]
+    assert "mccloud-lxc-vm-traverse" not in privileged

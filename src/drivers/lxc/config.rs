@@ -122,15 +122,15 @@ pub fn render_config(s: &Map<String, Value>) -> Result<String> {
         // clones are ever chowned. The device rules of common.conf stay
         // (userns.conf, made for containers of unprivileged users, would
         // clear them).
-        let _ = writeln!(out, "lxc.idmap = u 0 {base} {size}");
-        let _ = writeln!(out, "lxc.idmap = g 0 {base} {size}");
-        let _ = writeln!(
-            out,
-            "lxc.rootfs.path = dir:{}/{}/rootfs",
-            text("lxc_path"),
-            text("name")
-        );
-        out.push_str("lxc.rootfs.options = idmap=container\n");
+        let rootfs = format!("dir:{}/{}/rootfs", text("lxc_path"), text("name"));
+        for (key, value) in [
+            ("lxc.idmap", format!("u 0 {base} {size}")),
+            ("lxc.idmap", format!("g 0 {base} {size}")),
+            ("lxc.rootfs.path", rootfs),
+            ("lxc.rootfs.options", "idmap=container".to_owned()),
+        ] {
+            let _ = writeln!(out, "{key} = {value}");
+        }
     }
     let strings = |k: &str| {
         s.get(k)
