@@ -464,7 +464,7 @@ class Bench:
             "ssh_reverse_proxy_port"]
         try:
             banner("127.0.0.1", int(port), deadline=15)
-        except RuntimeError as exc:
+        except AssertionError as exc:  # (ssh_banner reports a silent port so)
             self.notes.add(f"{vm}: provisioned, but its reverse-proxy port does not answer ({exc}); "
                            "the node's proxy routes are rendered by the compute-node deploy and by "
                            "vm_destroy, not by provision")
