@@ -270,12 +270,6 @@ def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: flo
                   and ("retcode" in value or "jid" in value) else value)
 
 
-def _salt_client_error() -> type[Exception]:
-    import salt.exceptions
-
-    return salt.exceptions.SaltClientError
-
-
 def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Callable[[str], None],
                    timeout: int | None = None, events: StartEvents | None = None) -> str | None:
     """Waits until ``minion`` answers ``test.ping``; returns None, or why
@@ -283,6 +277,8 @@ def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Ca
     its timeout): pings wait for the minion's start event on the master's
     event bus (sent once it connected), which ``events``, a listener opened
     before the minion could start, may have received already."""
+    import salt.exceptions
+
     wait = int(timeout or opts.get("mccloud_minion_timeout") or DEFAULT_TIMEOUT)
     if not accepted(opts, minion, mode):
         return f"{minion} has no accepted key on the {mode} master ({master_conf(opts, mode)})"
@@ -300,7 +296,7 @@ def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Ca
         secs = PING_TIMEOUT if seen else QUICK_PING
         try:
             answered, value = call(opts, minion, mode, "test.ping", timeout=secs, gather_job_timeout=secs)
-        except _salt_client_error():  # the master did not take the publication in time: a busy master
+        except salt.exceptions.SaltClientError:  # the master did not take the publication in time: a busy master
             answered, value = False, None
         if answered and value is True:
             return None
