@@ -10,10 +10,12 @@
 //! - [`store`]: the durable store (and the import of the historical one);
 //! - [`alloc`]: where values are chosen, inside a store transaction;
 //! - [`views`]: plans and allocations → the mappings Salt receives;
+//! - [`certs`]: leaf certificates of the controller's CA, in bulk;
 //! - [`registry`]: the facade; the Python binding lives in `python`
 //!   behind the `python` feature.
 
 pub mod alloc;
+pub mod certs;
 pub mod counters;
 pub mod drivers;
 pub mod error;

@@ -287,12 +287,41 @@ fn check_domain(domain: &str) -> PyResult<String> {
     crate::pillar::hosts::domain("domain", domain).map_err(to_py)
 }
 
+/// `[(cert_pem, key_pem)]` of `domains`, in order: ECDSA P-256
+/// certificates signed by the CA key `ca_key_der` (PKCS#8 DER, P-256),
+/// issued on every CPU without the GIL. `issuer` and `subject` are
+/// `[(key, value)]` in order (`mccloud.pki.SUBJECT_KEYS` names; a `None`
+/// value in `subject` is the domain); validity in seconds since the epoch.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn issue_certs(
+    py: Python<'_>,
+    ca_key_der: &[u8],
+    issuer: Vec<crate::certs::Attr>,
+    ca_key_id: &[u8],
+    subject: Vec<crate::certs::Attr>,
+    domains: Vec<String>,
+    not_before: i64,
+    not_after: i64,
+) -> PyResult<Vec<(String, String)>> {
+    let batch = crate::certs::Batch {
+        ca_key_der,
+        issuer: &issuer,
+        ca_key_id,
+        subject: &subject,
+        not_before,
+        not_after,
+    };
+    py.detach(|| crate::certs::issue(&batch, &domains))
+        .map_err(to_py)
+}
+
 /// The native module: a list of exports only.
 #[pymodule]
 mod _native {
     #[pymodule_export]
     use super::{
-        check_domain, gen_id, sha512_crypt, AllocationError, ArgumentError, Config,
+        check_domain, gen_id, issue_certs, sha512_crypt, AllocationError, ArgumentError, Config,
         InvalidInputError, MccloudError, NotFoundError, Registry, StoreError,
     };
 }

@@ -642,3 +642,49 @@ def test_a_batch_is_written_whole_and_leaves_no_temporary(tmp_path: Path) -> Non
         [f"{d}.crt" for d in domains] + [f"{d}.key" for d in domains])
     assert all(mode(p) == 0o600 for p in certs.glob("*.key"))
     assert [Path(c).read_text() + Path(k).read_text() for c, k in paths] == [got[d] for d in domains]
+
+
+@pytest.mark.parametrize("subject", [{}, {"O": "Other", "CN": "fixed.example.net"}, {"CN": None, "L": None}])
+@pytest.mark.parametrize("domain", ["vm1.foo.com", "*.bar.org", "x" * 60 + ".foo.com"])
+def test_native_issuing_makes_the_certificate_python_makes(tmp_path: Path, subject: dict[str, Any],
+                                                           domain: str) -> None:
+    """A P-256 CA issues natively (``_native.issue_certs``): same subject
+    (a domain too long for a CN only in subjectAltName), issuer, validity and
+    extensions as ``cryptography``'s builder, a chain that verifies."""
+    ca = pki.ensure_ca(tmp_path, CA)
+    leaves = pki._Leaves(ca, 400, subject)
+    native = leaves.native()
+    assert native is not None, "a CA made here issues natively"
+    (entry,) = native([domain])
+    made, reference = leaf(entry["cert"]), leaf(leaves.issue(domain)["cert"])
+    assert made.subject.public_bytes() == reference.subject.public_bytes()
+    assert made.issuer.public_bytes() == ca.cert.subject.public_bytes()
+    assert (made.not_valid_before_utc, made.not_valid_after_utc) == (
+        reference.not_valid_before_utc, reference.not_valid_after_utc)
+    assert (entry["not_before"], entry["not_after"]) == (
+        int(made.not_valid_before_utc.timestamp()), int(made.not_valid_after_utc.timestamp()))
+    assert sorted((e.oid.dotted_string, e.critical) for e in made.extensions) == sorted(
+        (e.oid.dotted_string, e.critical) for e in reference.extensions)
+    for cls in (x509.BasicConstraints, x509.KeyUsage, x509.ExtendedKeyUsage, x509.SubjectAlternativeName,
+                x509.AuthorityKeyIdentifier):
+        assert made.extensions.get_extension_for_class(cls).value == \
+            reference.extensions.get_extension_for_class(cls).value
+    assert isinstance(made.public_key(), ec.EllipticCurvePublicKey)
+    assert made.serial_number != reference.serial_number and made.serial_number.bit_length() <= 159
+    key = serialization.load_pem_private_key(entry["key"].encode(), password=None)
+    assert pki._same_key(made, key)  # type: ignore[arg-type]
+    if not domain.startswith("*"):
+        verify(tmp_path, entry["cert"] + entry["key"], domain)
+
+
+def test_a_ca_not_made_here_issues_through_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An RSA CA (makina-states made them) has no native issuing; its
+    batches still come out whole and verify."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    with monkeypatch.context() as m:
+        m.setattr(pki, "_new_key", lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048))
+        ca = pki.ensure_ca(tmp_path, CA)
+    assert pki._Leaves(ca, 400, {}).native() is None
+    got = dict(pki.ssl_certs(tmp_path, ["vm1.foo.com", "vm2.foo.com"], CA, DAYS))
+    verify(tmp_path, got["vm2.foo.com"], "vm2.foo.com")
