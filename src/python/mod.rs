@@ -4,7 +4,7 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyList, PyString};
 use pythonize::{depythonize, pythonize};
 use serde_json::{Map, Value};
 
@@ -48,6 +48,11 @@ create_exception!(
     "The store cannot be opened, read or written."
 );
 
+/// The module's own allocations (a node's settings are hundreds of
+/// thousands of small ones) go to mimalloc, not to the C library's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The one place core errors become Python exceptions.
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
@@ -68,27 +73,76 @@ fn out<T: serde::Serialize>(py: Python<'_>, r: crate::Result<T>) -> PyResult<Py<
 }
 
 /// `out` for large results (a node's settings: tens of megabytes of
-/// objects): rendered to JSON here, without the GIL, and read by Python's
-/// `json` (C) with the cycle collector paused, which would otherwise walk
-/// every container made so far each few hundred allocations.
-fn out_large<T: serde::Serialize + Sync>(
-    py: Python<'_>,
-    r: crate::Result<T>,
-) -> PyResult<Py<PyAny>> {
+/// objects), converted by [`Objects`] with the cycle collector paused (it
+/// would otherwise walk every container made so far each few hundred
+/// allocations).
+fn out_large(py: Python<'_>, r: crate::Result<Value>) -> PyResult<Py<PyAny>> {
     let v = r.map_err(to_py)?;
-    let text = py
-        .detach(|| serde_json::to_string(&v))
-        .map_err(|e| InvalidInputError::new_err(e.to_string()))?;
     let gc = py.import("gc")?;
     let was_enabled = gc.call_method0("isenabled")?.is_truthy()?;
     if was_enabled {
         gc.call_method0("disable")?;
     }
-    let loaded = py.import("json")?.call_method1("loads", (text,));
+    let converted = Objects::new(py).convert(&v);
     if was_enabled {
         gc.call_method0("enable")?;
     }
-    Ok(loaded?.unbind())
+    drop(v);
+    Ok(converted?.unbind())
+}
+
+/// Python objects of a JSON value, made directly (no JSON text in
+/// between). Mapping keys repeat (every backend has a `name`, a `mode`...):
+/// each distinct key is one Python string, made once, its hash computed once.
+struct Objects<'py, 'v> {
+    py: Python<'py>,
+    keys: std::collections::HashMap<&'v str, Bound<'py, PyString>>,
+}
+
+impl<'py, 'v> Objects<'py, 'v> {
+    fn new(py: Python<'py>) -> Self {
+        Objects {
+            py,
+            keys: std::collections::HashMap::new(),
+        }
+    }
+
+    fn convert(&mut self, v: &'v Value) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        Ok(match v {
+            Value::Null => py.None().into_bound(py),
+            Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+            Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    i.into_pyobject(py)?.into_any()
+                } else if let Some(u) = n.as_u64() {
+                    u.into_pyobject(py)?.into_any()
+                } else {
+                    n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
+                }
+            }
+            Value::String(s) => PyString::new(py, s).into_any(),
+            Value::Array(items) => {
+                let items = items
+                    .iter()
+                    .map(|i| self.convert(i))
+                    .collect::<PyResult<Vec<_>>>()?;
+                PyList::new(py, items)?.into_any()
+            }
+            Value::Object(map) => {
+                let dict = PyDict::new(py);
+                for (k, item) in map {
+                    let key = self
+                        .keys
+                        .entry(k.as_str())
+                        .or_insert_with(|| PyString::new(py, k))
+                        .clone();
+                    dict.set_item(key, self.convert(item)?)?;
+                }
+                dict.into_any()
+            }
+        })
+    }
 }
 
 fn input<T: serde::de::DeserializeOwned>(what: &str, obj: &Bound<'_, PyAny>) -> PyResult<T> {
