@@ -179,6 +179,24 @@ impl Registry {
         views::node::data(&self.config, &registered)
     }
 
+    /// The domains the VMs of node `cn` (but those of `exclude`) serve,
+    /// sorted, each once, `*` left out: from the pillar alone, so that their
+    /// certificates can be made while the node registers. A registration
+    /// serves these or fewer (a VM in conflict or destroyed serves none).
+    pub fn node_domains(&self, cn: &str, exclude: &[String]) -> Result<Vec<String>> {
+        validate("compute node", cn)?;
+        let node = self.config.node_plan(cn)?;
+        let mut domains: Vec<String> = node
+            .vms
+            .iter()
+            .filter(|p| !exclude.contains(&p.vm))
+            .flat_map(|p| p.domains.iter().filter(|d| *d != "*").cloned())
+            .collect();
+        domains.sort();
+        domains.dedup();
+        Ok(domains)
+    }
+
     /// `find_ip_for_vm` (allocates on first call).
     pub fn find_ip(&self, cn: &str, vm: &str) -> Result<String> {
         Ok(self.allocate(cn, vm, false)?.ip.to_string())

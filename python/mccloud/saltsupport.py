@@ -7,10 +7,11 @@ state between calls.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 import mccloud
 from mccloud import ArgumentError, MccloudError
@@ -169,20 +170,48 @@ def node_settings(opts: Mapping[str, Any], cfg: mccloud.Config, reg: mccloud.Reg
     it; without the VMs of ``exclude``) with ``ssl_certs``: the certificate
     and key of the node's own name and of every domain its VMs serve,
     issued by the controller's CA (``mc_cloud.settings()['ssl']``, kept in
-    ``ssl_pillar_dir``)."""
+    ``ssl_pillar_dir``).
+
+    The certificates of the domains the pillar declares are made (or read)
+    here while the core registers the node on another thread (it releases
+    the GIL); Python's cycle collector is paused meanwhile: the settings of
+    a large node are millions of objects, none of them in a cycle, that it
+    would walk again and again."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from mccloud import pki
 
-    data = reg.target_settings(cn, exclude)
-    cloud = cfg.cloud_settings()
-    ssl = cloud["ssl"]
-    domains = [cn, *(d for d in data["domains"] if d != "*")]
-    certs = pki.ssl_certs(cloud["ssl_pillar_dir"], domains, ssl["ca"], ssl["cert_days"])
+    ssl = cfg.cloud_settings()
+    ssl_dir, ca, days = ssl["ssl_pillar_dir"], ssl["ssl"]["ca"], ssl["ssl"]["cert_days"]
+    with _gc_paused(), ThreadPoolExecutor(1, thread_name_prefix="mccloud-register") as pool:
+        registering = pool.submit(reg.target_settings, cn, exclude)
+        wanted = [cn, *reg.node_domains(cn, exclude)]
+        certs = pki.ssl_certs(ssl_dir, wanted, ca, days)
+        data = registering.result()
+        served = [cn, *(d for d in data["domains"] if d != "*")]
+        if served != wanted:  # a VM in conflict or destroyed serves nothing
+            certs = pki.ssl_certs(ssl_dir, served, ca, days)
     if certs and certs[0][0] != cn:
         # The node's name is served by a wildcard: haproxy's default
         # certificate is still the file named after the node.
         certs.insert(0, (cn, certs[0][1]))
     data["ssl_certs"] = certs
     return data
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cycle collector off for the block (and back on after it,
+    if it was on)."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def random_password(length: Any) -> str:

@@ -239,6 +239,21 @@ impl Registry {
         out(py, r)
     }
 
+    /// The domains the VMs of node `cn` (but those of `exclude`) serve,
+    /// sorted, each once, `*` left out, from the pillar alone (what a
+    /// registration of the node serves, or more).
+    #[pyo3(signature = (cn, exclude = None))]
+    fn node_domains(
+        &self,
+        py: Python<'_>,
+        cn: &str,
+        exclude: Option<Vec<String>>,
+    ) -> PyResult<Vec<String>> {
+        let exclude = exclude.unwrap_or_default();
+        py.detach(|| self.inner.node_domains(cn, &exclude))
+            .map_err(to_py)
+    }
+
     #[pyo3(signature = (cn, exclude = None))]
     fn target_settings(
         &self,
