@@ -175,6 +175,12 @@ impl Registry {
     /// declared IP is in conflict is left out and reported under `errors`.
     /// VMs named in `exclude` are left out (neither allocated nor listed).
     pub fn target_settings(&self, cn: &str, exclude: &[String]) -> Result<Value> {
+        Ok(self.target_settings_tree(cn, exclude)?.into_value())
+    }
+
+    /// [`Registry::target_settings`] as the tree it is built as (what the
+    /// Python binding converts).
+    pub fn target_settings_tree(&self, cn: &str, exclude: &[String]) -> Result<views::out::Out> {
         let registered = self.register_node(cn, exclude)?;
         views::node::data(&self.config, &registered)
     }

@@ -1,15 +1,18 @@
 //! The Python binding (`mccloud._native`): extract arguments, call the core,
 //! convert the result. Core errors become Python exceptions here and only here.
 
+use std::borrow::Cow;
+
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyList, PyString};
 use pythonize::{depythonize, pythonize};
 use serde_json::{Map, Value};
 
 use crate::alloc::Kind;
 use crate::error::{Error, ErrorKind};
+use crate::views::out::{Out, Str};
 
 create_exception!(
     mccloud._native,
@@ -72,74 +75,73 @@ fn out<T: serde::Serialize>(py: Python<'_>, r: crate::Result<T>) -> PyResult<Py<
         .unbind())
 }
 
-/// `out` for large results (a node's settings: tens of megabytes of
-/// objects), converted by [`Objects`] with the cycle collector paused (it
-/// would otherwise walk every container made so far each few hundred
-/// allocations).
-fn out_large(py: Python<'_>, r: crate::Result<Value>) -> PyResult<Py<PyAny>> {
-    let v = r.map_err(to_py)?;
+/// `out` for large results (a node's settings: a tree of hundreds of
+/// thousands of mappings), converted by [`Objects`] with the cycle
+/// collector paused (it would otherwise walk every container made so far
+/// each few hundred allocations).
+fn out_large(py: Python<'_>, r: crate::Result<Out>) -> PyResult<Py<PyAny>> {
+    let tree = r.map_err(to_py)?;
     let gc = py.import("gc")?;
     let was_enabled = gc.call_method0("isenabled")?.is_truthy()?;
     if was_enabled {
         gc.call_method0("disable")?;
     }
-    let converted = Objects::new(py).convert(&v);
+    let converted = Objects::new(py).tree(&tree);
     if was_enabled {
         gc.call_method0("enable")?;
     }
-    drop(v);
     Ok(converted?.unbind())
 }
 
-/// Python objects of a JSON value, made directly (no JSON text in
-/// between). Mapping keys repeat (every backend has a `name`, a `mode`...):
-/// each distinct key is one Python string, made once, its hash computed once.
-struct Objects<'py, 'v> {
+/// Python objects of an [`Out`] tree, made directly (no JSON text in
+/// between). Its static strings (every key, fixed values such as `tcp`)
+/// are each one Python string, made once, hashed once.
+struct Objects<'py> {
     py: Python<'py>,
-    keys: std::collections::HashMap<&'v str, Bound<'py, PyString>>,
+    statics: std::collections::HashMap<&'static str, Bound<'py, PyString>>,
 }
 
-impl<'py, 'v> Objects<'py, 'v> {
+impl<'py> Objects<'py> {
     fn new(py: Python<'py>) -> Self {
         Objects {
             py,
-            keys: std::collections::HashMap::new(),
+            statics: std::collections::HashMap::new(),
         }
     }
 
-    fn convert(&mut self, v: &'v Value) -> PyResult<Bound<'py, PyAny>> {
+    fn str(&mut self, s: &Str) -> Bound<'py, PyString> {
+        match s {
+            Cow::Borrowed(s) => self
+                .statics
+                .entry(s)
+                .or_insert_with(|| PyString::new(self.py, s))
+                .clone(),
+            Cow::Owned(s) => PyString::new(self.py, s),
+        }
+    }
+
+    fn tree(&mut self, t: &Out) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
-        Ok(match v {
-            Value::Null => py.None().into_bound(py),
-            Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-            Value::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    i.into_pyobject(py)?.into_any()
-                } else if let Some(u) = n.as_u64() {
-                    u.into_pyobject(py)?.into_any()
-                } else {
-                    n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
-                }
-            }
-            Value::String(s) => PyString::new(py, s).into_any(),
-            Value::Array(items) => {
+        Ok(match t {
+            Out::Null => py.None().into_bound(py),
+            Out::Int(i) => i.into_pyobject(py)?.into_any(),
+            Out::Str(s) => self.str(s).into_any(),
+            Out::List(items) => {
                 let items = items
                     .iter()
-                    .map(|i| self.convert(i))
+                    .map(|i| self.tree(i))
                     .collect::<PyResult<Vec<_>>>()?;
                 PyList::new(py, items)?.into_any()
             }
-            Value::Object(map) => {
+            Out::Map(pairs) => {
                 let dict = PyDict::new(py);
-                for (k, item) in map {
-                    let key = self
-                        .keys
-                        .entry(k.as_str())
-                        .or_insert_with(|| PyString::new(py, k))
-                        .clone();
-                    dict.set_item(key, self.convert(item)?)?;
+                for (k, v) in pairs {
+                    dict.set_item(self.str(k), self.tree(v)?)?;
                 }
                 dict.into_any()
+            }
+            Out::Value(v) => {
+                pythonize(py, v.as_ref()).map_err(|e| InvalidInputError::new_err(e.to_string()))?
             }
         })
     }
@@ -262,7 +264,7 @@ impl Registry {
         exclude: Option<Vec<String>>,
     ) -> PyResult<Py<PyAny>> {
         let exclude = exclude.unwrap_or_default();
-        let r = py.detach(|| self.inner.target_settings(cn, &exclude));
+        let r = py.detach(|| self.inner.target_settings_tree(cn, &exclude));
         out_large(py, r)
     }
 

@@ -9,53 +9,53 @@
 
 use serde_json::{json, Map, Value};
 
+use super::out::{Out, Str};
 use super::proxy::{reverse_proxies, ProxiedVm, HTTP_PROXY_MODE};
 use crate::alloc::register::Registered;
 use crate::drivers::{Driver, DEFAULT_TYPE};
 use crate::error::Result;
-use crate::pillar::merge::map;
 use crate::pools::ports::reserved_ports;
 use crate::settings::vm::not_declared;
 use crate::settings::Config;
 
 /// The data of node `registered.node`, from its registration.
-pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
+pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     let node = &registered.node;
-    let mut vms = Map::new();
-    let mut all_domains: Vec<String> = vec![];
-    let mut domains_of = Vec::with_capacity(registered.vms.len());
-    let mut types = Vec::with_capacity(registered.vms.len());
+    let mut vms = Vec::with_capacity(registered.vms.len());
+    let mut all_domains: Vec<&str> = vec![];
+    let mut proxied = Vec::with_capacity(registered.vms.len());
     for (vm, alloc) in &registered.vms {
         let plan = node.vm(vm).ok_or_else(|| not_declared(&node.cn, vm))?;
-        let domains = plan.domains.clone();
-        all_domains.extend(domains.iter().cloned());
-        vms.insert(
-            vm.clone(),
-            json!({
-                "ip": alloc.ip.to_string(), "mac": alloc.macs.first(), "vt": plan.vt, "domains": domains,
-                "ssh_reverse_proxy_port": alloc.ssh, "snmp_reverse_proxy_port": alloc.snmp,
-                "virt_type": plan.vt, "vmname": vm,
-            }),
-        );
-        domains_of.push(domains);
-        types.push(plan.vt.as_str());
-    }
-    all_domains.sort();
-    all_domains.dedup();
-    let proxied: Vec<ProxiedVm> = registered
-        .vms
-        .iter()
-        .zip(&domains_of)
-        .zip(&types)
-        .map(|(((vm, a), d), vt)| ProxiedVm {
+        all_domains.extend(plan.domains.iter().map(String::as_str));
+        let vt = Out::from(plan.vt.clone());
+        vms.push((
+            Str::Owned(vm.clone()),
+            Out::map([
+                ("ip", alloc.ip.to_string().into()),
+                (
+                    "mac",
+                    alloc.macs.first().cloned().map_or(Out::Null, Out::from),
+                ),
+                ("vt", vt.clone()),
+                ("domains", plan.domains.clone().into()),
+                ("ssh_reverse_proxy_port", alloc.ssh.into()),
+                ("snmp_reverse_proxy_port", alloc.snmp.into()),
+                ("virt_type", vt),
+                ("vmname", vm.clone().into()),
+            ]),
+        ));
+        proxied.push(ProxiedVm {
             vm,
-            vt,
-            ip: a.ip,
-            domains: d,
-            ssh_port: a.ssh.unwrap_or(0),
-            snmp_port: a.snmp.unwrap_or(0),
-        })
-        .collect();
+            vt: plan.vt.as_str(),
+            ip: alloc.ip,
+            domains: &plan.domains,
+            ssh_port: alloc.ssh.unwrap_or(0),
+            snmp_port: alloc.snmp.unwrap_or(0),
+        });
+    }
+    all_domains.sort_unstable();
+    all_domains.dedup();
+    let domains: Vec<String> = all_domains.into_iter().map(str::to_owned).collect();
     let proxies = reverse_proxies(&node.cn, &proxied, &node.conf);
     let mut network = Map::new();
     network.insert("network".into(), json!(node.network.network.to_string()));
@@ -80,38 +80,40 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Value> {
         .map(|t| (t.clone(), json!(true)))
         .collect();
     let firewall = config.firewall()?;
-    let mut m = map([
-        ("target", json!(node.cn)),
-        ("virt_types", Value::Object(virt_types)),
-        ("domains", json!(all_domains)),
-        ("has", json!({"firewall": firewall})),
-        ("firewall", json!(firewall)),
-        ("http_proxy_mode", json!(HTTP_PROXY_MODE)),
+    let mut m = Out::map([
+        ("target", node.cn.clone().into()),
+        ("virt_types", Value::Object(virt_types).into()),
+        ("domains", domains.into()),
+        ("has", json!({"firewall": firewall}).into()),
+        ("firewall", json!(firewall).into()),
+        ("http_proxy_mode", HTTP_PROXY_MODE.into()),
         (
             "ssh_port_range",
-            json!({"start": node.ssh.start, "end": node.ssh.end}),
+            json!({"start": node.ssh.start, "end": node.ssh.end}).into(),
         ),
         (
             "snmp_port_range",
-            json!({"start": node.snmp.start, "end": node.snmp.end}),
+            json!({"start": node.snmp.start, "end": node.snmp.end}).into(),
         ),
         (
             "idmap_range",
-            json!({"start": node.idmap.start, "end": node.idmap.end, "count": node.idmap.count()}),
+            json!({"start": node.idmap.start, "end": node.idmap.end, "count": node.idmap.count()})
+                .into(),
         ),
-        ("network", Value::Object(network)),
+        ("network", Value::Object(network).into()),
     ]);
-    m.extend(facts);
-    m.insert(
-        "reserved_ports".into(),
-        json!(reserved_ports(&[node.ssh, node.snmp])),
-    );
-    m.insert("conf".into(), node.conf.clone());
-    if !registered.errors.is_empty() {
-        m.insert("errors".into(), json!(registered.errors));
+    for (k, v) in facts {
+        m.set(k, v.into());
     }
-    // Moved in, not copied: these are the large parts.
-    m.insert("vms".into(), Value::Object(vms));
-    m.insert("reverse_proxies".into(), proxies);
-    Ok(Value::Object(m))
+    m.set(
+        "reserved_ports",
+        json!(reserved_ports(&[node.ssh, node.snmp])).into(),
+    );
+    m.set("conf", node.conf.clone().into());
+    if !registered.errors.is_empty() {
+        m.set("errors", json!(registered.errors).into());
+    }
+    m.set("vms", Out::Map(vms));
+    m.set("reverse_proxies", proxies);
+    Ok(m)
 }

@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use crate::pillar::merge::{map, obj};
+use super::out::{Out, Str};
 use crate::settings::conf::DEFAULT_CERTS_DIR;
 
 /// The only `http_proxy_mode` mccloud renders: the backends see the client
@@ -121,12 +121,29 @@ fn binds(conf: &Value, default_cert: &str, certs_dir: &str) -> (String, String) 
     )
 }
 
-/// A frontend and its backends: mccloud's `acls`/`backends`, and the
-/// original's `raw_opts` (the same rules as haproxy lines) and backends
-/// mapping (`{name, mode, raw_opts, servers: [{name, bind, opts}]}`).
+/// A routing rule of a frontend: requests for `domain` go to `backend`.
+struct Acl {
+    name: String,
+    condition: String,
+    backend: String,
+    domain: String,
+}
+
+/// A backend: round robin to `(server name, address)`.
+struct Backend {
+    name: String,
+    servers: Vec<(String, String)>,
+}
+
+/// A frontend: its rules, raw options and backends.
 struct Frontend {
-    frontend: Value,
-    backends: Value,
+    name: String,
+    bind: String,
+    https: bool,
+    pre: Vec<Value>,
+    post: Vec<Value>,
+    acls: Vec<Acl>,
+    backends: Vec<Backend>,
 }
 
 fn frontend(
@@ -135,24 +152,26 @@ fn frontend(
     proxy: &str,
     name: String,
     bind: &str,
-    prefix: &str,
+    https: bool,
 ) -> Frontend {
+    let prefix = if https { "securebck" } else { "bck" };
     // Exact domains first so they win over wildcards; several VMs sharing a
     // domain share its backend.
-    let mut backends: BTreeMap<String, (String, Vec<(String, String)>)> = BTreeMap::new();
+    let mut backends: BTreeMap<&str, Backend> = BTreeMap::new();
     for v in vms {
         for d in v.domains {
-            let entry = backends
-                .entry(d.clone())
-                .or_insert_with(|| (format!("{prefix}_{}", ident(d)), vec![]));
+            let entry = backends.entry(d).or_insert_with(|| Backend {
+                name: format!("{prefix}_{}", ident(d)),
+                servers: vec![],
+            });
             // makina-states' server names: srv_<domain><n>.
-            let n = entry.1.len() + 1;
+            let n = entry.servers.len() + 1;
             entry
-                .1
+                .servers
                 .push((format!("srv_{}{n}", ident(d)), format!("{}:80", v.ip)));
         }
     }
-    let mut domains: Vec<&String> = backends.keys().collect();
+    let mut domains: Vec<&str> = backends.keys().copied().collect();
     domains.sort_by(|a, b| {
         (a.starts_with('*'), std::cmp::Reverse(a.len()), a).cmp(&(
             b.starts_with('*'),
@@ -160,233 +179,307 @@ fn frontend(
             b,
         ))
     });
-    let acls: Vec<Value> = domains
+    let acls = domains
         .iter()
         .filter_map(|d| {
-            let (backend, _) = backends.get(*d)?;
-            Some(json!({"name": format!("host_{}", ident(d)), "condition": condition(d), "backend": backend, "domain": d}))
+            Some(Acl {
+                name: format!("host_{}", ident(d)),
+                condition: condition(d),
+                backend: backends.get(d)?.name.clone(),
+                domain: (*d).to_owned(),
+            })
         })
         .collect();
-    let pre = raw_opts(conf, proxy, "raw_opts_pre");
-    let post = raw_opts(conf, proxy, "raw_opts_post");
-    let mut rules: Vec<Value> = pre.clone();
-    if prefix == "securebck" {
-        rules.push(json!(X_SSL));
-    }
-    rules.extend(acls.iter().map(|a| {
-        json!(format!(
-            "acl {} {}",
-            str_of(&a["name"]),
-            str_of(&a["condition"])
-        ))
-    }));
-    rules.extend(acls.iter().map(|a| {
-        json!(format!(
-            "use_backend {} if {}",
-            str_of(&a["backend"]),
-            str_of(&a["name"])
-        ))
-    }));
-    rules.extend(post.iter().cloned());
-    // As makina-states gave them: the http frontend's unset raw options
-    // are '' (its `mc_utils.get` default), the https frontend's [].
-    let given = |v: Vec<Value>| match v.is_empty() && prefix == "bck" {
-        true => json!(""),
-        false => Value::Array(v),
-    };
-    let mut ours = Map::new();
-    let mut theirs = Map::new();
-    for (backend, servers) in backends.into_values() {
-        let b = obj([
-            ("balance", json!("roundrobin")),
-            (
-                "servers",
-                servers
-                    .iter()
-                    .map(|(n, a)| json!({"name": n, "address": a}))
-                    .collect(),
-            ),
-        ]);
-        let original = obj([
-            ("name", json!(backend)),
-            ("mode", json!("http")),
-            (
-                "raw_opts",
-                json!([
-                    "balance roundrobin",
-                    "option http-server-close",
-                    "option forwardfor"
-                ]),
-            ),
-            (
-                "servers",
-                servers
-                    .iter()
-                    .map(|(n, a)| json!({"name": n, "bind": a, "opts": "check"}))
-                    .collect(),
-            ),
-        ]);
-        ours.insert(backend.clone(), b);
-        theirs.insert(backend, original);
-    }
     Frontend {
-        frontend: obj([
-            ("name", json!(name)),
-            ("bind", json!(bind)),
-            ("mode", json!("http")),
-            ("http_proxy_mode", json!(HTTP_PROXY_MODE)),
-            ("options", json!(["forwardfor"])),
-            ("raw_opts_pre", given(pre)),
-            ("raw_opts_post", given(post)),
-            ("raw_opts", Value::Array(rules)),
-            // The original marked the frontends whose pre/post options
-            // were folded into raw_opts; these always are.
-            ("raw_rules_done", json!(1)),
-            ("acls", Value::Array(acls)),
-            ("backends", Value::Object(ours)),
-        ]),
-        backends: Value::Object(theirs),
+        name,
+        bind: bind.to_owned(),
+        https,
+        pre: raw_opts(conf, proxy, "raw_opts_pre"),
+        post: raw_opts(conf, proxy, "raw_opts_post"),
+        acls,
+        backends: backends.into_values().collect(),
     }
 }
 
-fn str_of(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
+impl Frontend {
+    /// mccloud's keys (`acls`, `backends`) beside the original's (`name`,
+    /// `bind`, `mode`, `raw_opts`: the same rules as haproxy lines).
+    fn out(&self) -> Out {
+        let mut rules: Vec<Out> = self.pre.iter().cloned().map(Out::from).collect();
+        if self.https {
+            rules.push(X_SSL.into());
+        }
+        rules.extend(
+            self.acls
+                .iter()
+                .map(|a| Out::from(format!("acl {} {}", a.name, a.condition))),
+        );
+        rules.extend(
+            self.acls
+                .iter()
+                .map(|a| Out::from(format!("use_backend {} if {}", a.backend, a.name))),
+        );
+        rules.extend(self.post.iter().cloned().map(Out::from));
+        // As makina-states gave them: the http frontend's unset raw options
+        // are '' (its `mc_utils.get` default), the https frontend's [].
+        let given = |v: &[Value]| match v.is_empty() && !self.https {
+            true => Out::from(""),
+            false => Out::from(Value::Array(v.to_vec())),
+        };
+        let acls = self
+            .acls
+            .iter()
+            .map(|a| {
+                Out::map([
+                    ("name", a.name.clone().into()),
+                    ("condition", a.condition.clone().into()),
+                    ("backend", a.backend.clone().into()),
+                    ("domain", a.domain.clone().into()),
+                ])
+            })
+            .collect();
+        let backends = self
+            .backends
+            .iter()
+            .map(|b| {
+                let servers = b
+                    .servers
+                    .iter()
+                    .map(|(n, a)| {
+                        Out::map([("name", n.clone().into()), ("address", a.clone().into())])
+                    })
+                    .collect();
+                let backend = Out::map([
+                    ("balance", "roundrobin".into()),
+                    ("servers", Out::List(servers)),
+                ]);
+                (Str::Owned(b.name.clone()), backend)
+            })
+            .collect();
+        Out::map([
+            ("name", self.name.clone().into()),
+            ("bind", self.bind.clone().into()),
+            ("mode", "http".into()),
+            ("http_proxy_mode", HTTP_PROXY_MODE.into()),
+            ("options", Out::List(vec!["forwardfor".into()])),
+            ("raw_opts_pre", given(&self.pre)),
+            ("raw_opts_post", given(&self.post)),
+            ("raw_opts", Out::List(rules)),
+            // The original marked the frontends whose pre/post options
+            // were folded into raw_opts; these always are.
+            ("raw_rules_done", Out::Int(1)),
+            ("acls", Out::List(acls)),
+            ("backends", Out::Map(backends)),
+        ])
+    }
+
+    /// The original's backends mapping (`{name, mode, raw_opts, servers:
+    /// [{name, bind, opts}]}`).
+    fn original_backends(&self) -> Out {
+        Out::Map(
+            self.backends
+                .iter()
+                .map(|b| {
+                    let servers = b
+                        .servers
+                        .iter()
+                        .map(|(n, a)| {
+                            Out::map([
+                                ("name", n.clone().into()),
+                                ("bind", a.clone().into()),
+                                ("opts", "check".into()),
+                            ])
+                        })
+                        .collect();
+                    let backend = Out::map([
+                        ("name", b.name.clone().into()),
+                        ("mode", "http".into()),
+                        (
+                            "raw_opts",
+                            Out::List(vec![
+                                "balance roundrobin".into(),
+                                "option http-server-close".into(),
+                                "option forwardfor".into(),
+                            ]),
+                        ),
+                        ("servers", Out::List(servers)),
+                    ]);
+                    (Str::Owned(b.name.clone()), backend)
+                })
+                .collect(),
+        )
+    }
+
+    fn render(&self, out: &mut String, name: &str) {
+        let line = |out: &mut String, parts: &[&str]| {
+            out.push_str("    ");
+            parts.iter().for_each(|p| out.push_str(p));
+            out.push('\n');
+        };
+        for part in ["\nfrontend ", name, "\n    bind ", &self.bind] {
+            out.push_str(part);
+        }
+        out.push_str("\n    mode http\n    option forwardfor\n");
+        if self.https {
+            out.push_str("    http-request set-header X-Forwarded-Proto https\n");
+            line(out, &[X_SSL]);
+        }
+        for l in self.pre.iter().filter_map(Value::as_str) {
+            line(out, &[l]);
+        }
+        for a in &self.acls {
+            line(out, &["acl ", &a.name, " ", &a.condition]);
+            line(out, &["use_backend ", &a.backend, " if ", &a.name]);
+        }
+        for l in self.post.iter().filter_map(Value::as_str) {
+            line(out, &[l]);
+        }
+        out.push_str("    default_backend bck_no_such_vm\n");
+        for b in &self.backends {
+            for part in [
+                "\nbackend ",
+                &b.name,
+                "\n    mode http\n    balance roundrobin\n    option forwardfor\n",
+            ] {
+                out.push_str(part);
+            }
+            for (n, a) in &b.servers {
+                line(out, &["server ", n, " ", a]);
+            }
+        }
+    }
 }
 
 /// The forwarding of a VM's ports in makina-states' shorewall form: its snmp
 /// port (udp) to its port 161, its ssh port (tcp and udp) to its port 22,
 /// each group after a comment. mccloud's firewall state applies the snmp
 /// rules (iptables DNAT); ssh goes through haproxy's tcp listener.
-fn sw_proxies(vms: &[ProxiedVm]) -> Vec<Value> {
-    let mut out = vec![];
+fn sw_proxies(vms: &[ProxiedVm]) -> Vec<Out> {
+    let mut out = Vec::with_capacity(vms.len() * 5);
     for v in vms {
-        let dnat = |port: u16, proto: &str, dport: u16| json!({"action": "DNAT", "source": "all", "dest": format!("{}:{}:{port}", v.vt, v.ip), "proto": proto, "dport": dport});
-        out.push(json!({"comment": format!("snmp for {}", v.vm)}));
+        let dnat = |port: u16, proto: &'static str, dport: u16| {
+            Out::map([
+                ("action", "DNAT".into()),
+                ("source", "all".into()),
+                ("dest", format!("{}:{}:{port}", v.vt, v.ip).into()),
+                ("proto", proto.into()),
+                ("dport", dport.into()),
+            ])
+        };
+        out.push(Out::map([("comment", format!("snmp for {}", v.vm).into())]));
         out.push(dnat(161, "udp", v.snmp_port));
-        out.push(json!({"comment": format!("ssh {}", v.vm)}));
+        out.push(Out::map([("comment", format!("ssh {}", v.vm).into())]));
         out.push(dnat(22, "tcp", v.ssh_port));
         out.push(dnat(22, "udp", v.ssh_port));
     }
     out
 }
 
+/// One VM's ssh listener.
+struct Listener<'a> {
+    vm: &'a str,
+    name: String,
+    bind: String,
+    port: u16,
+    server: String,
+}
+
 /// The reverse-proxy structure of node `cn`. `conf` is the node's
 /// `makina-states.cloud.compute_node.conf.<cn>` mapping: raw options, and
 /// `bind_address` (`*`), `http_port` (80), `https_port` (443),
 /// `ssl_certs_dir`, `ssl_cert`.
-pub fn reverse_proxies(cn: &str, vms: &[ProxiedVm], conf: &Value) -> Value {
+pub fn reverse_proxies(cn: &str, vms: &[ProxiedVm], conf: &Value) -> Out {
     let addr = conf
         .get("bind_address")
         .and_then(Value::as_str)
         .unwrap_or("*");
-    let ssh: Vec<Value> = vms
+    let ssh: Vec<Listener> = vms
         .iter()
-        .map(|v| {
-            let server = format!("{}:22", v.ip);
-            json!({
-                "name": format!("lst_{}", ident(v.vm)),
-                "vm": v.vm,
-                "bind": format!("{addr}:{}", v.ssh_port),
-                "port": v.ssh_port,
-                "server": server,
-                "mode": "tcp",
-                "raw_opts": [],
-                "servers": [{"name": "sshserver", "bind": server, "opts": "check"}],
-            })
+        .map(|v| Listener {
+            vm: v.vm,
+            name: format!("lst_{}", ident(v.vm)),
+            bind: format!("{addr}:{}", v.ssh_port),
+            port: v.ssh_port,
+            server: format!("{}:22", v.ip),
         })
         .collect();
     let (certs_dir, default_cert) = certificates(cn, vms, conf);
     let (http, https) = binds(conf, &default_cert, &certs_dir);
-    let plain = frontend(vms, conf, "http_proxy", cn.to_owned(), &http, "bck");
+    let plain = frontend(vms, conf, "http_proxy", cn.to_owned(), &http, false);
     let secure = frontend(
         vms,
         conf,
         "https_proxy",
         format!("secure-{cn}"),
         &https,
-        "securebck",
+        true,
     );
-    let mut out = map([
-        ("target", json!(cn)),
-        ("http_proxy", plain.frontend),
-        ("https_proxy", secure.frontend),
-        ("http_backends", plain.backends),
-        ("https_backends", secure.backends),
-        ("ssh_proxies", Value::Array(ssh)),
-        ("sw_proxies", Value::Array(sw_proxies(vms))),
-        ("ssl_certs_dir", json!(certs_dir)),
-        ("default_cert", json!(default_cert)),
-    ]);
-    let cfg = render(&out);
-    out.insert("haproxy_cfg".into(), json!(cfg));
-    Value::Object(out)
-}
-
-fn lines(v: &Value) -> impl Iterator<Item = &str> {
-    v.as_array().into_iter().flatten().filter_map(Value::as_str)
-}
-
-fn render_frontend(out: &mut String, name: &str, f: &Value, https: bool) {
-    out.push_str(&format!(
-        "\nfrontend {name}\n    bind {}\n    mode http\n    option forwardfor\n",
-        f["bind"].as_str().unwrap_or("*:80")
-    ));
-    if https {
-        out.push_str("    http-request set-header X-Forwarded-Proto https\n");
-        out.push_str(&format!("    {X_SSL}\n"));
-    }
-    for l in lines(&f["raw_opts_pre"]) {
-        out.push_str(&format!("    {l}\n"));
-    }
-    for acl in f["acls"].as_array().into_iter().flatten() {
-        let (n, c, b) = (&acl["name"], &acl["condition"], &acl["backend"]);
-        out.push_str(&format!(
-            "    acl {} {}\n    use_backend {} if {}\n",
-            n.as_str().unwrap_or(""),
-            c.as_str().unwrap_or(""),
-            b.as_str().unwrap_or(""),
-            n.as_str().unwrap_or("")
-        ));
-    }
-    for l in lines(&f["raw_opts_post"]) {
-        out.push_str(&format!("    {l}\n"));
-    }
-    out.push_str("    default_backend bck_no_such_vm\n");
-    for (name, b) in f["backends"].as_object().into_iter().flatten() {
-        out.push_str(&format!(
-            "\nbackend {name}\n    mode http\n    balance roundrobin\n    option forwardfor\n"
-        ));
-        for s in b["servers"].as_array().into_iter().flatten() {
-            out.push_str(&format!(
-                "    server {} {}\n",
-                s["name"].as_str().unwrap_or(""),
-                s["address"].as_str().unwrap_or("")
-            ));
-        }
-    }
+    let cfg = render(&plain, &secure, &ssh);
+    let listeners = ssh
+        .into_iter()
+        .map(|l| {
+            Out::map([
+                ("name", l.name.into()),
+                ("vm", l.vm.to_owned().into()),
+                ("bind", l.bind.into()),
+                ("port", l.port.into()),
+                ("server", l.server.clone().into()),
+                ("mode", "tcp".into()),
+                ("raw_opts", Out::List(vec![])),
+                (
+                    "servers",
+                    Out::List(vec![Out::map([
+                        ("name", "sshserver".into()),
+                        ("bind", l.server.into()),
+                        ("opts", "check".into()),
+                    ])]),
+                ),
+            ])
+        })
+        .collect();
+    Out::map([
+        ("target", cn.to_owned().into()),
+        ("http_proxy", plain.out()),
+        ("https_proxy", secure.out()),
+        ("http_backends", plain.original_backends()),
+        ("https_backends", secure.original_backends()),
+        ("ssh_proxies", Out::List(listeners)),
+        ("sw_proxies", Out::List(sw_proxies(vms))),
+        ("ssl_certs_dir", certs_dir.into()),
+        ("default_cert", default_cert.into()),
+        ("haproxy_cfg", cfg.into()),
+    ])
 }
 
 /// The haproxy configuration of a node's reverse proxy: http and https
 /// frontends routing by Host to per-domain backends (round robin to the VMs'
 /// port 80), and one tcp `listen` per VM from its ssh port to its port 22.
-pub fn render(proxies: &Map<String, Value>) -> String {
-    let at = |k: &str| proxies.get(k).unwrap_or(&Value::Null);
-    let mut out = String::from(
+fn render(http: &Frontend, https: &Frontend, ssh: &[Listener]) -> String {
+    // About 700 bytes a VM: grown once, not doubled a dozen times.
+    let mut out = String::with_capacity(1024 + 768 * ssh.len());
+    out.push_str(
         "# Managed by mccloud: generated from the registry, do not edit.\n\
          global\n    maxconn 4096\n\n\
          defaults\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n",
     );
-    render_frontend(&mut out, "http-in", at("http_proxy"), false);
-    render_frontend(&mut out, "https-in", at("https_proxy"), true);
+    http.render(&mut out, "http-in");
+    https.render(&mut out, "https-in");
     out.push_str("\nbackend bck_no_such_vm\n    mode http\n    http-request return status 503\n");
-    for l in at("ssh_proxies").as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "\nlisten {}\n    bind {}\n    mode tcp\n    server {} {}\n",
-            l["name"].as_str().unwrap_or(""),
-            l["bind"].as_str().unwrap_or(""),
-            ident(l["vm"].as_str().unwrap_or("vm")),
-            l["server"].as_str().unwrap_or("")
-        ));
+    for l in ssh {
+        let vm = ident(l.vm);
+        for part in [
+            "\nlisten ",
+            &l.name,
+            "\n    bind ",
+            &l.bind,
+            "\n    mode tcp\n    server ",
+            &vm,
+            " ",
+            &l.server,
+            "\n",
+        ] {
+            out.push_str(part);
+        }
     }
     out
 }
@@ -413,7 +506,7 @@ mod tests {
         let b = vec!["b.com".to_string(), "*.shared.com".to_string()];
         let vms = [vm("a.com", &a, 0), vm("b.com", &b, 1)];
         let conf = json!({"http_proxy": {"raw_opts_pre": ["timeout client 1m"]}});
-        let p = reverse_proxies("node.shared.com", &vms, &conf);
+        let p = reverse_proxies("node.shared.com", &vms, &conf).into_value();
         let cfg = p["haproxy_cfg"].as_str().unwrap();
         assert!(cfg
             .contains("acl host__star.shared.com req.hdr(host),field(1,:) -m end -i .shared.com"));
@@ -455,7 +548,7 @@ mod tests {
         let a = vec!["a.com".to_string()];
         let vms = [vm("a.com", &a, 0)];
         let conf = json!({"https_proxy": {"raw_opts_post": ["x-post"]}});
-        let p = reverse_proxies("cn.example", &vms, &conf);
+        let p = reverse_proxies("cn.example", &vms, &conf).into_value();
         // Not a wildcard of its own (one dot): the node's own certificate.
         assert_eq!(p["default_cert"], "/etc/ssl/cloud/certs/cn.example.crt");
         let https = &p["https_proxy"];
@@ -504,7 +597,8 @@ mod tests {
             "cn.example",
             &vms,
             &json!({"ssl_cert": "/etc/my.pem", "ssl_certs_dir": "/c/"}),
-        );
+        )
+        .into_value();
         assert!(own["haproxy_cfg"]
             .as_str()
             .unwrap()
