@@ -184,6 +184,83 @@ fn invalid(what: String) -> Error {
     Error::Invalid(format!("certificate issuing: {what}"))
 }
 
+/// What serving a domain from the CA's book (`issued.json`) requires.
+pub struct BookCheck<'a> {
+    /// The current CA's key identifier, hex (`issuer` of every entry).
+    pub issuer: &'a str,
+    /// Now, in seconds since the epoch.
+    pub now: i64,
+    /// Longest validity accepted, in seconds.
+    pub max_span: i64,
+    /// An entry this close to its end (seconds) is issued again.
+    pub renew_before: i64,
+}
+
+/// An entry of the book, as `mccloud.pki` writes it.
+#[derive(serde::Deserialize)]
+struct Entry {
+    cert: String,
+    key: String,
+    issuer: String,
+    not_before: i64,
+    not_after: i64,
+}
+
+#[derive(serde::Deserialize)]
+struct Book {
+    certs: std::collections::HashMap<String, Entry>,
+}
+
+/// `(domain, PEM)` of each of `domains` (lower-cased, each once, in
+/// order; the PEM is the certificate then the key, as haproxy's `crt` files
+/// hold them), read from the book at `path` — or `None` when the book
+/// cannot serve them all as they are (missing or unreadable file, a name
+/// that is no domain or `*`, a domain without a usable entry): the caller
+/// then takes the path that reports, takes in and issues. Reads; never
+/// writes.
+pub fn served(
+    path: &std::path::Path,
+    domains: &[String],
+    check: &BookCheck<'_>,
+) -> Option<Vec<(String, String)>> {
+    let text = std::fs::read(path).ok()?;
+    let book: Book = serde_json::from_slice(&text).ok()?;
+    let mut seen = std::collections::HashSet::with_capacity(domains.len());
+    let mut out = Vec::with_capacity(domains.len());
+    for d in domains {
+        let name = crate::pillar::hosts::domain("domain", d)
+            .ok()
+            .filter(|n| n != "*")?;
+        if seen.contains(&name) {
+            continue;
+        }
+        let e = book.certs.get(&name)?;
+        let usable = !e.cert.is_empty()
+            && !e.key.is_empty()
+            && e.issuer == check.issuer
+            && e.not_after - e.not_before <= check.max_span
+            && e.not_after - check.now >= check.renew_before;
+        if !usable {
+            return None;
+        }
+        out.push((name.clone(), join_pem(&e.cert, &e.key)));
+        seen.insert(name);
+    }
+    Some(out)
+}
+
+/// `cert` then `key`, each ending with a newline.
+fn join_pem(cert: &str, key: &str) -> String {
+    let mut out = String::with_capacity(cert.len() + key.len() + 2);
+    for part in [cert, key] {
+        out.push_str(part);
+        if !part.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +305,51 @@ mod tests {
                 "every certificate has its own key"
             );
         }
+    }
+
+    #[test]
+    fn serves_from_the_book_only_what_it_can_serve_whole() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("issued.json");
+        let check = BookCheck {
+            issuer: "ab",
+            now: 1000,
+            max_span: 500,
+            renew_before: 100,
+        };
+        let entry = |issuer: &str, end: i64| serde_json::json!({"cert": "C", "key": "K\n", "issuer": issuer, "not_before": 900, "not_after": end});
+        let write = |certs: serde_json::Value| {
+            std::fs::write(
+                &path,
+                serde_json::json!({"format": 1, "certs": certs}).to_string(),
+            )
+            .expect("write");
+        };
+        let doms = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(served(&path, &doms(&["a.test"]), &check), None, "no book");
+        write(
+            serde_json::json!({"a.test": entry("ab", 1300), "b.test": entry("cd", 1300),
+                                 "c.test": entry("ab", 1050), "d.test": entry("ab", 1500)}),
+        );
+        assert_eq!(
+            served(&path, &doms(&["a.test", "A.Test"]), &check),
+            Some(vec![("a.test".to_string(), "C\nK\n".to_string())]),
+            "lower-cased, each once"
+        );
+        // another CA's, expiring, valid too long, none, no domain, every host
+        for bad in ["b.test", "c.test", "d.test", "e.test", "a test", "*"] {
+            assert_eq!(
+                served(&path, &doms(&["a.test", bad]), &check),
+                None,
+                "{bad}"
+            );
+        }
+        std::fs::write(&path, "{\"certs\": {\"a.test\": {\"cert\": 1}}}").expect("write");
+        assert_eq!(
+            served(&path, &doms(&["a.test"]), &check),
+            None,
+            "a malformed book"
+        );
     }
 
     #[test]

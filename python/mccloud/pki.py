@@ -289,6 +289,10 @@ def ssl_certs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mappi
     what is missing. ``name`` is the domain, or the custom certificate's
     (a wildcard) when one serves it; a name or content already listed is
     not listed again."""
+    domains = list(domains)
+    known = _served_natively(ssl_dir, domains, ca, days)
+    if known is not None:
+        return known
     out: list[tuple[str, str]] = []
     names: set[str] = set()
     pems: set[str] = set()
@@ -300,6 +304,24 @@ def ssl_certs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mappi
                 names.add(served.name)
                 pems.add(pem)
     return out
+
+
+def _served_natively(ssl_dir: str | os.PathLike[str], domains: list[str], ca: Mapping[str, Any],
+                     days: int) -> list[tuple[str, str]] | None:
+    """:func:`ssl_certs` when the CA exists, every domain has a usable
+    entry in ``issued.json`` and no operator's certificate is in
+    ``custom/``: read natively, without the GIL (a node of 10,000 domains in
+    tens of milliseconds); None otherwise (nothing is then made here)."""
+    settings = CASettings.parse(ca)
+    cert = ca_dir(ssl_dir, settings.name) / f"{settings.name}_ca_cert.crt"
+    if not cert.exists() or not all(isinstance(d, str) for d in domains):
+        return None
+    with _issuing(ssl_dir, ca, days) as (root, authority, _):
+        if _custom_names(root):
+            return None
+        return _native.served_certs(str(_book_path(authority)), domains, authority.key_id.hex(),
+                                    int(_now().timestamp()), (MAX_LEAF_DAYS + 1) * 86400,
+                                    RENEW_BEFORE_DAYS * 86400)
 
 
 def cert_pairs(ssl_dir: str | os.PathLike[str], domains: Iterable[str], ca: Mapping[str, Any], days: int,

@@ -387,12 +387,36 @@ fn issue_certs(
         .map_err(to_py)
 }
 
+/// `[(domain, PEM)]` (certificate then key) of `domains` (lower-cased,
+/// each once, in order) from the CA's book `path` (`issued.json`), or
+/// `None` when the book cannot serve them all as they are (see
+/// `mccloud.pki`). Reads without the GIL.
+#[pyfunction]
+fn served_certs(
+    py: Python<'_>,
+    path: &str,
+    domains: Vec<String>,
+    issuer: &str,
+    now: i64,
+    max_span: i64,
+    renew_before: i64,
+) -> Option<Vec<(String, String)>> {
+    let check = crate::certs::BookCheck {
+        issuer,
+        now,
+        max_span,
+        renew_before,
+    };
+    py.detach(|| crate::certs::served(std::path::Path::new(path), &domains, &check))
+}
+
 /// The native module: a list of exports only.
 #[pymodule]
 mod _native {
     #[pymodule_export]
     use super::{
-        check_domain, gen_id, issue_certs, sha512_crypt, AllocationError, ArgumentError, Config,
-        InvalidInputError, MccloudError, NotFoundError, Registry, StoreError,
+        check_domain, gen_id, issue_certs, served_certs, sha512_crypt, AllocationError,
+        ArgumentError, Config, InvalidInputError, MccloudError, NotFoundError, Registry,
+        StoreError,
     };
 }

@@ -688,3 +688,33 @@ def test_a_ca_not_made_here_issues_through_python(tmp_path: Path, monkeypatch: p
     assert pki._Leaves(ca, 400, {}).native() is None
     got = dict(pki.ssl_certs(tmp_path, ["vm1.foo.com", "vm2.foo.com"], CA, DAYS))
     verify(tmp_path, got["vm2.foo.com"], "vm2.foo.com")
+
+
+def test_issued_certificates_are_served_natively_and_the_same(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once issued, a batch is read by ``_native.served_certs`` (no Python
+    pass over ``issued.json``) and gives what the Python path gives; an
+    operator's certificate, or a domain not issued yet, takes the Python path."""
+    domains = [CN, *(f"vm{i}.native.test" for i in range(20)), "VM3.native.test"]
+    first = pki.ssl_certs(tmp_path, domains, CA, DAYS)
+    assert [n for n, _ in first] == [CN, *(f"vm{i}.native.test" for i in range(20))]
+    with monkeypatch.context() as m:
+        m.setattr(pki, "_ensure_many", lambda *a, **k: pytest.fail("the Python path was taken"))
+        assert pki.ssl_certs(tmp_path, domains, CA, DAYS) == first
+    calls: list[int] = []
+    python_path = pki._ensure_many
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return python_path(*a, **k)
+
+    monkeypatch.setattr(pki, "_ensure_many", counted)
+    assert dict(pki.ssl_certs(tmp_path, [*domains, "new.native.test"], CA, DAYS))["vm3.native.test"] == dict(first)[
+        "vm3.native.test"]
+    assert calls == [1], "a domain not issued yet takes the Python path"
+    assert pki.ssl_certs(tmp_path, domains, CA, DAYS) == first and calls == [1]
+    custom = tmp_path / "custom"
+    custom.mkdir()
+    shutil.copy(tmp_path / CN / f"{CN}_ca_cert.crt", custom / "unrelated.crt")
+    pki.ssl_certs(tmp_path, domains, CA, DAYS)
+    assert calls == [1, 1], "an operator's certificate takes the Python path"
