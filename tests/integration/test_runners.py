@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -232,3 +233,38 @@ def test_a_symlink_planted_in_a_vm_is_not_written_through(cloud: Cloud, tmp_path
             ssh_dir.unlink()
         if kept.exists():
             kept.rename(ssh_dir)
+
+
+def test_a_job_that_ends_without_its_return_is_given_up_soon(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner awaits a job while it runs on its minion, not for the whole
+    timeout after it ended without a return (a busy master loses returns):
+    here the job is killed on the minion, so no return ever comes."""
+    import threading
+    import time
+
+    import salt.client
+
+    from mccloud.orchestration import transport
+
+    monkeypatch.setattr(transport, "ALIVE_CHECK", 3)
+    client = salt.client.get_local_client(cloud.master.config_file)
+    try:
+        done = transport.one_return(client, cloud.node, "test.sleep", 600, arg=[4])
+        assert done is not None and done["ret"] is True, "a job running longer than the checks is awaited"
+        got: dict[str, Any] = {}
+        waiter = threading.Thread(target=lambda: got.update(
+            ret=transport.one_return(client, cloud.node, "test.sleep", 600, arg=[300])))
+        waiter.start()
+        sleeping: list[dict[str, Any]] = []
+        for _ in range(100):
+            sleeping = [j for j in cloud.call_cli.run("saltutil.running").data or [] if j.get("fun") == "test.sleep"]
+            if sleeping:
+                break
+            time.sleep(0.2)
+        assert sleeping, "the job never ran on the minion"
+        assert cloud.call_cli.run("saltutil.signal_job", sleeping[0]["jid"], 9).returncode == 0
+        waiter.join(180)
+        assert not waiter.is_alive(), "a job that ended without a return was awaited for the whole timeout"
+        assert got == {"ret": None}
+    finally:
+        client.destroy()

@@ -256,18 +256,16 @@ def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: flo
     (``gather_job_timeout``)."""
     import salt.client
 
+    from mccloud.orchestration import transport
+
     client_ = salt.client.get_local_client(master_conf(opts, mode))
     try:
-        ret = client_.cmd(minion, fun, timeout=timeout, full_return=True, **client)
+        value = transport.one_return(client_, minion, fun, timeout, **client)
     finally:
         client_.destroy()
-    value = ret.get(minion, False)
-    if value is False:  # Salt's LocalClient marks a minion that did not return with False
+    if value is None:
         return False, None
-    # full_return gives {"ret": ..., "retcode": ...}; a return read back
-    # from the job cache comes bare
-    return True, (value["ret"] if isinstance(value, dict) and "ret" in value
-                  and ("retcode" in value or "jid" in value) else value)
+    return True, value.get("ret")
 
 
 def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Callable[[str], None],

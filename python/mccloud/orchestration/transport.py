@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from importlib import resources
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,8 +27,34 @@ from mccloud.orchestration import private
 DATA_KEY = "mccloud"
 #: Seconds to wait for a minion to finish an SLS.
 DEFAULT_TIMEOUT = 900
+#: Seconds between Salt's checks (``saltutil.find_job``) that a job still
+#: runs on its minion, while its return is awaited: a job whose return never
+#: reached the master (one too busy to take it: the minion logs "failed to
+#: return the job information") is given up this long after it ended, not at
+#: the end of the whole timeout.
+ALIVE_CHECK = 15
 
 Step = dict[str, Any]
+
+
+def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[Any] = (),
+               kwarg: Mapping[str, Any] | None = None, **opts: Any) -> dict[str, Any] | None:
+    """Runs ``fun`` on minion ``target`` through Salt's LocalClient
+    ``client`` and returns its full return (``{"ret": ..., "retcode": ...}``),
+    or None when none came: within ``wait`` seconds, or once the job ran no
+    longer on the minion (checked every :data:`ALIVE_CHECK` seconds). ``opts``:
+    more LocalClient options (``gather_job_timeout``)."""
+    deadline = time.monotonic() + wait
+    returns = client.cmd_iter_no_block(target, fun, arg=list(arg), kwarg=dict(kwarg or {}),
+                                       timeout=max(1, min(wait, ALIVE_CHECK)), full_return=True, **opts)
+    for item in returns:
+        if isinstance(item, dict) and isinstance(item.get(target), dict):
+            return dict(item[target])
+        if time.monotonic() > deadline:
+            return None
+        if not item:
+            time.sleep(0.02)
+    return None
 
 
 def accepted_minions(opts: Mapping[str, Any]) -> list[str]:
@@ -161,14 +188,14 @@ def apply_batch(
     client = salt.client.get_local_client(opts["conf_file"])
     try:
         with private.deposit(opts, target, data) as token:
-            rets = client.cmd(
-                target, "state.sls", arg=[",".join(mods)],
-                kwarg={"pillar": {private.TOKEN_KEY: token}, "failhard": True, "concurrent": True},
-                timeout=wait, full_return=True,
-            )
+            ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
+                             kwarg={"pillar": {private.TOKEN_KEY: token}, "failhard": True, "concurrent": True})
     finally:
         client.destroy()
-    if target not in rets:
-        return [(first, {"result": False, "comment": f"minion {target} did not answer within {wait} s: "
-                         "is it running, and is its key accepted on this master?"})]
-    return attribute(steps, target, rets[target].get("ret"))
+    if ret is None:
+        return [(first, {"result": False, "comment": f"minion {target} returned nothing for its state.sls job "
+                         f"within {wait} s, and does not run it (any more): is it running, with its key "
+                         "accepted on this master? A master too busy to take a return loses it (the minion "
+                         "logs 'failed to return the job information': raise the master's worker_threads); "
+                         "the job may have run: run the same command again"})]
+    return attribute(steps, target, ret.get("ret"))
