@@ -51,11 +51,6 @@ create_exception!(
     "The store cannot be opened, read or written."
 );
 
-/// The module's own allocations (a node's settings are hundreds of
-/// thousands of small ones) go to mimalloc, not to the C library's malloc.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// The one place core errors become Python exceptions.
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
