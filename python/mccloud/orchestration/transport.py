@@ -41,20 +41,38 @@ def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[An
                kwarg: Mapping[str, Any] | None = None, **opts: Any) -> dict[str, Any] | None:
     """Runs ``fun`` on minion ``target`` through Salt's LocalClient
     ``client`` and returns its full return (``{"ret": ..., "retcode": ...}``),
-    or None when none came: within ``wait`` seconds, or once the job ran no
-    longer on the minion (checked every :data:`ALIVE_CHECK` seconds). ``opts``:
-    more LocalClient options (``gather_job_timeout``)."""
+    or None when none came: within ``wait`` seconds, or once the job runs no
+    longer on the minion. Salt asks the minion every :data:`ALIVE_CHECK`
+    seconds whether it still runs the job (``saltutil.find_job``); when it
+    stops waiting, the master's job cache, then the minion, are asked once
+    more (a busy master loses answers as it loses returns) before giving up.
+    ``opts``: more LocalClient options (``gather_job_timeout``)."""
     deadline = time.monotonic() + wait
-    returns = client.cmd_iter_no_block(target, fun, arg=list(arg), kwarg=dict(kwarg or {}),
-                                       timeout=max(1, min(wait, ALIVE_CHECK)), full_return=True, **opts)
-    for item in returns:
-        if isinstance(item, dict) and isinstance(item.get(target), dict):
-            return dict(item[target])
-        if time.monotonic() > deadline:
+    alive = max(1, min(int(wait), ALIVE_CHECK))
+    pub = client.run_job(target, fun, arg=list(arg), kwarg=dict(kwarg or {}), timeout=alive, listen=True, **opts)
+    if not pub:
+        return None
+    jid = pub["jid"]
+    while True:
+        for item in client.get_iter_returns(jid, {target}, timeout=alive, block=False, **opts):
+            if isinstance(item, dict) and isinstance(item.get(target), dict):
+                return dict(item[target])
+            if time.monotonic() > deadline:
+                return None
+            if not item:
+                time.sleep(0.02)
+        cached = client.get_cache_returns(jid).get(target)
+        if isinstance(cached, dict) and cached.get("ret") is not None:
+            return dict(cached)
+        if time.monotonic() > deadline or not _runs(client, target, jid, opts):
             return None
-        if not item:
-            time.sleep(0.02)
-    return None
+
+
+def _runs(client: Any, target: str, jid: str, opts: Mapping[str, Any]) -> bool:
+    """Whether minion ``target`` answers that it runs job ``jid``."""
+    gather = int(opts.get("gather_job_timeout") or client.opts.get("gather_job_timeout") or 10)
+    answer = client.cmd(target, "saltutil.find_job", [jid], timeout=gather)
+    return isinstance(answer, dict) and bool(answer.get(target))
 
 
 def accepted_minions(opts: Mapping[str, Any]) -> list[str]:
