@@ -238,24 +238,16 @@ impl Frontend {
                 ])
             })
             .collect();
-        let backends = self
-            .backends
-            .iter()
-            .map(|b| {
-                let servers = b
-                    .servers
-                    .iter()
-                    .map(|(n, a)| {
-                        Out::map([("name", n.clone().into()), ("address", a.clone().into())])
-                    })
-                    .collect();
-                let backend = Out::map([
-                    ("balance", "roundrobin".into()),
-                    ("servers", Out::List(servers)),
-                ]);
-                (Str::Owned(b.name.clone()), backend)
-            })
-            .collect();
+        let backends = self.backends_map(|_, servers| {
+            let servers = servers
+                .iter()
+                .map(|(n, a)| Out::map([("name", n.clone().into()), ("address", a.clone().into())]))
+                .collect();
+            Out::map([
+                ("balance", "roundrobin".into()),
+                ("servers", Out::List(servers)),
+            ])
+        });
         Out::map([
             ("name", self.name.clone().into()),
             ("bind", self.bind.clone().into()),
@@ -269,43 +261,47 @@ impl Frontend {
             // were folded into raw_opts; these always are.
             ("raw_rules_done", Out::Int(1)),
             ("acls", Out::List(acls)),
-            ("backends", Out::Map(backends)),
+            ("backends", backends),
         ])
     }
 
     /// The original's backends mapping (`{name, mode, raw_opts, servers:
     /// [{name, bind, opts}]}`).
     fn original_backends(&self) -> Out {
+        self.backends_map(|b, servers| {
+            let servers = servers
+                .iter()
+                .map(|(n, a)| {
+                    Out::map([
+                        ("name", n.clone().into()),
+                        ("bind", a.clone().into()),
+                        ("opts", "check".into()),
+                    ])
+                })
+                .collect();
+            Out::map([
+                ("name", b.name.clone().into()),
+                ("mode", "http".into()),
+                (
+                    "raw_opts",
+                    Out::List(vec![
+                        "balance roundrobin".into(),
+                        "option http-server-close".into(),
+                        "option forwardfor".into(),
+                    ]),
+                ),
+                ("servers", Out::List(servers)),
+            ])
+        })
+    }
+
+    /// The backends as a mapping of their names to `shape(backend, its
+    /// servers)`.
+    fn backends_map(&self, shape: impl Fn(&Backend, &[(String, String)]) -> Out) -> Out {
         Out::Map(
             self.backends
                 .iter()
-                .map(|b| {
-                    let servers = b
-                        .servers
-                        .iter()
-                        .map(|(n, a)| {
-                            Out::map([
-                                ("name", n.clone().into()),
-                                ("bind", a.clone().into()),
-                                ("opts", "check".into()),
-                            ])
-                        })
-                        .collect();
-                    let backend = Out::map([
-                        ("name", b.name.clone().into()),
-                        ("mode", "http".into()),
-                        (
-                            "raw_opts",
-                            Out::List(vec![
-                                "balance roundrobin".into(),
-                                "option http-server-close".into(),
-                                "option forwardfor".into(),
-                            ]),
-                        ),
-                        ("servers", Out::List(servers)),
-                    ]);
-                    (Str::Owned(b.name.clone()), backend)
-                })
+                .map(|b| (Str::Owned(b.name.clone()), shape(b, &b.servers)))
                 .collect(),
         )
     }
