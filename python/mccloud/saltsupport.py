@@ -181,8 +181,8 @@ def node_settings(opts: Mapping[str, Any], cfg: mccloud.Config, reg: mccloud.Reg
 
     from mccloud import pki
 
-    ssl = cfg.cloud_settings()
-    ssl_dir, ca, days = ssl["ssl_pillar_dir"], ssl["ssl"]["ca"], ssl["ssl"]["cert_days"]
+    cloud = cfg.cloud_settings()
+    ssl_dir, ca, days = cloud["ssl_pillar_dir"], cloud["ssl"]["ca"], cloud["ssl"]["cert_days"]
     with _gc_paused(), ThreadPoolExecutor(1, thread_name_prefix="mccloud-register") as pool:
         registering = pool.submit(reg.target_settings, cn, exclude)
         wanted = [cn, *reg.node_domains(cn, exclude)]
