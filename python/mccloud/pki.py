@@ -756,7 +756,11 @@ class _Leaves:
         if any(a.oid not in keys for a in subject):
             return None
         issuer = [(keys[a.oid], str(a.value)) for a in subject]
-        if _subject(dict(issuer), "CA subject", PkiError).public_bytes() != subject.public_bytes():
+        try:
+            rewritten = _subject(dict(issuer), "CA subject", PkiError).public_bytes()
+        except PkiError:  # a CA made elsewhere, with values mccloud would not write
+            return None
+        if rewritten != subject.public_bytes():
             return None
         attrs: list[tuple[str, str | None]] = [
             (keys[a.oid], None if a.oid == NameOID.COMMON_NAME and not self.fixed_cn else str(a.value))

@@ -718,3 +718,30 @@ def test_issued_certificates_are_served_natively_and_the_same(tmp_path: Path,
     shutil.copy(tmp_path / CN / f"{CN}_ca_cert.crt", custom / "unrelated.crt")
     pki.ssl_certs(tmp_path, domains, CA, DAYS)
     assert calls == [1, 1], "an operator's certificate takes the Python path"
+
+
+def test_a_ca_subject_mccloud_would_not_write_issues_through_python(tmp_path: Path) -> None:
+    """A P-256 CA made elsewhere, its subject holding a value longer than
+    mccloud writes: its certificates are issued (by ``cryptography``) and
+    verify, rather than refused."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "O" * 70),
+                         x509.NameAttribute(NameOID.COMMON_NAME, "elsewhere")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+            .add_extension(ski, critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+            .sign(key, pki.hashes.SHA256()))
+    folder = tmp_path / CN
+    folder.mkdir(mode=0o700)
+    (folder / f"{CN}_ca_cert.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / f"{CN}_ca_cert.key").write_bytes(pki._key_pem(key))
+    (folder / f"{CN}_ca_cert.key").chmod(0o600)
+    assert pki._Leaves(pki.ensure_ca(tmp_path, CA), 400, {}).native() is None
+    got = dict(pki.ssl_certs(tmp_path, ["vm1.foo.com"], CA, DAYS))
+    verify(tmp_path, got["vm1.foo.com"], "vm1.foo.com")
