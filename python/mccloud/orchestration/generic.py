@@ -403,8 +403,9 @@ def vm_minion_call(env: Env, vm: str, fun: str, timeout: int | None = None) -> O
     answered, value = minions.call(env.opts, vm, mode, fun, timeout)
     took = {"seconds": round(time.monotonic() - started, 3)}
     if not answered:
-        return out.fail(f"minion {vm} did not return {fun} within {timeout} s on the {mode} master (a job still "
-                        f"running shows in salt-run jobs.active)")
+        return out.fail(f"minion {vm} returned nothing for {fun} on the {mode} master: not within {timeout} s, "
+                        f"or its job ended and the return was lost (a job still running shows in "
+                        f"salt-run jobs.active)")
     if fun.startswith("state."):
         failures = transport.state_failures(value)
         if failures and all(_NO_TOP in f for f in failures):  # a list, or one pseudo-state
