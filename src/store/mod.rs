@@ -11,6 +11,7 @@
 //! passwords) inside a 0700 directory, and a file SQLite cannot read is
 //! reported, never rewritten.
 
+use std::cell::Cell;
 use std::fs::{DirBuilder, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -357,18 +358,37 @@ fn connect(path: &Path) -> Result<Connection> {
     conn.busy_timeout(BUSY_TIMEOUT).at(path)?;
     // Every statement the registry runs stays prepared.
     conn.set_prepared_statement_cache_capacity(64);
-    // Commits made durable by the checkpoint that follows each write (see
-    // `Store::write`), not by a sync of the -wal at commit as well; deleted
-    // content (forgotten passwords) overwritten with zeros in the pages
-    // written anyway (`FAST`: no extra I/O); the -wal file truncated when
-    // it restarts, so old frames do not linger in it either.
-    conn.execute_batch(
-        "PRAGMA synchronous=NORMAL; PRAGMA secure_delete=FAST; PRAGMA journal_size_limit=0;",
-    )
+    // SQLite syncs nothing itself: `Store::write` syncs the -wal, then lets
+    // SQLite copy it into the store file (a checkpoint), then syncs that,
+    // before it returns, so a commit is durable in the store file itself;
+    // SQLite's own syncs would add a third, of the -wal's header each time
+    // it restarts. Nothing checkpoints but `Store::write` (no automatic
+    // checkpoint, which would copy frames not synced yet into the store
+    // file). Deleted content (forgotten passwords) is overwritten with
+    // zeros, in the pages written anyway and in pages freed (`ON`: the
+    // extra I/O is for deletions only, which destroys make). The -wal
+    // keeps its size when it restarts (up to WAL_KEPT_BYTES): a sync of a
+    // file whose size did not change is a data flush alone, about half the
+    // price of one that also commits the filesystem's journal. A write
+    // that forgot a secret truncates the -wal (`Store::write`), so no old
+    // frame keeps it.
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous=OFF; PRAGMA wal_autocheckpoint=0; PRAGMA secure_delete=ON;
+         PRAGMA journal_size_limit={WAL_KEPT_BYTES};"
+    ))
     .at(path)?;
     Ok(conn)
 }
 
+/// Syncs the data of the file at `path` to its disk.
+fn sync(path: &Path, doing: &str) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_data())
+        .map_err(|e| io_err(path, doing, &e))
+}
+
+/// Bytes of `-wal` kept when it restarts (see [`connect`]).
+const WAL_KEPT_BYTES: i64 = 1 << 20;
 /// A random identity for a new store.
 fn new_identity() -> Result<String> {
     let mut b = [0u8; 16];
@@ -600,51 +620,55 @@ impl Store {
 
     /// Runs `f` in a write transaction: the write lock is taken first, every
     /// change is committed together, or none is when `f` fails. Before it
-    /// returns, the commit is durable in the store file itself: a full
-    /// checkpoint syncs the `-wal`, copies its pages into the store file and
-    /// syncs that (two syncs per write, where a sync of the `-wal` at commit
-    /// would make a third), so an acknowledged allocation never lives only
-    /// in the `-wal` file. A checkpoint that cannot copy everything (a
-    /// reader kept an older snapshot past the busy timeout) still leaves
-    /// the commit durable: the `-wal` is synced then.
+    /// returns, the commit is durable in the store file itself, with two
+    /// syncs: the `-wal` is synced, a full checkpoint copies its pages into
+    /// the store file, and that is synced; so an acknowledged allocation
+    /// never lives only in the `-wal` file. The store file is never written
+    /// before the frames it gets are durable. A checkpoint that cannot copy
+    /// everything (a reader kept an older snapshot past the busy timeout)
+    /// still leaves the commit durable, in the synced `-wal`.
+    ///
+    /// A write that forgot a secret truncates the `-wal` after its
+    /// checkpoint: the frames of earlier writes, which may hold it, go.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
         crate::counters::count(crate::counters::Work::Write);
-        let out = self.run(TransactionBehavior::Immediate, f)?;
-        self.checkpoint()?;
+        let (out, forgot) = self.run(TransactionBehavior::Immediate, f)?;
+        self.make_durable(forgot)?;
         Ok(out)
     }
 
     /// See [`Store::write`].
-    fn checkpoint(&mut self) -> Result<()> {
-        let done: rusqlite::Result<(i64, i64, i64)> =
-            self.conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            });
-        match done {
-            Ok((0, log, copied)) if copied >= log => Ok(()),
-            _ => {
-                let mut wal = self.path.clone().into_os_string();
-                wal.push("-wal");
-                let wal = PathBuf::from(wal);
-                OpenOptions::new()
-                    .read(true)
-                    .open(&wal)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|e| io_err(&wal, "cannot make the last write durable", &e))
+    fn make_durable(&mut self, truncate: bool) -> Result<()> {
+        let wal = wal_path(&self.path);
+        sync(&wal, "cannot make the last write durable")?;
+        let sql = if truncate {
+            "PRAGMA wal_checkpoint(TRUNCATE)"
+        } else {
+            "PRAGMA wal_checkpoint(FULL)"
+        };
+        let done: rusqlite::Result<(i64, i64, i64)> = self
+            .conn
+            .query_row(sql, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
+        if let Ok((0, log, copied)) = done {
+            if copied >= log {
+                sync(&self.path, "cannot make the last write durable")?;
             }
         }
+        Ok(())
     }
 
     /// Runs `f` in a read transaction (a consistent snapshot).
     pub fn read<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        self.run(TransactionBehavior::Deferred, f)
+        Ok(self.run(TransactionBehavior::Deferred, f)?.0)
     }
 
+    /// Runs `f` in a transaction; returns its result and whether it forgot
+    /// a secret.
     fn run<T>(
         &mut self,
         behavior: TransactionBehavior,
         f: impl FnOnce(&Tx) -> Result<T>,
-    ) -> Result<T> {
+    ) -> Result<(T, bool)> {
         let path = self.path.clone();
         let tx = self.conn.transaction_with_behavior(behavior).at(&path)?;
         // Checked once the transaction holds its lock: from here on, the
@@ -658,12 +682,15 @@ impl Store {
                 .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
             return Err(e);
         }
-        let out = f(&Tx {
+        let scope = Tx {
             conn: &tx,
             path: &path,
-        })?;
+            forgot: Cell::new(false),
+        };
+        let out = f(&scope)?;
+        let forgot = scope.forgot.get();
         tx.commit().at(&path)?;
-        Ok(out)
+        Ok((out, forgot))
     }
 
     /// A consistent copy of the store to `dest` (SQLite's online backup,
@@ -770,6 +797,8 @@ impl Store {
 pub struct Tx<'a> {
     conn: &'a Connection,
     path: &'a Path,
+    /// Whether a secret was deleted or replaced (see [`Store::write`]).
+    forgot: Cell<bool>,
 }
 
 impl Tx<'_> {
@@ -1047,6 +1076,9 @@ impl Tx<'_> {
     /// Stores a per-VM secret.
     fn put_secret(&self, table: Secret, cn: &str, vm: &str, value: &str) -> Result<()> {
         let (t, col) = table.names();
+        if self.secret(table, cn, vm)?.is_some_and(|old| old != value) {
+            self.forgot.set(true);
+        }
         self.conn
             .prepare_cached(&format!(
                 "INSERT INTO {t}(cn, vm, {col}) VALUES (?1, ?2, ?3)
@@ -1091,6 +1123,9 @@ impl Tx<'_> {
                 .and_then(|mut s| s.execute(params![cn, vm]))
                 .at(self.path)?;
             had = n > 0 && table == Secret::Password;
+            if n > 0 {
+                self.forgot.set(true);
+            }
         }
         Ok(had)
     }

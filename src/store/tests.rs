@@ -183,19 +183,49 @@ fn forgotten_secrets_leave_no_bytes_behind() {
     let dir = tempfile::tempdir().unwrap();
     let secret = "Zq9SecretPasswordThatMustVanish_";
     let mut s = Store::open(dir.path()).unwrap();
+    // Many VMs in the first write: its -wal frames reach further than the
+    // later, small writes overwrite.
     s.write(|tx| {
-        tx.put_password("cn", "a", secret)?;
-        tx.put_salt("cn", "a", "saltsaltsaltsalt")
+        for i in 0..500 {
+            tx.put_password(
+                "cn",
+                &format!("vm{i:03}"),
+                &format!("another-vm-password-{i:03}"),
+            )?;
+        }
+        tx.put_password("cn", "zz", secret)?;
+        tx.put_salt("cn", "zz", "saltsaltsaltsalt")
     })
     .unwrap();
-    s.write(|tx| tx.remove_password("cn", "a")).unwrap();
+    s.write(|tx| tx.remove_password("cn", "zz")).unwrap();
     s.write(|tx| tx.put_number("ip", "cn", "b", 3)).unwrap();
+    let no_secret_left = |when: &str| {
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "the forgotten password is still in {path:?} {when}"
+            );
+        }
+    };
+    no_secret_left("while the store is open");
+    drop(s);
+    no_secret_left("once it is closed");
+    // Forgetting many frees whole pages: they are zeroed too.
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(|tx| {
+        (0..500).try_for_each(|i| tx.remove_password("cn", &format!("vm{i:03}")).map(drop))
+    })
+    .unwrap();
     drop(s);
     for entry in std::fs::read_dir(dir.path()).unwrap() {
-        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        let left = b"another-vm-password-";
         assert!(
-            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
-            "the forgotten password is still in the store's bytes"
+            !bytes.windows(left.len()).any(|w| w == left),
+            "forgotten passwords are still in {path:?}"
         );
     }
 }
