@@ -18,6 +18,7 @@ import mccloud
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import VM_SLS_STEPS, VM_STEPS, compute_node_deploy, sls_root, transport
+from mccloud.orchestration.generic import NODE_VM_SLS
 
 from tests.support.runners import Jobs, Offline
 from tests.support.sls import ALL_SLS, CN, ROOT, data_for, show_sls  # noqa: F401
@@ -42,6 +43,21 @@ def test_every_sls_renders(data: dict[str, Any], sls: str) -> None:
     checks = {sid: key for sid, st in states.items() for fun in st.values() if isinstance(fun, list)
               for arg in fun if isinstance(arg, dict) for key in arg if key in ("onlyif", "unless", "creates")}
     assert checks == {}, checks
+
+
+def test_a_destroy_re_renders_the_node_without_its_packages(data: dict[str, Any]) -> None:
+    """The node's packages are the deploy's: Salt's first pkg state of a job
+    loads every execution module (about a second), which a destroy, applying
+    the node's proxy and firewall again, does not pay."""
+    node_vm_sls = ",".join(s for s in NODE_VM_SLS)
+    packages = {}
+    for kind in ("node", "destroy"):
+        p = show_sls(data["tmp"], node_vm_sls, data[kind])
+        assert p.returncode == 0, p.stdout + p.stderr
+        states = json.loads(p.stdout)["local"]
+        packages[kind] = sorted(sid for sid, st in states.items() if "pkg" in st)
+        assert "mccloud-haproxy-config" in states and "mccloud-firewall-apply" in states, sorted(states)
+    assert packages == {"node": ["mccloud-firewall-pkg", "mccloud-haproxy-pkg"], "destroy": []}, packages
 
 
 def test_scratch_vms_are_created_from_the_image(data: dict[str, Any]) -> None:

@@ -254,15 +254,10 @@ def call(opts: Mapping[str, Any], minion: str, mode: str, fun: str, timeout: flo
     """Calls ``fun`` on ``minion`` through the master of ``mode``; returns
     (answered, return value). ``client``: LocalClient options of the call
     (``gather_job_timeout``)."""
-    import salt.client
-
     from mccloud.orchestration import transport
 
-    client_ = salt.client.get_local_client(master_conf(opts, mode))
-    try:
+    with transport.local_client(master_conf(opts, mode)) as client_:
         value = transport.one_return(client_, minion, fun, timeout, **client)
-    finally:
-        client_.destroy()
     if value is None:
         return False, None
     return True, value.get("ret")

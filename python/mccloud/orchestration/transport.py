@@ -13,11 +13,13 @@ through its ``__sls__``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import threading
 import time
 from importlib import resources
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import mccloud
 from mccloud.orchestration import private
@@ -42,30 +44,57 @@ def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[An
     """Runs ``fun`` on minion ``target`` through Salt's LocalClient
     ``client`` and returns its full return (``{"ret": ..., "retcode": ...}``),
     or None when none came: within ``wait`` seconds, or once the job runs no
-    longer on the minion. Salt asks the minion every :data:`ALIVE_CHECK`
-    seconds whether it still runs the job (``saltutil.find_job``); when it
-    stops waiting, the master's job cache, then the minion, are asked once
-    more (a busy master loses answers as it loses returns) before giving up.
-    ``opts``: more LocalClient options (``gather_job_timeout``)."""
+    longer on the minion. The return event is awaited on the master's event
+    bus (the wait wakes when it arrives, with no polling); every
+    :data:`ALIVE_CHECK` seconds without it, the master's job cache, then the
+    minion (``saltutil.find_job``), are asked (a busy master loses answers
+    as it loses returns), and the wait ends when the minion no longer runs
+    the job. ``opts``: more LocalClient options (``gather_job_timeout``)."""
     deadline = time.monotonic() + wait
     alive = max(1, min(int(wait), ALIVE_CHECK))
     pub = client.run_job(target, fun, arg=list(arg), kwarg=dict(kwarg or {}), timeout=alive, listen=True, **opts)
     if not pub:
         return None
     jid = pub["jid"]
+    tag = f"salt/job/{jid}/ret/{target}"
     while True:
-        for item in client.get_iter_returns(jid, {target}, timeout=alive, block=False, **opts):
-            if isinstance(item, dict) and isinstance(item.get(target), dict):
-                return dict(item[target])
-            if time.monotonic() > deadline:
-                return None
-            if not item:
-                time.sleep(0.02)
+        check = min(deadline, time.monotonic() + alive)
+        while (left := check - time.monotonic()) > 0:
+            event = client.event.get_event(wait=left, tag=tag, full=True, auto_reconnect=client.auto_reconnect)
+            data = event.get("data") if isinstance(event, dict) else None
+            if isinstance(data, dict) and data.get("id") == target and "return" in data:
+                return {"ret": data["return"], "retcode": data.get("retcode", 0), "success": data.get("success")}
         cached = client.get_cache_returns(jid).get(target)
         if isinstance(cached, dict) and cached.get("ret") is not None:
             return dict(cached)
-        if time.monotonic() > deadline or not _runs(client, target, jid, opts):
+        if time.monotonic() >= deadline or not _runs(client, target, jid, opts):
             return None
+
+
+#: Each thread's LocalClients, by master configuration file (see :func:`local_client`).
+_CLIENTS = threading.local()
+
+
+@contextlib.contextmanager
+def local_client(conf_file: str) -> Iterator[Any]:
+    """Salt's LocalClient for the master of ``conf_file``: one per thread and
+    master, kept for the next call of the same thread. A new client builds
+    three of Salt's loaders (about 50 ms of CPU, several times that when
+    the VMs of an orchestration start theirs at once), and a provisioning
+    makes several calls. A client through which a call failed is destroyed,
+    not kept; the others go with their thread (Salt destroys a client it
+    collects). Not shared between threads: a client reads its returns from
+    its own event subscription."""
+    import salt.client
+
+    kept: dict[str, Any] = _CLIENTS.__dict__.setdefault("by_conf", {})
+    client = kept.pop(conf_file, None) or salt.client.get_local_client(conf_file)
+    try:
+        yield client
+    except BaseException:
+        client.destroy()
+        raise
+    kept[conf_file] = client
 
 
 def _runs(client: Any, target: str, jid: str, opts: Mapping[str, Any]) -> bool:
@@ -188,7 +217,6 @@ def apply_batch(
     through ``target``'s own pillar, never through the publication, which
     every minion of the master can read: it is deposited for ``target``
     (:mod:`.private`) and the publication carries only its token."""
-    import salt.client
 
     if not steps:
         return []
@@ -203,13 +231,9 @@ def apply_batch(
                          "(no accepted key): install and start its minion, then accept its key"})]
     mods = [sls for _, sls in steps]
     progress(f"{target}: applying {', '.join(mods)}")
-    client = salt.client.get_local_client(opts["conf_file"])
-    try:
-        with private.deposit(opts, target, data) as token:
-            ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
-                             kwarg={"pillar": {private.TOKEN_KEY: token}, "failhard": True, "concurrent": True})
-    finally:
-        client.destroy()
+    with local_client(opts["conf_file"]) as client, private.deposit(opts, target, data) as token:
+        ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
+                         kwarg={"pillar": {private.TOKEN_KEY: token}, "failhard": True, "concurrent": True})
     if ret is None:
         return [(first, {"result": False, "comment": f"minion {target} returned nothing for its state.sls job "
                          f"within {wait} s, and does not run it (any more): is it running, with its key "

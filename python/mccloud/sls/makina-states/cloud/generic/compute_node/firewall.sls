@@ -17,10 +17,15 @@
 {%- set dnat = [] %}
 {%- for vm in d.vms.values() %}{% do dnat.append(vm.snmp_reverse_proxy_port | string ~ '=' ~ vm.ip) %}{% endfor %}
 {%- set script = '/etc/mccloud/firewall.sh' %}
+{#- Installed by the node's deploy; left out of a job that only re-renders
+    the node for its VMs (node_packages false: see reverse_proxy.sls). #}
+{%- set packages = d.get('node_packages', true) %}
+{%- if packages %}
 mccloud-firewall-pkg:
   pkg.installed:
     - failhard: true
     - name: iptables
+{%- endif %}
 
 mccloud-firewall-script:
   file.managed:
@@ -98,7 +103,9 @@ mccloud-firewall-apply:
         MCCLOUD_UDP_PORTS: {{ snmp | join(',') | tojson }}
         MCCLOUD_SNMP_DNAT: {{ dnat | join(',') | tojson }}
     - require:
+{%- if packages %}
       - pkg: mccloud-firewall-pkg
+{%- endif %}
       - file: mccloud-firewall-script
 {%- else %}
 

@@ -52,10 +52,17 @@
 {%- endif %}
 {%- endfor %}
 {%- endif %}
+{#- The package is installed by the node's deploy; a job that only
+    re-renders the node for its VMs (a destroy: node_packages false) leaves
+    it out, as Salt's first pkg state of a job loads every execution module
+    (about 1 s). #}
+{%- set packages = d.get('node_packages', true) %}
+{%- if packages %}
 mccloud-haproxy-pkg:
   pkg.installed:
     - failhard: true
     - name: haproxy
+{%- endif %}
 
 mccloud-haproxy-ports-free:
   test.configurable_test_state:
@@ -93,8 +100,10 @@ mccloud-haproxy-certs:
     - name: {{ certs_dir | tojson }}
     - pillar: {{ job_key }}:ssl_certs
     - keep: {{ ([salt['file.basename'](own_cert)] if own_cert and salt['file.dirname'](own_cert) == certs_dir else []) | tojson }}
+{%- if packages %}
     - require:
       - pkg: mccloud-haproxy-pkg
+{%- endif %}
 
 mccloud-haproxy-config:
   file.managed:
@@ -105,7 +114,9 @@ mccloud-haproxy-config:
     - mode: '0644'
     - check_cmd: haproxy -q -c -f
     - require:
+{%- if packages %}
       - pkg: mccloud-haproxy-pkg
+{%- endif %}
       - test: mccloud-haproxy-ports-free
       - mccloud_certs: mccloud-haproxy-certs
 {%- if c.get('haproxy_pidfile') %}
