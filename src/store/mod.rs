@@ -1073,19 +1073,29 @@ impl Tx<'_> {
             .at(self.path)
     }
 
-    /// Stores a per-VM secret.
+    /// Stores a per-VM secret. Replacing one forgets the old value (see
+    /// [`Store::write`]).
     fn put_secret(&self, table: Secret, cn: &str, vm: &str, value: &str) -> Result<()> {
         let (t, col) = table.names();
-        if self.secret(table, cn, vm)?.is_some_and(|old| old != value) {
-            self.forgot.set(true);
-        }
-        self.conn
+        let added = self
+            .conn
             .prepare_cached(&format!(
-                "INSERT INTO {t}(cn, vm, {col}) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(cn, vm) DO UPDATE SET {col} = excluded.{col}"
+                "INSERT INTO {t}(cn, vm, {col}) VALUES (?1, ?2, ?3) ON CONFLICT(cn, vm) DO NOTHING"
             ))
             .and_then(|mut s| s.execute(params![cn, vm, value]))
             .at(self.path)?;
+        if added == 0 {
+            let replaced = self
+                .conn
+                .prepare_cached(&format!(
+                    "UPDATE {t} SET {col} = ?3 WHERE cn = ?1 AND vm = ?2 AND {col} != ?3"
+                ))
+                .and_then(|mut s| s.execute(params![cn, vm, value]))
+                .at(self.path)?;
+            if replaced > 0 {
+                self.forgot.set(true);
+            }
+        }
         Ok(())
     }
 
