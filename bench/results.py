@@ -111,7 +111,7 @@ def render(data: dict[str, Any]) -> str:
             f"| `get_settings_for_target`, repeat | {node['target_repeat_s']:.2f} s (+{repeat:.2f} s over "
             f"test.ping) | ≤ +{GOAL_REPEAT_S} s ({'met' if repeat <= GOAL_REPEAT_S else 'missed'}) |",
             f"| `get_settings_for_vm` for one VM of that node | {node['vm_one_s']:.2f} s "
-            f"(+{node['vm_one_s'] - ping:.2f} s over test.ping) | |",
+            f"({node['vm_one_s'] - ping:+.2f} s against test.ping) | |",
         ]
     alloc = data.get("allocations")
     if alloc and alloc.get("levels"):
