@@ -100,3 +100,36 @@ def test_a_node_with_conflicting_vms_is_deployed_but_fails_naming_them() -> None
     assert [s["name"] for s in out["steps"]] == ["reverse_proxy", "conflicts"]
     assert "b.test left out" in out["comment"] and "10.5.0.9" in out["comment"]
     assert with_conflicts(Outcome(), {"errors": {}}).as_dict()["result"] is True
+
+
+def test_a_thread_keeps_its_local_client_until_a_call_fails_or_it_is_old(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call of a provisioning reuses its thread's LocalClient (a new one
+    builds three of Salt's loaders); another thread gets its own, and a
+    failed call or an old client is not reused."""
+    import threading
+
+    from mccloud.orchestration import transport
+
+    conf = tmp_path / "master"
+    conf.write_text(f"root_dir: {tmp_path / 'root'}\n")
+    path = str(conf)
+    with transport.local_client(path) as first:
+        pass
+    with transport.local_client(path) as again:
+        assert again is first
+    other: list[Any] = []
+    thread = threading.Thread(target=lambda: other.append(transport.local_client(path).__enter__()))
+    thread.start()
+    thread.join()
+    assert other and other[0] is not first
+    with pytest.raises(RuntimeError), transport.local_client(path) as failing:
+        assert failing is first
+        raise RuntimeError("the call failed")
+    assert first.event is None, "a client through which a call failed is destroyed"
+    with transport.local_client(path) as fresh:
+        assert fresh is not first
+    monkeypatch.setattr(transport, "CLIENT_KEPT", -1)
+    with transport.local_client(path) as newer:
+        assert newer is not fresh
+    assert fresh.event is None, "an old client is destroyed, not reused"

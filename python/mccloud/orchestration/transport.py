@@ -71,6 +71,8 @@ def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[An
             return None
 
 
+#: Seconds a LocalClient is kept for the next call of its thread.
+CLIENT_KEPT = 300
 #: Each thread's LocalClients, by master configuration file (see :func:`local_client`).
 _CLIENTS = threading.local()
 
@@ -82,19 +84,26 @@ def local_client(conf_file: str) -> Iterator[Any]:
     three of Salt's loaders (about 50 ms of CPU, several times that when
     the VMs of an orchestration start theirs at once), and a provisioning
     makes several calls. A client through which a call failed is destroyed,
-    not kept; the others go with their thread (Salt destroys a client it
-    collects). Not shared between threads: a client reads its returns from
-    its own event subscription."""
+    not kept, and so is one older than :data:`CLIENT_KEPT` seconds (a
+    long-lived process, such as a master's, does not keep one across a
+    restart of its master); the others go with their thread (Salt destroys
+    a client it collects). Not shared between threads: a client reads its
+    returns from its own event subscription."""
     import salt.client
 
-    kept: dict[str, Any] = _CLIENTS.__dict__.setdefault("by_conf", {})
-    client = kept.pop(conf_file, None) or salt.client.get_local_client(conf_file)
+    kept: dict[str, tuple[Any, float]] = _CLIENTS.__dict__.setdefault("by_conf", {})
+    client, made = kept.pop(conf_file, (None, 0.0))
+    if client is not None and time.monotonic() - made > CLIENT_KEPT:
+        client.destroy()
+        client = None
+    if client is None:
+        client, made = salt.client.get_local_client(conf_file), time.monotonic()
     try:
         yield client
     except BaseException:
         client.destroy()
         raise
-    kept[conf_file] = client
+    kept[conf_file] = (client, made)
 
 
 def _runs(client: Any, target: str, jid: str, opts: Mapping[str, Any]) -> bool:
