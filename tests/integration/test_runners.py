@@ -235,6 +235,19 @@ def test_a_symlink_planted_in_a_vm_is_not_written_through(cloud: Cloud, tmp_path
             kept.rename(ssh_dir)
 
 
+def test_a_kept_local_client_reads_no_events_between_calls(cloud: Cloud) -> None:
+    """A runner thread reuses its LocalClient, without its event
+    subscription between calls: one nobody reads fills up, and the master
+    closes it as a slow subscriber (its returns would never be seen)."""
+    from mccloud.orchestration import transport
+
+    for _ in range(2):
+        with transport.local_client(cloud.master.config_file) as client:
+            ret = transport.one_return(client, cloud.node, "test.ping", 60)
+            assert ret is not None and ret["ret"] is True
+        assert client.event is not None and not client.event.cpub, "the subscription is closed between calls"
+
+
 def test_a_job_that_ends_without_its_return_is_given_up_soon(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
     """A runner awaits a job while it runs on its minion, not for the whole
     timeout after it ended without a return (a busy master loses returns):

@@ -83,7 +83,8 @@ def local_client(conf_file: str) -> Iterator[Any]:
     master, kept for the next call of the same thread. A new client builds
     three of Salt's loaders (about 50 ms of CPU, several times that when
     the VMs of an orchestration start theirs at once), and a provisioning
-    makes several calls. A client through which a call failed is destroyed,
+    makes several calls. Its event subscription is closed between calls.
+    A client through which a call failed is destroyed,
     not kept, and so is one older than :data:`CLIENT_KEPT` seconds (a
     long-lived process, such as a master's, does not keep one across a
     restart of its master); the others go with their thread (Salt destroys
@@ -103,6 +104,11 @@ def local_client(conf_file: str) -> Iterator[Any]:
     except BaseException:
         client.destroy()
         raise
+    # Kept without its event subscription (the next publication opens one):
+    # a subscription nobody reads fills up, and the master closes it as a
+    # slow subscriber, after which its returns would never be seen.
+    if client.event is not None:
+        client.event.close_pub()
     kept[conf_file] = (client, made)
 
 
