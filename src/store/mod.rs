@@ -389,6 +389,7 @@ fn sync(path: &Path, doing: &str) -> Result<()> {
 
 /// Bytes of `-wal` kept when it restarts (see [`connect`]).
 const WAL_KEPT_BYTES: i64 = 1 << 20;
+
 /// A random identity for a new store.
 fn new_identity() -> Result<String> {
     let mut b = [0u8; 16];
@@ -649,10 +650,8 @@ impl Store {
         let done: rusqlite::Result<(i64, i64, i64)> = self
             .conn
             .query_row(sql, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
-        if let Ok((0, log, copied)) = done {
-            if copied >= log {
-                sync(&self.path, "cannot make the last write durable")?;
-            }
+        if matches!(done, Ok((0, log, copied)) if copied >= log) {
+            sync(&self.path, "cannot make the last write durable")?;
         }
         Ok(())
     }
