@@ -182,6 +182,7 @@ def runner_data(base: Path, rp: RealPillar, pillar: Mapping[str, Any],
     and a VM provision send to their minions."""
     jobs = Jobs()
     monkeypatch.setattr(transport, "apply_batch", jobs)
+    monkeypatch.setattr(transport, "apply_batch_many", jobs.many)
     monkeypatch.setattr(minions, "call", Minions())
     offline = Offline(base, pillar)
     # Copying images to the node is ssh and rsync to another host: not here.

@@ -18,10 +18,10 @@ import mccloud
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import VM_SLS_STEPS, VM_STEPS, compute_node_deploy, sls_root, transport
-from mccloud.orchestration.generic import NODE_VM_SLS
+from mccloud.orchestration.generic import MANY_VM_SLS, NODE_VM_SLS
 
 from tests.support.runners import Jobs, Offline
-from tests.support.sls import ALL_SLS, CN, ROOT, data_for, show_sls  # noqa: F401
+from tests.support.sls import ALL_SLS, CN, ROOT, data_for, show_sls, show_sls_pillar  # noqa: F401
 
 
 def test_the_tree_has_the_historical_names() -> None:
@@ -78,6 +78,7 @@ def test_ports_are_reserved_before_the_reverse_proxy(tmp_path: Path, monkeypatch
     it: the compute node deploy reserves the ranges first."""
     jobs = Jobs()
     monkeypatch.setattr(transport, "apply_batch", jobs)
+    monkeypatch.setattr(transport, "apply_batch_many", jobs.many)
     offline = Offline(tmp_path, {f"makina-states.cloud.lxc.vms.{CN}": {"a.example.net": {}},
                                  "makina-states.cloud.master": CN})
     assert compute_node_deploy(offline.env, CN).result
@@ -109,6 +110,67 @@ def test_batched_vm_steps_run_in_the_sequential_order(data: dict[str, Any]) -> N
     ranks = [rank for _, rank, _ in orders]
     assert len(orders) > 15 and ranks == sorted(ranks), orders
     assert set(ranks) >= {0, 1, 4, 5, 6}  # spawn, fix_dns and the preprovisions bring states of their own
+
+
+#: State arguments that name other states.
+REQUISITES = ("require", "require_in", "watch", "watch_in", "onchanges", "onchanges_in", "prereq", "onfail")
+
+
+def requisites(high: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Every requisite of a rendered high data: ``(state id, kind, id or sls named)``."""
+    out = []
+    for sid, body in high.items():
+        for key, args in body.items():
+            if key.startswith("__") or not isinstance(args, list):
+                continue
+            for arg in args:
+                for kind, refs in (arg.items() if isinstance(arg, dict) else []):
+                    if kind in REQUISITES:
+                        out += [(sid, mod, ref) for r in refs for mod, ref in r.items()]
+    return out
+
+
+def test_one_job_renders_several_vms(data: dict[str, Any]) -> None:
+    """A job that provisions several VMs at once (pillar mccloud_jobs: one
+    token per VM, each its own data) renders every state of every VM once,
+    under the VM's suffix, with requisites between states of the same VM;
+    the same SLS for one VM keep their historical ids."""
+    steps = [*[sls for _, sls in sorted({**VM_SLS_STEPS, **lxc.vm_sls_steps()}.items(),
+                                        key=lambda item: step_order(item[0]))], lxc.BOOTSTRAP_SLS]
+    assert all(s in MANY_VM_SLS for sls in steps for s in transport.includes(sls)), steps
+    jobs = {"a.example.net": data["bootstrap"], "b.example.net": data["bootstrap_b"]}
+    single: dict[str, dict[str, Any]] = {}
+    for vm, job in jobs.items():
+        p = show_sls(data["tmp"], ",".join(steps), job)
+        assert p.returncode == 0, p.stdout + p.stderr
+        single[vm] = json.loads(p.stdout)["local"]
+        assert not any("@" in sid for sid in single[vm]), sorted(single[vm])
+    pillar = {"mccloud_jobs": ["t-a", "t-b"], "mccloud_private": {"t-a": jobs["a.example.net"],
+                                                                   "t-b": jobs["b.example.net"]}}
+    p = show_sls_pillar(data["tmp"], ",".join(steps), pillar)
+    assert p.returncode == 0, p.stdout + p.stderr
+    both = json.loads(p.stdout)["local"]
+    assert sorted(both) == sorted(f"{sid}@{vm}" for vm, states in single.items() for sid in states)
+    assert len(both) > 30
+    for sid, body in both.items():
+        vm = sid.rpartition("@")[2]
+        mine = single[vm][sid.rpartition("@")[0]]
+        # the same state as the VM's own job renders, but for ids, the job's
+        # data path (contents_pillar) and the order
+        assert {k for k in body if not k.startswith("__")} == {k for k in mine if not k.startswith("__")}
+        text = json.dumps({k: v for k, v in body.items() if not k.startswith("__")})
+        assert ("t-a" in text) <= (vm == "a.example.net") and ("t-b" in text) <= (vm == "b.example.net"), sid
+    refs = requisites(both)
+    assert refs, "no requisite rendered"
+    for sid, mod, ref in refs:
+        if mod == "sls":
+            assert ref in steps or any(ref in transport.includes(s) for s in steps), (sid, ref)
+        else:  # the same VM's state
+            assert ref in both and ref.rpartition("@")[2] == sid.rpartition("@")[2], (sid, mod, ref)
+    for vm in jobs:  # each VM's container is its own
+        args = {k: v for a in both[f"mccloud-lxc-vm-create@{vm}"]["cmd"] if isinstance(a, dict) for k, v in a.items()}
+        env = args["env"] if isinstance(args["env"], dict) else {k: v for e in args["env"] for k, v in e.items()}
+        assert env["MCCLOUD_NAME"] == vm, args
 
 
 def step_order(fun: str) -> tuple[int, int]:

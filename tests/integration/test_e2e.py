@@ -35,8 +35,9 @@ VMS = ("e2e1.test.lan", "e2e2.test.lan", "e2e3.test.lan", "e2e4.test.lan", "e2e5
 FLOOR = "mccloud-e2e-floor"
 #: A container standing in for a bare-metal server (saltify).
 METAL = "mccloud-e2e-metal"
-#: Cloned as an overlayfs snapshot of the template (the others: full copies).
-OVERLAY = VMS[2]
+#: Cloned as overlayfs snapshots of the template (the others: full copies);
+#: orchestrated together, their first jobs are one job on the node.
+OVERLAYS = VMS[2:4]
 #: A minion of the mastersalt master (the others: of the salt master).
 MASTERSALT = VMS[1]
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
@@ -70,7 +71,7 @@ def e2e(cloud: Cloud, e2e_timings: list[str], mastersalt_master: Any) -> Iterato
         "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
         "makina-states.cloud.compute_node.conf." + cloud.node: conf,
     }
-    own = {OVERLAY: {"profile_type": "overlayfs"},
+    own = {**{vm: {"profile_type": "overlayfs"} for vm in OVERLAYS},
            MASTERSALT: {"mode": "mastersalt", "master_port": mastersalt_master.config["ret_port"]}}
     cloud.mastersalt = mastersalt_master  # type: ignore[attr-defined]
     cloud.e2e_declare = lambda more=None, **first: cloud.set_vms(  # type: ignore[attr-defined]
@@ -138,7 +139,7 @@ def check_vm(cloud: Cloud, lxc: Path, vm: str) -> dict[str, Any]:
     # filesystem is mounted idmapped). The overlayfs clone runs privileged.
     pid = sh("lxc-info", "-P", str(lxc), "-n", vm, "-pH").stdout.strip()
     uid_map = Path(f"/proc/{pid}/uid_map").read_text().split()
-    if vm == OVERLAY:
+    if vm in OVERLAYS:
         assert (s["privileged"], s["idmap_base"], uid_map) == (True, None, ["0", "0", "4294967295"]), uid_map
     else:
         assert s["privileged"] is False and uid_map == ["0", str(s["idmap_base"]), "65536"], (s, uid_map)
@@ -146,7 +147,7 @@ def check_vm(cloud: Cloud, lxc: Path, vm: str) -> dict[str, Any]:
         assert os.stat(f"/proc/{pid}").st_uid == s["idmap_base"]
         inside = sh("lxc-attach", "-P", str(lxc), "-n", vm, "--", "stat", "-c", "%u", "/etc/shadow").stdout
         assert inside.strip() == "0" and (lxc / vm / "rootfs" / "etc" / "shadow").stat().st_uid == 0
-    if vm == OVERLAY:  # a copy-on-write clone: only what the guest changed is its own
+    if vm in OVERLAYS:  # a copy-on-write clone: only what the guest changed is its own
         rootfs = sh("lxc-info", "-P", str(lxc), "-n", vm, "-c", "lxc.rootfs.path").stdout
         assert f"/{TEMPLATE}/rootfs:" in rootfs and rootfs.strip().endswith(f"/{vm}/overlay/delta"), rootfs
         assert (lxc / vm / "overlay" / "delta" / "etc" / "shadow").exists()
@@ -328,6 +329,8 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         ssh_banner("127.0.0.1", ports[vm])
     phases[f"orchestrate {rest} VMs, until every sshd answers"] = time.monotonic() - start
     assert [s["name"] for s in data["steps"]] == list(VMS[1:]), data
+    shared = {vm["name"]: [s.get("job_vms") for s in vm["steps"] if s.get("job_vms")] for vm in data["steps"]}
+    assert shared == {vm: ([sorted(OVERLAYS)] if vm in OVERLAYS else []) for vm in VMS[1:]}, shared
     for vm in VMS[1:]:
         seen[vm] = check_vm(cloud, lxc, vm)
         check_minion(cloud, lxc, vm)
@@ -338,7 +341,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     for key in ("ip", "mac", "ssh_reverse_proxy_port"):
         assert len({s[key] for s in seen.values()}) == len(VMS)
     blocks = [s["idmap_base"] for s in seen.values() if not s["privileged"]]
-    assert len(blocks) == len(VMS) - 1 and len(set(blocks)) == len(blocks), blocks  # a block each
+    assert len(blocks) == len(VMS) - len(OVERLAYS) and len(set(blocks)) == len(blocks), blocks  # a block each
     assert all(s["ip"].startswith(NET + ".") for s in seen.values())
     a = seen[VMS[0]]
     ssh_banner("127.0.0.1", a["ssh_reverse_proxy_port"])  # the first is still reachable

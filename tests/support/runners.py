@@ -47,6 +47,7 @@ class Jobs:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, list[str], Mapping[str, Any]]] = []
+        self.shared: list[tuple[str, list[str], list[str]]] = []
         self.fail: dict[str, str] = {}
         self.lock = threading.Lock()
 
@@ -54,11 +55,24 @@ class Jobs:
                  progress: Callable[[str], None], timeout: int | None = None) -> list[tuple[str, Any]]:
         with self.lock:
             self.sent.append((target, [s for _, s in steps], data))
+        return self.answer(target, steps)
+
+    def answer(self, target: str, steps: Sequence[tuple[str, str]]) -> list[tuple[str, Any]]:
         ret = {f"st_|-{sls}-state_|-x_|-run": {
             "__sls__": sls, "__id__": f"{sls.rsplit('.', 1)[1]}-state", "__run_num__": i,
             "result": sls not in self.fail, "comment": self.fail.get(sls, "ok"), "changes": {}}
             for i, (_, sls) in enumerate(steps)}
         return transport.attribute(steps, target, ret)
+
+    def many(self, opts: Any, target: str, steps: Sequence[tuple[str, str]],
+             jobs: Sequence[tuple[str, Mapping[str, Any]]], progress: Callable[[str], None],
+             timeout: int | None = None) -> dict[str, list[tuple[str, Any]]]:
+        """Stands in for :func:`transport.apply_batch_many`: one job for
+        every VM of ``jobs``, recorded in :attr:`shared` (target, SLS list,
+        VMs), each VM's steps as :meth:`__call__` answers them."""
+        with self.lock:
+            self.shared.append((target, [s for _, s in steps], [vm for vm, _ in jobs]))
+        return {vm: self.answer(target, steps) for vm, _ in jobs}
 
 
 _MASTER_KEYS: dict[str, Path] = {}

@@ -39,6 +39,7 @@ def sls_data(tmp: Path) -> dict[str, Any]:
     destroy = destroy_data(env, "a.example.net", CN, {"name": "a.example.net", "lxc_path": "/var/lib/lxc"})
     return {"node": node, "vm": vm_data, "scratch": scratch, "controller": controller_data(env),
             "destroy": destroy, "tmp": tmp, "bootstrap": bootstrap_data(env, "a.example.net", CN),
+            "bootstrap_b": bootstrap_data(env, "b.example.net", CN),
             "images": lxc.images_data(env, CN), "lxc_controller": {"image_sync": lxc.image_sync(env)}}
 
 
@@ -59,6 +60,12 @@ def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def show_sls(tmp: Path, sls: str, pillar: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``state.show_sls`` with ``pillar`` as a masterless job's data (pillar ``mccloud``)."""
+    return show_sls_pillar(tmp, sls, {"mccloud": pillar})
+
+
+def show_sls_pillar(tmp: Path, sls: str, pillar: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``state.show_sls`` with ``pillar`` as the whole pillar override."""
     conf = Path(tmp / "conf" / "mastersalt")
     if not conf.exists():
         write_masterless_config(str(tmp / "conf"), "{}")
@@ -66,5 +73,5 @@ def show_sls(tmp: Path, sls: str, pillar: dict[str, Any]) -> subprocess.Complete
         minion["file_roots"] = {"base": [sls_root()]}
         (conf / "minion").write_text(json.dumps(minion))
     cmd = ["salt-call", "-c", str(conf), "--local", "--out=json", "state.show_sls", sls,
-           f"pillar={json.dumps({'mccloud': pillar})}"]
+           f"pillar={json.dumps(pillar)}"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)

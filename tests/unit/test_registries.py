@@ -22,6 +22,7 @@ REGISTRY = "makina-states.cloud.generic.compute_node.registry"
 def jobs(monkeypatch: pytest.MonkeyPatch) -> Jobs:
     j = Jobs()
     monkeypatch.setattr(transport, "apply_batch", j)
+    monkeypatch.setattr(transport, "apply_batch_many", j.many)
     monkeypatch.setattr(minions, "call", Minions())
     return j
 

@@ -5,13 +5,14 @@ parallel orchestration of a node's VMs."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
 
-from mccloud.orchestration import Env, compute_node_deploy, minions, transport, vm_destroy, vm_orchestrate, vm_provision
+from mccloud.orchestration import Env, compute_node_deploy, generic, guard, minions, transport, vm_destroy, vm_orchestrate, vm_provision
 from tests.support.runners import Jobs, Minions, Offline
 
 CN = "cn1.example.net"
@@ -24,6 +25,7 @@ LXC, GEN = "makina-states.cloud.lxc.vm", "makina-states.cloud.generic.vm"
 def jobs(monkeypatch: pytest.MonkeyPatch) -> Jobs:
     j = Jobs()
     monkeypatch.setattr(transport, "apply_batch", j)
+    monkeypatch.setattr(transport, "apply_batch_many", j.many)
     monkeypatch.setattr(minions, "call", Minions())  # a VM whose key is accepted answers
     return j
 
@@ -189,12 +191,47 @@ def test_orchestrate_concurrency_comes_from_the_master_option(tmp_path: Path) ->
         vm_orchestrate(offline.env, CN, concurrency=0, provision=provision)
 
 
-def test_orchestrate_provisions_for_real_bodies_in_threads(offline: Offline, jobs: Jobs) -> None:
+def test_orchestrate_provisions_for_real_bodies_in_threads(tmp_path: Path, jobs: Jobs) -> None:
+    overlay = {vm: {"profile_type": "overlayfs"} for vm in VMS}
+    offline = Offline(tmp_path, {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
     out = vm_orchestrate(offline.env, CN, concurrency=4).as_dict()
     assert out["result"] is True, out
-    assert sorted(job[2]["vm"]["name"] for job in jobs.sent if "minion" in job[2]) == sorted(VMS)
-    assert len(jobs.sent) == len(VMS)  # one job per VM, its bootstrap included
+    # The first four VMs' jobs (their bootstrap included) are one job; the
+    # two VMs started once workers are free ask on their own, alone or together.
+    first = jobs.shared[0]
+    assert first[0] == CN and sorted(first[2]) == sorted(list(VMS)[:4]) and f"{LXC}.bootstrap" in first[1], first
+    alone = [job[2]["vm"]["name"] for job in jobs.sent]
+    assert sorted(alone + [vm for job in jobs.shared for vm in job[2]]) == sorted(VMS)
+    assert all("minion" in job[2] for job in jobs.sent)
     assert offline.registry.calls == {"vm_settings": len(VMS)}
+
+
+def test_gathered_jobs_fail_only_their_own_vm(tmp_path: Path, jobs: Jobs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A VM that fails before its first job does not hold the others; a
+    batch whose SLS cannot serve several VMs, or VMs whose containers are
+    full copies (dir: the copies would run one after another in one job),
+    go to the node one VM at a time."""
+    overlay = {vm: {"profile_type": "overlayfs"} for vm in VMS}
+    offline = Offline(tmp_path / "ovl", {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
+
+    def provision(env: Env, vm: str) -> Mapping[str, Any]:
+        if vm == "vm3.example.net":
+            return guard("provision", lambda e, v: (_ for _ in ()).throw(RuntimeError("no data for vm3")),
+                         env, vm).as_dict()
+        return guard("provision", vm_provision, env, vm).as_dict()
+
+    out = vm_orchestrate(offline.env, CN, concurrency=6, provision=provision).as_dict()
+    assert [s["result"] for s in out["steps"]] == [vm != "vm3.example.net" for vm in VMS], out
+    assert "no data for vm3" in out["comment"]
+    assert len(jobs.shared) == 1 and sorted(jobs.shared[0][2]) == sorted(set(VMS) - {"vm3.example.net"})
+    jobs.shared.clear()
+    dirs = Offline(tmp_path / "dir", PILLAR)
+    assert vm_orchestrate(dirs.env, CN, concurrency=6).result
+    assert jobs.shared == [] and len(jobs.sent) == len(VMS)
+    jobs.sent.clear()
+    monkeypatch.setattr(generic, "MANY_VM_SLS", frozenset())
+    assert vm_orchestrate(offline.env, CN, concurrency=6).result
+    assert jobs.shared == [] and len(jobs.sent) == len(VMS)
 
 
 def test_a_vm_becomes_a_minion_of_the_master_of_its_mode(offline: Offline, jobs: Jobs) -> None:
@@ -254,3 +291,76 @@ def test_a_driver_without_a_bootstrap_says_so(offline: Offline, jobs: Jobs) -> N
     out = vm_provision(offline.env, "vm1.example.net").as_dict()
     assert out["result"] is False and "the lxc driver cannot make its guests minions" in out["comment"]
     assert vm_provision(offline.env, "vm1.example.net", skip="bootstrap,initial_highstate,ping").result
+
+
+def test_one_job_for_several_vms_is_split_by_vm_and_a_failure_stays_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transport.apply_batch_many against a stand-in for the master's
+    answer: the publication carries only the VMs' tokens (their data is
+    deposited, each its own); the return is split by the @<vm> of each
+    state id; after a failure (the job stops there), the VMs that did not
+    fail are applied again alone, as they are when the job did not render;
+    a job that returned nothing fails every VM, saying so."""
+    from mccloud.orchestration import private
+
+    opts = {"cachedir": str(tmp_path), "ext_pillar": [{"mccloud": {}}], "conf_file": str(tmp_path / "master")}
+    steps = [("mc_cloud_lxc.vm_spawn", f"{LXC}.spawn"), ("mc_cloud_vm.vm_fix_dns", f"{GEN}.fix_dns")]
+    jobs = [("a.example.net", {"vm": {"name": "a.example.net"}, "secret": "A"}),
+            ("b.example.net", {"vm": {"name": "b.example.net"}, "secret": "B"})]
+    answer: dict[str, Any] = {}
+    published: list[Any] = []
+    alone: list[str] = []
+
+    def one_return(client: Any, target: str, fun: str, wait: float, arg: Any = (), kwarg: Any = None,
+                   **kw: Any) -> Any:
+        tokens = kwarg["pillar"][private.MANY_KEY]
+        published.append(kwarg["pillar"])
+        assert {t: d["secret"] for t, d in private.collect(opts, CN).items()} == dict(zip(tokens, "AB"))
+        return answer.get("ret")
+
+    def apply_batch(o: Any, target: str, st: Any, data: Mapping[str, Any], progress: Any,
+                    timeout: Any = None) -> list[tuple[str, Any]]:
+        alone.append(data["vm"]["name"])
+        return [(n, {"result": True, "comment": f"{data['vm']['name']} alone"}) for n, _ in st]
+
+    import contextlib
+    monkeypatch.setattr(transport, "one_return", one_return)
+    monkeypatch.setattr(transport, "apply_batch", apply_batch)
+    monkeypatch.setattr(transport, "accepted_minions", lambda o: [CN])
+    monkeypatch.setattr(transport, "local_client", lambda conf: contextlib.nullcontext())
+
+    def states(fail: str | None = None) -> dict[str, Any]:
+        out = {}
+        for i, (vm, (sls, sid)) in enumerate((vm, x) for x in ((f"{LXC}.spawn", "mccloud-lxc-vm-create"),
+                                                               (f"{GEN}.fix_dns", "mccloud-vm-resolv"))
+                                             for vm in ("a.example.net", "b.example.net")):
+            if fail and out and list(out.values())[-1]["result"] is False:
+                break  # failhard: nothing runs after the failure
+            k, v = state(sls, f"{sid}@{vm}", i, result=not (vm == fail and sid == "mccloud-vm-resolv"),
+                         changes={"vm": vm})
+            out[k] = v
+        return out
+
+    answer["ret"] = {"ret": states()}
+    out = transport.apply_batch_many(opts, CN, steps, jobs, lambda m: None)
+    assert published[-1] == {private.MANY_KEY: published[-1][private.MANY_KEY]} and len(published[-1]["mccloud_jobs"]) == 2
+    assert "A" not in json.dumps(published) and private.collect(opts, CN) == {}
+    assert alone == [] and sorted(out) == ["a.example.net", "b.example.net"]
+    for vm, rets in out.items():
+        assert [n for n, _ in rets] == [n for n, _ in steps] and all(r["result"] for _, r in rets)
+        assert rets[0][1]["changes"] == {f"mccloud-lxc-vm-create@{vm}": {"vm": vm}}, rets
+        assert rets[-1][1]["job_vms"] == ["a.example.net", "b.example.net"]
+    answer["ret"] = {"ret": states(fail="a.example.net")}
+    out = transport.apply_batch_many(opts, CN, steps, jobs, lambda m: None)
+    assert out["a.example.net"][-1][1]["result"] is False and "mccloud-vm-resolv@a.example.net" in \
+        out["a.example.net"][-1][1]["comment"]
+    assert alone == ["b.example.net"] and out["b.example.net"][0][1]["comment"] == "b.example.net alone"
+    alone.clear()
+    answer["ret"] = {"ret": ["Rendering SLS 'base:makina-states.cloud.lxc.vm.spawn' failed: bad"]}
+    out = transport.apply_batch_many(opts, CN, steps, jobs, lambda m: None)
+    assert alone == ["a.example.net", "b.example.net"] and all(r[0][1]["result"] for r in out.values())
+    alone.clear()
+    answer["ret"] = None
+    out = transport.apply_batch_many(opts, CN, steps, jobs, lambda m: None)
+    assert alone == [] and all("returned nothing" in r[0][1]["comment"] and r[0][1]["result"] is False
+                               for r in out.values())

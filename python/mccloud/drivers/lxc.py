@@ -61,6 +61,16 @@ def vm_sls_steps() -> dict[str, str]:
     return {f"mc_cloud_lxc.vm_{step}": f"{VM_SLS}.{step}" for step in SLS_STEPS}
 
 
+def vm_gathers(settings: Mapping[str, Any]) -> bool:
+    """Whether the first job of lxc VM ``settings`` may serve other VMs of
+    its node too (see :class:`mccloud.orchestration.generic.Gathering`):
+    only when its container is an overlayfs snapshot of a container, made
+    in milliseconds. States run one after another within a job: full
+    copies (dir, lvm) and containers made from an image (``*-scratch``)
+    go on being made in parallel, one job per VM."""
+    return settings.get("backing") == "overlayfs" and bool(settings.get("from_container"))
+
+
 def node_data(env: Env, target: str, **extra: Any) -> NodeData:
     """The node's settings (registering it once per runner invocation) plus
     the images."""

@@ -39,6 +39,9 @@ import mccloud
 DIR_OPT = "mccloud_private_dir"
 #: Pillar key of the token a publication carries.
 TOKEN_KEY = "mccloud_job"
+#: Pillar key of the tokens a publication carries when its job serves
+#: several VMs, each its own deposit.
+MANY_KEY = "mccloud_jobs"
 #: Pillar key under which the ext_pillar serves a minion its deposits.
 PILLAR_KEY = "mccloud_private"
 #: Name of the ext_pillar in the master configuration.

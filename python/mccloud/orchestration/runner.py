@@ -146,6 +146,9 @@ class Env:
         # parallel orchestration's threads see the same objects.
         self.opts, self.functions, self.context = _resolved(opts), _resolved(functions), _resolved(context)
         self.progress = make_progress(jid_event, name)
+        #: What :meth:`batch` hands its jobs to instead of the node (an
+        #: orchestration gathering its VMs' first jobs), if anything.
+        self.batcher: Callable[[str, Sequence[tuple[str, str]], Mapping[str, Any]], list[tuple[str, Step]]] | None = None
 
     def for_vm(self, vm: str) -> Env:
         """The same view, with progress lines naming ``vm`` (one per thread
@@ -241,6 +244,8 @@ class Env:
     def batch(self, target: str, steps: Sequence[tuple[str, str]], data: Mapping[str, Any]) -> list[tuple[str, Step]]:
         """Applies the SLS of ``steps`` (``(name, sls)`` pairs) on ``target``
         as one job; returns each step's result, up to the first failure."""
+        if self.batcher is not None:
+            return self.batcher(target, steps, data)
         return transport.apply_batch(self.opts, target, steps, data, self.progress)
 
     def sls(self, target: str, sls: str, data: Mapping[str, Any]) -> Step:

@@ -216,6 +216,85 @@ def attribute(steps: Sequence[tuple[str, str]], target: str, ret: Any) -> list[t
     return out
 
 
+def split_by_vm(ret: Any, vms: Sequence[str]) -> dict[str, dict[str, Any]] | None:
+    """A job's return for several VMs (see :func:`apply_batch_many`), split
+    by VM: each state's id ends with ``@<VM name>``. None when the return
+    is not a mapping of states (a render error)."""
+    if not isinstance(ret, dict):
+        return None
+    out: dict[str, dict[str, Any]] = {vm: {} for vm in vms}
+    for sid, st in ret.items():
+        if not isinstance(st, dict):
+            return None
+        _, at, vm = str(st.get("__id__", "")).rpartition("@")
+        if not at or vm not in out:
+            return None
+        out[vm][sid] = st
+    return out
+
+
+def apply_batch_many(
+    opts: Mapping[str, Any],
+    target: str,
+    steps: Sequence[tuple[str, str]],
+    jobs: Sequence[tuple[str, Mapping[str, Any]]],
+    progress: Callable[[str], None],
+    timeout: int | None = None,
+) -> dict[str, list[tuple[str, Step]]]:
+    """Applies the same SLS steps for several VMs of node ``target`` (``jobs``:
+    ``(vm, data)``) as one ``state.sls`` job, each VM's data deposited on
+    its own (publication pillar ``mccloud_jobs``: their tokens); the SLS
+    render each VM's states under ids ending with ``@<vm>``
+    (``makina-states/cloud/generic/job.jinja``). One job costs the node
+    and the master what one VM's job costs, plus each VM's states.
+
+    Returns each VM's step mappings, as :func:`apply_batch` would, the last
+    one naming the VMs the job served (``job_vms``). The job
+    stops at the first failed state (``failhard``), leaving the other VMs'
+    later states unrun: those VMs, and every VM when the job did not render
+    or returned nothing, are applied again one job each (their states are
+    idempotent), so a failure reaches only its own VM."""
+    if len(jobs) < 2:
+        return {vm: apply_batch(opts, target, steps, data, progress, timeout) for vm, data in jobs}
+    wait = int(timeout or opts.get("mccloud_sls_timeout") or DEFAULT_TIMEOUT)
+    vms = [vm for vm, _ in jobs]
+    try:
+        private.require(opts)
+    except mccloud.MccloudError as exc:
+        return {vm: [(steps[0][0], {"result": False, "comment": str(exc)})] for vm in vms}
+    if target not in accepted_minions(opts):  # each VM's own job says why
+        return {vm: apply_batch(opts, target, steps, data, progress, timeout) for vm, data in jobs}
+    mods = [sls for _, sls in steps]
+    progress(f"{target}: applying {', '.join(mods)} for {len(vms)} VMs in one job ({', '.join(vms)})")
+    with contextlib.ExitStack() as stack:
+        tokens = [stack.enter_context(private.deposit(opts, target, data)) for _, data in jobs]
+        with local_client(opts["conf_file"]) as client:
+            ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
+                             kwarg={"pillar": {private.MANY_KEY: tokens}, "failhard": True, "concurrent": True})
+    if ret is None:
+        return {vm: [(steps[0][0], {"result": False, "comment": nothing_returned(target, wait)})] for vm in vms}
+    parts = split_by_vm(ret.get("ret"), vms)
+    out: dict[str, list[tuple[str, Step]]] = {}
+    again: list[tuple[str, Mapping[str, Any]]] = []
+    if parts is not None:
+        failed = {vm for vm, part in parts.items() if state_failures(part)}
+        for vm, data in jobs:
+            if failed and vm not in failed:
+                again.append((vm, data))
+            else:  # its last step says which VMs the job served
+                mine = attribute(steps, target, parts[vm])
+                out[vm] = [*mine[:-1], (mine[-1][0], {**mine[-1][1], "job_vms": sorted(vms)})]
+    else:
+        again = list(jobs)
+    if again:
+        why = "stopped at a failure" if parts is not None else "did not render as one"
+        progress(f"{target}: the job for {len(vms)} VMs {why}: {', '.join(vm for vm, _ in again)} "
+                 "applied one job each")
+        for vm, data in again:
+            out[vm] = apply_batch(opts, target, steps, data, progress, timeout)
+    return out
+
+
 def apply_batch(
     opts: Mapping[str, Any],
     target: str,
@@ -250,9 +329,12 @@ def apply_batch(
         ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
                          kwarg={"pillar": {private.TOKEN_KEY: token}, "failhard": True, "concurrent": True})
     if ret is None:
-        return [(first, {"result": False, "comment": f"minion {target} returned nothing for its state.sls job "
-                         f"within {wait} s, and does not run it (any more): is it running, with its key "
-                         "accepted on this master? A master too busy to take a return loses it (the minion "
-                         "logs 'failed to return the job information': raise the master's worker_threads); "
-                         "the job may have run: run the same command again"})]
+        return [(first, {"result": False, "comment": nothing_returned(target, wait)})]
     return attribute(steps, target, ret.get("ret"))
+
+
+def nothing_returned(target: str, wait: int) -> str:
+    return (f"minion {target} returned nothing for its state.sls job within {wait} s, and does not run it "
+            "(any more): is it running, with its key accepted on this master? A master too busy to take a "
+            "return loses it (the minion logs 'failed to return the job information': raise the master's "
+            "worker_threads); the job may have run: run the same command again")

@@ -1,5 +1,6 @@
 """lxc driver runners: compute-node installation and the lxc VM steps."""
 
+import mccloud as _mccloud
 import mccloud.drivers.lxc as _lxc
 import mccloud.orchestration as _o
 
@@ -145,6 +146,23 @@ def vm_sls_steps(**kwargs):
         mastersalt-run mc_cloud_lxc.vm_sls_steps
     """
     return _lxc.vm_sls_steps()
+
+
+def vm_gathers(settings, **kwargs):
+    """Whether an orchestration may send the first job of the lxc VM of
+    ``settings`` (its settings mapping) together with other VMs' of its
+    node, in one job: only an overlayfs snapshot clone is made fast enough
+    (the states of a job run one after another).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.vm_gathers '{"backing": "overlayfs", "from_container": "debian"}'
+    """
+    if not isinstance(settings, dict):
+        raise _mccloud.ArgumentError(f"settings must be a mapping of VM settings, not {type(settings).__name__}")
+    return _lxc.vm_gathers(settings)
 
 
 def vm_bootstrap_sls(**kwargs):

@@ -8,13 +8,14 @@
     bootstrap SLS then runs the script inside the guest.
     Every write goes through mccloud_rootfs, which never follows a link
     the VM planted. Data: the job's (rootfs, minion). #}
-{%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
-{%- set d = job %}
+{%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
+{%- for j in jobs %}
+{%- set d, job_key, s = j.job, j.key, j.sfx %}
 {%- set m = d.minion %}
 {%- set root = d.rootfs | string %}
 {%- set conf = m.conf_dir | string %}
 
-mccloud-vm-minion-config:
+mccloud-vm-minion-config{{ s }}:
   mccloud_rootfs.managed:
     - failhard: true
     - name: {{ (conf ~ '/minion.d/mccloud.conf') | tojson }}
@@ -22,7 +23,7 @@ mccloud-vm-minion-config:
     - contents_pillar: {{ job_key }}:minion:config
     - mode: '0644'
 
-mccloud-vm-minion-pki:
+mccloud-vm-minion-pki{{ s }}:
   mccloud_rootfs.directory:
     - failhard: true
     - name: {{ (conf ~ '/pki/minion') | tojson }}
@@ -32,7 +33,7 @@ mccloud-vm-minion-pki:
 {%- for id, key, file, mode in [('pem', 'pem', 'minion.pem', '0400'), ('pub', 'pub', 'minion.pub', '0644'),
                                  ('master-pub', 'master_pub', 'minion_master.pub', '0644')] %}
 
-mccloud-vm-minion-{{ id }}:
+mccloud-vm-minion-{{ id }}{{ s }}:
   mccloud_rootfs.managed:
     - failhard: true
     - name: {{ (conf ~ '/pki/minion/' ~ file) | tojson }}
@@ -41,11 +42,11 @@ mccloud-vm-minion-{{ id }}:
     - mode: {{ mode | tojson }}
     - show_changes: false
     - require:
-      - mccloud_rootfs: mccloud-vm-minion-pki
+      - mccloud_rootfs: mccloud-vm-minion-pki{{ s }}
 {%- endfor %}
 {%- if m.mastersalt %}
 
-mccloud-vm-minion-grains:
+mccloud-vm-minion-grains{{ s }}:
   mccloud_rootfs.merged:
     - failhard: true
     - name: {{ (conf ~ '/grains') | tojson }}
@@ -53,7 +54,7 @@ mccloud-vm-minion-grains:
     - dataset:
         makina-states.cloud.is.vm: true
 
-mccloud-vm-local-salt:
+mccloud-vm-local-salt{{ s }}:
   mccloud_rootfs.managed:
     - failhard: true
     - name: /etc/salt/minion.d/mccloud-local.conf
@@ -63,10 +64,11 @@ mccloud-vm-local-salt:
         file_client: local
 {%- endif %}
 
-mccloud-vm-bootstrap-script:
+mccloud-vm-bootstrap-script{{ s }}:
   mccloud_rootfs.managed:
     - failhard: true
     - name: /usr/local/sbin/mccloud-bootstrap-salt
     - root: {{ root | tojson }}
     - contents_pillar: {{ job_key }}:minion:script
     - mode: '0755'
+{%- endfor %}

@@ -5,13 +5,14 @@
     the minion's service. The generic bootstrap SLS placed the
     configuration, keys and script before. Data: pillar mccloud (vm,
     lxc_path, minion, wheelhouse). #}
-{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
-{%- set d = job %}
-{%- set m = d.minion %}
+{%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
 include:
   - makina-states.cloud.generic.vm.bootstrap
+{%- for j in jobs %}
+{%- set d, s = j.job, j.sfx %}
+{%- set m = d.minion %}
 
-mccloud-lxc-vm-bootstrap:
+mccloud-lxc-vm-bootstrap{{ s }}:
   cmd.run:
     - failhard: true
     - stateful: true
@@ -47,8 +48,9 @@ mccloud-lxc-vm-bootstrap:
         MCCLOUD_GUEST_WHEELHOUSE: {{ m.wheelhouse | string | tojson }}
         MCCLOUD_SCRIPT_ARGS: {{ m.script_args | string | tojson }}
     - require:
-      - mccloud_rootfs: mccloud-vm-minion-config
-      - mccloud_rootfs: mccloud-vm-minion-pem
-      - mccloud_rootfs: mccloud-vm-minion-pub
-      - mccloud_rootfs: mccloud-vm-minion-master-pub
-      - mccloud_rootfs: mccloud-vm-bootstrap-script
+      - mccloud_rootfs: mccloud-vm-minion-config{{ s }}
+      - mccloud_rootfs: mccloud-vm-minion-pem{{ s }}
+      - mccloud_rootfs: mccloud-vm-minion-pub{{ s }}
+      - mccloud_rootfs: mccloud-vm-minion-master-pub{{ s }}
+      - mccloud_rootfs: mccloud-vm-bootstrap-script{{ s }}
+{%- endfor %}

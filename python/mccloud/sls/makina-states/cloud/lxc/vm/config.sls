@@ -6,14 +6,15 @@
     lxc.net.0.* lines (the fragment starts with `lxc.net =`, which clears
     them). The guest network configuration does not wait for DHCP. A running
     container restarts when its configuration changed. #}
-{%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
-{%- set d = job %}
+{%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
+{%- for j in jobs %}
+{%- set d, job_key, s = j.job, j.key, j.sfx %}
 {%- set v = d.vm %}
 {%- set dir = d.lxc_path ~ '/' ~ v.name %}
 {%- set cfg = dir ~ '/config' %}
 {%- set conf = dir ~ '/mccloud.conf' %}
 
-mccloud-lxc-vm-config:
+mccloud-lxc-vm-config{{ s }}:
   file.managed:
     - failhard: true
     - name: {{ conf | tojson }}
@@ -25,7 +26,7 @@ mccloud-lxc-vm-config:
     does an include of mccloud.conf that is not the last setting (anything
     after it would override the registry's values); the next state appends
     it again at the end. #}
-mccloud-lxc-vm-config-legacy:
+mccloud-lxc-vm-config-legacy{{ s }}:
   file.replace:
     - failhard: true
     - name: {{ cfg | tojson }}
@@ -36,17 +37,17 @@ mccloud-lxc-vm-config-legacy:
     - backup: false
     - show_changes: true
     - require:
-      - file: mccloud-lxc-vm-config
+      - file: mccloud-lxc-vm-config{{ s }}
 
-mccloud-lxc-vm-config-include:
+mccloud-lxc-vm-config-include{{ s }}:
   file.append:
     - failhard: true
     - name: {{ cfg | tojson }}
     - text: {{ ('lxc.include = ' ~ conf) | tojson }}
     - require:
-      - file: mccloud-lxc-vm-config-legacy
+      - file: mccloud-lxc-vm-config-legacy{{ s }}
 
-mccloud-lxc-vm-restart:
+mccloud-lxc-vm-restart{{ s }}:
   cmd.run:
     - failhard: true
     - stateful: true
@@ -69,11 +70,11 @@ mccloud-lxc-vm-restart:
         MCCLOUD_LXC_PATH: {{ d.lxc_path | string | tojson }}
         MCCLOUD_NAME: {{ v.name | string | tojson }}
     - onchanges:
-      - file: mccloud-lxc-vm-config
-      - file: mccloud-lxc-vm-config-legacy
-      - file: mccloud-lxc-vm-config-include
+      - file: mccloud-lxc-vm-config{{ s }}
+      - file: mccloud-lxc-vm-config-legacy{{ s }}
+      - file: mccloud-lxc-vm-config-include{{ s }}
 
-mccloud-lxc-vm-guest-network:
+mccloud-lxc-vm-guest-network{{ s }}:
   mccloud_rootfs.managed:
     - failhard: true
     - name: /etc/network/interfaces
@@ -85,3 +86,4 @@ mccloud-lxc-vm-guest-network:
 
         auto eth0
         iface eth0 inet manual
+{%- endfor %}

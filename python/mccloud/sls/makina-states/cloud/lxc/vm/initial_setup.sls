@@ -4,10 +4,11 @@
     starts from the template's (rootfs_lower), owner, group and mode kept.
     Written through mccloud_rootfs (never following a link the VM planted).
     Data: the job's (vm, rootfs, rootfs_lower). #}
-{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
-{%- set d = job %}
+{%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
+{%- for j in jobs %}
+{%- set d, s = j.job, j.sfx %}
 
-mccloud-lxc-vm-root-password:
+mccloud-lxc-vm-root-password{{ s }}:
   mccloud_rootfs.root_password:
     - failhard: true
     - name: /etc/shadow
@@ -16,3 +17,4 @@ mccloud-lxc-vm-root-password:
 {%- if d.get('rootfs_lower') %}
     - lower: {{ d.rootfs_lower | string | tojson }}
 {%- endif %}
+{%- endfor %}

@@ -1,8 +1,9 @@
 {#- lxc part of preprovisioning: the lxc VM grains. #}
-{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
-{%- set d = job %}
+{%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
+{%- for j in jobs %}
+{%- set d, s = j.job, j.sfx %}
 
-mccloud-lxc-vm-grains:
+mccloud-lxc-vm-grains{{ s }}:
   mccloud_rootfs.merged:
     - failhard: true
     - name: /etc/salt/grains
@@ -10,3 +11,4 @@ mccloud-lxc-vm-grains:
     - dataset:
         makina-states.cloud.is.lxcvm: true
         makina-states.nodetypes.lxccontainer: true
+{%- endfor %}

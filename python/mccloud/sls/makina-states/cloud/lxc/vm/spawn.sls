@@ -20,25 +20,28 @@
     with the bootstrap step), its configuration and keys are placed in the
     root filesystem before the first start, so that an image carrying
     Salt's unit starts the minion at boot. #}
-{%- from "makina-states/cloud/generic/job.jinja" import job with context %}
-{%- set d = job %}
+{%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
+{%- set minions = [] %}
+{%- for j in jobs if j.job.get('minion') %}{% do minions.append(j) %}{% endfor %}
+include:
+  - makina-states.cloud.lxc.vm.config
+  - makina-states.cloud.lxc.vm.volumes
+{%- if minions %}
+  - makina-states.cloud.generic.vm.bootstrap
+{%- endif %}
+{%- for j in jobs %}
+{%- set d, s = j.job, j.sfx %}
 {%- set v = d.vm %}
 {%- set P = d.lxc_path %}
 {%- set img = d.images.get(v.image, {'template': v.image}) if v.image is string else {} %}
 {%- set template = img.get('template') or 'debian' %}
 {%- set m = d.get('minion') %}
-include:
-  - makina-states.cloud.lxc.vm.config
-  - makina-states.cloud.lxc.vm.volumes
-{%- if m %}
-  - makina-states.cloud.generic.vm.bootstrap
-{%- endif %}
 {%- if v.get('idmap_base') %}
 
 {#- An unprivileged container's root (the first host id of its block) must
     traverse the directories down to its own, or lxc-start aborts: say
     which one, before anything is created. #}
-mccloud-lxc-vm-traverse:
+mccloud-lxc-vm-traverse{{ s }}:
   cmd.run:
     - failhard: true
     - stateful: true
@@ -63,10 +66,10 @@ mccloud-lxc-vm-traverse:
         MCCLOUD_NAME: {{ v.name | string | tojson }}
         MCCLOUD_ROOT: {{ v.idmap_base | int | string | tojson }}
     - require_in:
-      - cmd: mccloud-lxc-vm-create
+      - cmd: mccloud-lxc-vm-create{{ s }}
 {%- endif %}
 
-mccloud-lxc-vm-create:
+mccloud-lxc-vm-create{{ s }}:
   cmd.run:
     - failhard: true
     - stateful: true
@@ -145,16 +148,16 @@ mccloud-lxc-vm-create:
         MCCLOUD_PACKAGES: {{ (img.get('packages') or []) | map('string') | join(',') | tojson }}
 {%- endif %}
     - require_in:
-      - file: mccloud-lxc-vm-config
-      - mccloud_rootfs: mccloud-lxc-vm-guest-network
+      - file: mccloud-lxc-vm-config{{ s }}
+      - mccloud_rootfs: mccloud-lxc-vm-guest-network{{ s }}
 {%- if m %}
 {%- for id in ['minion-config', 'minion-pki', 'minion-pem', 'minion-pub', 'minion-master-pub', 'bootstrap-script']
               + (['minion-grains', 'local-salt'] if m.mastersalt else []) %}
-      - mccloud_rootfs: mccloud-vm-{{ id }}
+      - mccloud_rootfs: mccloud-vm-{{ id }}{{ s }}
 {%- endfor %}
 {%- endif %}
 
-mccloud-lxc-vm-start:
+mccloud-lxc-vm-start{{ s }}:
   cmd.run:
     - failhard: true
     - stateful: true
@@ -175,10 +178,11 @@ mccloud-lxc-vm-start:
         MCCLOUD_LXC_PATH: {{ P | string | tojson }}
         MCCLOUD_NAME: {{ v.name | string | tojson }}
     - require:
-      - file: mccloud-lxc-vm-config
-      - file: mccloud-lxc-vm-config-include
-      - mccloud_rootfs: mccloud-lxc-vm-guest-network
+      - file: mccloud-lxc-vm-config{{ s }}
+      - file: mccloud-lxc-vm-config-include{{ s }}
+      - mccloud_rootfs: mccloud-lxc-vm-guest-network{{ s }}
       - sls: makina-states.cloud.lxc.vm.volumes
 {%- if m %}
       - sls: makina-states.cloud.generic.vm.bootstrap
 {%- endif %}
+{%- endfor %}
