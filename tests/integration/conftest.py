@@ -114,6 +114,11 @@ def test_states(cloud_root: Path) -> Path:
         "  cmd.run:\n"
         "    - name: test ! -e /root/mccloud-fail-highstate\n"
     )
+    (root / "mccloud_test" / "slow.sls").write_text(
+        "mccloud-test-slow:\n"
+        "  cmd.run:\n"
+        "    - name: sleep 4\n"
+    )
     return root
 
 

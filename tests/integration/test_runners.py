@@ -281,3 +281,35 @@ def test_a_job_that_ends_without_its_return_is_given_up_soon(cloud: Cloud, monke
         assert got == {"ret": None}
     finally:
         client.destroy()
+
+
+def test_a_state_job_whose_return_was_lost_is_applied_again(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state job that ended on the minion without its return reaching the
+    master (here: killed, so no return ever comes) is applied once more, and
+    the second job's return is the answer; the runner says so."""
+    import threading
+    import time
+
+    from mccloud.orchestration import transport
+
+    monkeypatch.setattr(transport, "ALIVE_CHECK", 3)
+    said: list[str] = []
+    got: dict[str, Any] = {}
+    opts = {"conf_file": cloud.master.config_file}
+    runner = threading.Thread(target=lambda: got.update(
+        ret=transport.state_job(opts, cloud.node, ["mccloud_test.slow"], {}, 600, said.append)))
+    runner.start()
+    running: list[dict[str, Any]] = []
+    for _ in range(100):
+        running = [j for j in cloud.call_cli.run("saltutil.running").data or [] if j.get("fun") == "state.sls"]
+        if running:
+            break
+        time.sleep(0.2)
+    assert running, "the job never ran on the minion"
+    assert cloud.call_cli.run("saltutil.signal_job", running[0]["jid"], 9).returncode == 0
+    runner.join(180)
+    assert not runner.is_alive()
+    ret = got["ret"]
+    assert ret is not None and transport.state_failures(ret["ret"]) == [], ret
+    assert any("mccloud-test-slow" in sid for sid in ret["ret"]), ret
+    assert len(said) == 1 and f"job {running[0]['jid']} ended with its return lost" in said[0], said

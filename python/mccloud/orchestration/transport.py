@@ -40,7 +40,8 @@ Step = dict[str, Any]
 
 
 def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[Any] = (),
-               kwarg: Mapping[str, Any] | None = None, **opts: Any) -> dict[str, Any] | None:
+               kwarg: Mapping[str, Any] | None = None, ended: list[str] | None = None,
+               **opts: Any) -> dict[str, Any] | None:
     """Runs ``fun`` on minion ``target`` through Salt's LocalClient
     ``client`` and returns its full return (``{"ret": ..., "retcode": ...}``),
     or None when none came: within ``wait`` seconds, or once the job runs no
@@ -49,7 +50,9 @@ def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[An
     :data:`ALIVE_CHECK` seconds without it, the master's job cache, then the
     minion (``saltutil.find_job``), are asked (a busy master loses answers
     as it loses returns), and the wait ends when the minion no longer runs
-    the job. ``opts``: more LocalClient options (``gather_job_timeout``)."""
+    the job. ``ended``, when given, receives the job id of a job whose
+    return was lost: it ended on the minion, and no return came.
+    ``opts``: more LocalClient options (``gather_job_timeout``)."""
     deadline = time.monotonic() + wait
     alive = max(1, min(int(wait), ALIVE_CHECK))
     pub = client.run_job(target, fun, arg=list(arg), kwarg=dict(kwarg or {}), timeout=alive, listen=True, **opts)
@@ -67,7 +70,11 @@ def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[An
         cached = client.get_cache_returns(jid).get(target)
         if isinstance(cached, dict) and cached.get("ret") is not None:
             return dict(cached)
-        if time.monotonic() >= deadline or not _runs(client, target, jid, opts):
+        if time.monotonic() >= deadline:
+            return None
+        if not _runs(client, target, jid, opts):
+            if ended is not None:
+                ended.append(jid)
             return None
 
 
@@ -216,6 +223,27 @@ def attribute(steps: Sequence[tuple[str, str]], target: str, ret: Any) -> list[t
     return out
 
 
+def state_job(opts: Mapping[str, Any], target: str, mods: Sequence[str], pillar: Mapping[str, Any], wait: int,
+              progress: Callable[[str], None]) -> dict[str, Any] | None:
+    """Runs ``state.sls`` of ``mods`` on ``target`` (``failhard``,
+    ``concurrent``, publication pillar ``pillar``) and returns its full
+    return, or None when none came. A job whose return was lost (it ended
+    on the minion, and its return never reached the master: a master too
+    busy to take it, the minion logging "failed to return the job
+    information") is applied once more: mccloud's SLS are idempotent, so
+    the second job finds done what the first did and says so."""
+    for attempt in (1, 2):
+        ended: list[str] = []
+        with local_client(opts["conf_file"]) as client:
+            ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
+                             kwarg={"pillar": dict(pillar), "failhard": True, "concurrent": True}, ended=ended)
+        if ret is not None or not ended or attempt == 2:
+            return ret
+        progress(f"{target}: job {ended[0]} ended with its return lost on the way to the master; "
+                 "applying the same SLS again (idempotent)")
+    return None
+
+
 def split_by_vm(ret: Any, vms: Sequence[str]) -> dict[str, dict[str, Any]] | None:
     """A job's return for several VMs (see :func:`apply_batch_many`), split
     by VM: each state's id ends with ``@<VM name>``. None when the return
@@ -268,9 +296,7 @@ def apply_batch_many(
     progress(f"{target}: applying {', '.join(mods)} for {len(vms)} VMs in one job ({', '.join(vms)})")
     with contextlib.ExitStack() as stack:
         tokens = [stack.enter_context(private.deposit(opts, target, data)) for _, data in jobs]
-        with local_client(opts["conf_file"]) as client:
-            ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
-                             kwarg={"pillar": {private.MANY_KEY: tokens}, "failhard": True, "concurrent": True})
+        ret = state_job(opts, target, mods, {private.MANY_KEY: tokens}, wait, progress)
     if ret is None:
         return {vm: [(steps[0][0], {"result": False, "comment": nothing_returned(target, wait)})] for vm in vms}
     parts = split_by_vm(ret.get("ret"), vms)
@@ -325,9 +351,8 @@ def apply_batch(
                          "(no accepted key): install and start its minion, then accept its key"})]
     mods = [sls for _, sls in steps]
     progress(f"{target}: applying {', '.join(mods)}")
-    with local_client(opts["conf_file"]) as client, private.deposit(opts, target, data) as token:
-        ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
-                         kwarg={"pillar": {private.TOKEN_KEY: token}, "failhard": True, "concurrent": True})
+    with private.deposit(opts, target, data) as token:
+        ret = state_job(opts, target, mods, {private.TOKEN_KEY: token}, wait, progress)
     if ret is None:
         return [(first, {"result": False, "comment": nothing_returned(target, wait)})]
     return attribute(steps, target, ret.get("ret"))
