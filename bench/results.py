@@ -168,13 +168,14 @@ def _table(prov: dict[str, Any] | None, what: str) -> str:
     if not prov:
         return ""
     rows = [f"| {what}: measure | median (min–max) | ratio | goal |", "|---|---|---|---|"]
-    ratios = {r["of"]: r for r in prov.get("ratios", [])}
+    ratios: dict[str, list[dict[str, Any]]] = {}
+    for r in prov.get("ratios", []):
+        ratios.setdefault(r["of"], []).append(r)
     for key, fig in prov["figures"].items():
-        r = ratios.get(key)
-        ratio = f"{r['ratio']:.2f}× {r['to']}" if r else ""
-        goal = ""
-        if r and r.get("goal"):
-            goal = f"≤ {r['goal']:g}× ({'met' if r['ratio'] <= r['goal'] else 'missed'})"
+        mine = ratios.get(key, [])
+        ratio = "; ".join(f"{r['ratio']:.2f}× {r['to']}" for r in mine)
+        goal = "; ".join(f"≤ {r['goal']:g}× ({'met' if r['ratio'] <= r['goal'] else 'missed'})"
+                         for r in mine if r.get("goal"))
         rows.append(f"| {key} | {fig['median']:.2f} s ({fig['min']:.2f}–{fig['max']:.2f}) | {ratio} | {goal} |")
     rows += [f"| {name} | unavailable: {why} | | |" for name, why in prov.get("unavailable", {}).items()]
     notes = [f"- {note}" for note in prov.get("notes", [])]
