@@ -587,7 +587,7 @@ impl Store {
             return Ok(());
         }
         let identity = new_identity()?;
-        self.write(|tx| {
+        self.write_sqlite(|tx| {
             // Another process may have upgraded it meanwhile.
             let v: i64 = tx
                 .conn
@@ -632,6 +632,11 @@ impl Store {
     /// A write that forgot a secret truncates the `-wal` after its
     /// checkpoint: the frames of earlier writes, which may hold it, go.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        self.write_sqlite(|tx| f(tx))
+    }
+
+    /// [`Store::write`], with SQLite's own transaction.
+    fn write_sqlite<T>(&mut self, f: impl FnOnce(&SqliteTx) -> Result<T>) -> Result<T> {
         crate::counters::count(crate::counters::Work::Write);
         let (out, forgot) = self.run(TransactionBehavior::Immediate, f)?;
         self.make_durable(forgot)?;
@@ -658,6 +663,11 @@ impl Store {
 
     /// Runs `f` in a read transaction (a consistent snapshot).
     pub fn read<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        self.read_sqlite(|tx| f(tx))
+    }
+
+    /// [`Store::read`], with SQLite's own transaction.
+    fn read_sqlite<T>(&mut self, f: impl FnOnce(&SqliteTx) -> Result<T>) -> Result<T> {
         Ok(self.run(TransactionBehavior::Deferred, f)?.0)
     }
 
@@ -666,7 +676,7 @@ impl Store {
     fn run<T>(
         &mut self,
         behavior: TransactionBehavior,
-        f: impl FnOnce(&Tx) -> Result<T>,
+        f: impl FnOnce(&SqliteTx) -> Result<T>,
     ) -> Result<(T, bool)> {
         let path = self.path.clone();
         let tx = self.conn.transaction_with_behavior(behavior).at(&path)?;
@@ -681,7 +691,7 @@ impl Store {
                 .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
             return Err(e);
         }
-        let scope = Tx {
+        let scope = SqliteTx {
             conn: &tx,
             path: &path,
             forgot: Cell::new(false),
@@ -745,7 +755,7 @@ impl Store {
     /// Integrity check, schema version and identity of the store.
     pub fn check(&mut self) -> Result<CheckReport> {
         let path = self.path.clone();
-        self.read(|tx| {
+        self.read_sqlite(|tx| {
             let integrity: Vec<String> = {
                 let mut s = tx.conn.prepare("PRAGMA integrity_check").at(&path)?;
                 let rows = s.query_map([], |r| r.get(0)).at(&path)?;
@@ -793,14 +803,134 @@ impl Store {
 }
 
 /// Operations inside one transaction.
-pub struct Tx<'a> {
+pub struct SqliteTx<'a> {
     conn: &'a Connection,
     path: &'a Path,
     /// Whether a secret was deleted or replaced (see [`Store::write`]).
     forgot: Cell<bool>,
 }
 
-impl Tx<'_> {
+/// What a transaction of the store offers: every read and write of the
+/// registry goes through it, whatever the database.
+pub trait TxOps {
+    /// The store file, for error messages.
+    fn path(&self) -> &Path;
+
+    /// The value of kind `kind` (`ip`, `ssh`, `snmp`) held by a VM (its
+    /// main IP for `ip`).
+    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>>;
+
+    /// Who holds `value` in the space of `kind` on a node (any IP for
+    /// `ip`; any port, ssh or snmp, for a port kind).
+    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>>;
+
+    /// The VM holding `value` in the space of `kind` on a node.
+    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>>;
+
+    /// All values of kind `kind` on a node (main IPs for `ip`), by VM name.
+    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>>;
+
+    /// Every value held in the space of `kind` on a node (additional IPs
+    /// included), as `(vm, slot, value)`.
+    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>>;
+
+    /// Records `value` for a VM's main slot, replacing what it held before
+    /// (whose value becomes free). The UNIQUE constraint refuses a value
+    /// held by another.
+    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()>;
+
+    /// Records `value` for a VM's slot (an additional IP's slot is its
+    /// address), replacing what the slot held before.
+    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()>;
+
+    /// The additional IPs a VM holds: `(slot, value)`.
+    fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>>;
+
+    /// Frees one slot of a VM, returning its value.
+    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>>;
+
+    /// Frees the value a VM holds in its main slot, returning it.
+    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>>;
+
+    /// Every candidate below a pool's hint is taken: allocation starts there.
+    fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>>;
+
+    /// Moves a pool's hint.
+    fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()>;
+
+    /// The active MAC of a VM interface.
+    fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>>;
+
+    /// Who holds (or held) a MAC, across the whole registry.
+    fn mac_owner(&self, mac: &str) -> Result<Option<MacOwner>>;
+
+    /// Records a MAC for a VM interface; the interface's previous MAC is
+    /// retired (never handed out again), not freed.
+    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()>;
+
+    /// Forgets a MAC record entirely (only for a VM taking back its own
+    /// retired, explicitly declared MAC).
+    fn forget_mac(&self, mac: &str) -> Result<()>;
+
+    /// Active MACs of a node: `(vm, slot, mac)`.
+    fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>>;
+
+    /// Retires every MAC of a VM: they stay reserved and are never handed out
+    /// again. Returns them.
+    fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>>;
+
+    /// Retires the MACs of a VM whose slot is not in `keep` (interfaces no
+    /// longer declared). Returns them.
+    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>>;
+
+    /// A VM's generated password.
+    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>>;
+
+    /// Stores a VM's generated password.
+    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()>;
+
+    /// The crypt salt of a VM's password hash.
+    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>>;
+
+    /// Stores a VM's crypt salt.
+    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()>;
+
+    /// Forgets a VM's password and crypt salt; returns whether there was a
+    /// password.
+    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool>;
+
+    /// VMs holding anything on node `cn` (numbers, active MACs, secrets).
+    fn vms(&self, cn: &str) -> Result<Vec<String>>;
+
+    /// `(vm, node)` pairs of VMs holding an active MAC or a secret on a node
+    /// other than `cn` (what a VM moved to `cn` may have left behind).
+    fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>>;
+
+    /// Nodes other than `cn` where VM `vm` holds an active MAC (every
+    /// allocated VM has one until it is destroyed, cleaned up or moved).
+    fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>>;
+
+    /// Marks a VM destroyed (or, with `false`, provisioned again): node-wide
+    /// registration leaves destroyed VMs out until they are asked for again.
+    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()>;
+
+    /// VMs of a node marked destroyed.
+    fn destroyed(&self, cn: &str) -> Result<Vec<String>>;
+
+    /// Compute nodes the store knows of.
+    fn nodes(&self) -> Result<Vec<String>>;
+
+    /// A metadata value.
+    fn meta(&self, key: &str) -> Result<Option<String>>;
+
+    /// Sets a metadata value.
+    fn set_meta(&self, key: &str, value: &str) -> Result<()>;
+}
+
+/// A transaction of the store (see [`TxOps`]).
+pub type Tx<'a> = dyn TxOps + 'a;
+
+impl SqliteTx<'_> {
     /// Every row of a query, each mapped by `f`.
     fn rows<T, P: rusqlite::Params>(
         &self,
@@ -811,153 +941,6 @@ impl Tx<'_> {
         let mut s = self.conn.prepare_cached(sql).at(self.path)?;
         let rows = s.query_map(params, f).at(self.path)?;
         rows.collect::<rusqlite::Result<_>>().at(self.path)
-    }
-
-    /// The store file, for error messages.
-    pub fn path(&self) -> &Path {
-        self.path
-    }
-
-    /// The value of kind `kind` (`ip`, `ssh`, `snmp`) held by a VM (its
-    /// main IP for `ip`).
-    pub fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
-        self.conn
-            .prepare_cached(
-                "SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=''",
-            )
-            .and_then(|mut s| s.query_row(params![kind, cn, vm], |r| r.get(0)).optional())
-            .at(self.path)
-    }
-
-    /// Who holds `value` in the space of `kind` on a node (any IP for
-    /// `ip`; any port, ssh or snmp, for a port kind).
-    pub fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
-        self.conn
-            .prepare_cached(
-                "SELECT vm, kind, slot FROM numbers WHERE space=?1 AND cn=?2 AND value=?3",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![space_of(kind), cn, value], |r| {
-                    Ok(NumberOwner {
-                        vm: r.get(0)?,
-                        kind: r.get(1)?,
-                        slot: r.get(2)?,
-                    })
-                })
-                .optional()
-            })
-            .at(self.path)
-    }
-
-    /// The VM holding `value` in the space of `kind` on a node.
-    pub fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
-        Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
-    }
-
-    /// All values of kind `kind` on a node (main IPs for `ip`), by VM name.
-    pub fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
-        self.rows(
-            "SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 AND slot='' ORDER BY vm",
-            params![kind, cn],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-    }
-
-    /// Every value held in the space of `kind` on a node (additional IPs
-    /// included), as `(vm, slot, value)`.
-    pub fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
-        self.rows(
-            "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot",
-            params![space_of(kind), cn],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-    }
-
-    /// Records `value` for a VM's main slot, replacing what it held before
-    /// (whose value becomes free). The UNIQUE constraint refuses a value
-    /// held by another.
-    pub fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
-        self.put_slot(kind, cn, vm, "", value)
-    }
-
-    /// Records `value` for a VM's slot (an additional IP's slot is its
-    /// address), replacing what the slot held before.
-    pub fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
-        let old: Option<u32> = self
-            .conn
-            .prepare_cached(
-                "SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=?4",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![kind, cn, vm, slot], |r| r.get(0))
-                    .optional()
-            })
-            .at(self.path)?;
-        if let Some(old) = old {
-            if old == value {
-                return Ok(());
-            }
-            self.lower_hints(kind, cn, old)?;
-        }
-        self.conn
-            .prepare_cached(
-                "INSERT INTO numbers(kind, cn, vm, slot, value, space) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT(kind, cn, vm, slot) DO UPDATE SET value = excluded.value",
-            )
-            .and_then(|mut s| s.execute(params![kind, cn, vm, slot, value, space_of(kind)]))
-            .at(self.path)?;
-        Ok(())
-    }
-
-    /// The additional IPs a VM holds: `(slot, value)`.
-    pub fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
-        self.rows(
-            "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=?1 AND vm=?2 AND slot<>'' ORDER BY slot",
-            params![cn, vm], |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-    }
-
-    /// Frees one slot of a VM, returning its value.
-    pub fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "DELETE FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=?4 RETURNING value",
-            )
-            .at(self.path)?;
-        let old: Option<u32> = s
-            .query_row(params![kind, cn, vm, slot], |r| r.get(0))
-            .optional()
-            .at(self.path)?;
-        if let Some(v) = old {
-            self.lower_hints(kind, cn, v)?;
-        }
-        Ok(old)
-    }
-
-    /// Frees the value a VM holds in its main slot, returning it.
-    pub fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
-        self.remove_slot(kind, cn, vm, "")
-    }
-
-    /// Every candidate below a pool's hint is taken: allocation starts there.
-    pub fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
-        self.conn
-            .prepare_cached("SELECT value FROM hints WHERE pool=?1 AND cn=?2")
-            .and_then(|mut s| s.query_row(params![pool, cn], |r| r.get(0)).optional())
-            .at(self.path)
-    }
-
-    /// Moves a pool's hint.
-    pub fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO hints(pool, cn, value) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(pool, cn) DO UPDATE SET value = excluded.value",
-            )
-            .and_then(|mut s| s.execute(params![pool, cn, value]))
-            .at(self.path)?;
-        Ok(())
     }
 
     /// A freed value may lie in any pool of its space (ssh and snmp ranges
@@ -973,94 +956,6 @@ impl Tx<'_> {
                 .at(self.path)?;
         }
         Ok(())
-    }
-
-    /// The active MAC of a VM interface.
-    pub fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>> {
-        self.conn
-            .prepare_cached("SELECT mac FROM macs WHERE cn=?1 AND vm=?2 AND slot=?3 AND retired=0")
-            .and_then(|mut s| s.query_row(params![cn, vm, slot], |r| r.get(0)).optional())
-            .at(self.path)
-    }
-
-    /// Who holds (or held) a MAC, across the whole registry.
-    pub fn mac_owner(&self, mac: &str) -> Result<Option<MacOwner>> {
-        self.conn
-            .prepare_cached("SELECT cn, vm, slot, retired FROM macs WHERE mac=?1")
-            .and_then(|mut s| {
-                s.query_row(params![mac], |r| {
-                    Ok(MacOwner {
-                        cn: r.get(0)?,
-                        vm: r.get(1)?,
-                        slot: r.get(2)?,
-                        retired: r.get(3)?,
-                    })
-                })
-                .optional()
-            })
-            .at(self.path)
-    }
-
-    /// Records a MAC for a VM interface; the interface's previous MAC is
-    /// retired (never handed out again), not freed.
-    pub fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
-        self.conn
-            .prepare_cached(
-                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND slot=?3 AND retired=0",
-            )
-            .and_then(|mut s| s.execute(params![cn, vm, slot]))
-            .at(self.path)?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO macs(mac, cn, vm, slot, retired) VALUES (?1, ?2, ?3, ?4, 0)",
-            )
-            .and_then(|mut s| s.execute(params![mac, cn, vm, slot]))
-            .at(self.path)?;
-        Ok(())
-    }
-
-    /// Forgets a MAC record entirely (only for a VM taking back its own
-    /// retired, explicitly declared MAC).
-    pub fn forget_mac(&self, mac: &str) -> Result<()> {
-        self.conn
-            .prepare_cached("DELETE FROM macs WHERE mac=?1")
-            .and_then(|mut s| s.execute(params![mac]))
-            .at(self.path)?;
-        Ok(())
-    }
-
-    /// Active MACs of a node: `(vm, slot, mac)`.
-    pub fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
-        self.rows(
-            "SELECT vm, slot, mac FROM macs WHERE cn=?1 AND retired=0 ORDER BY vm, slot",
-            params![cn],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-    }
-
-    /// Retires every MAC of a VM: they stay reserved and are never handed out
-    /// again. Returns them.
-    pub fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
-        self.retire_macs_except(cn, vm, &[])
-    }
-
-    /// Retires the MACs of a VM whose slot is not in `keep` (interfaces no
-    /// longer declared). Returns them.
-    pub fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
-        let keep = serde_json::to_string(keep).unwrap_or_else(|_| "[]".into());
-        let mut s = self
-            .conn
-            .prepare_cached(
-                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND retired=0
-                 AND slot NOT IN (SELECT value FROM json_each(?3)) RETURNING mac",
-            )
-            .at(self.path)?;
-        let rows = s
-            .query_map(params![cn, vm, keep], |r| r.get(0))
-            .at(self.path)?;
-        let mut out: Vec<String> = rows.collect::<rusqlite::Result<_>>().at(self.path)?;
-        out.sort();
-        Ok(out)
     }
 
     /// A per-VM secret (`passwords.password`, `salts.salt`).
@@ -1097,30 +992,231 @@ impl Tx<'_> {
         }
         Ok(())
     }
+}
 
-    /// A VM's generated password.
-    pub fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+impl TxOps for SqliteTx<'_> {
+    fn path(&self) -> &Path {
+        self.path
+    }
+
+    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        self.conn
+            .prepare_cached(
+                "SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=''",
+            )
+            .and_then(|mut s| s.query_row(params![kind, cn, vm], |r| r.get(0)).optional())
+            .at(self.path)
+    }
+
+    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+        self.conn
+            .prepare_cached(
+                "SELECT vm, kind, slot FROM numbers WHERE space=?1 AND cn=?2 AND value=?3",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![space_of(kind), cn, value], |r| {
+                    Ok(NumberOwner {
+                        vm: r.get(0)?,
+                        kind: r.get(1)?,
+                        slot: r.get(2)?,
+                    })
+                })
+                .optional()
+            })
+            .at(self.path)
+    }
+
+    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
+        Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
+    }
+
+    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
+        self.rows(
+            "SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 AND slot='' ORDER BY vm",
+            params![kind, cn],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
+        self.rows(
+            "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot",
+            params![space_of(kind), cn],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    }
+
+    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
+        self.put_slot(kind, cn, vm, "", value)
+    }
+
+    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        let old: Option<u32> = self
+            .conn
+            .prepare_cached(
+                "SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=?4",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![kind, cn, vm, slot], |r| r.get(0))
+                    .optional()
+            })
+            .at(self.path)?;
+        if let Some(old) = old {
+            if old == value {
+                return Ok(());
+            }
+            self.lower_hints(kind, cn, old)?;
+        }
+        self.conn
+            .prepare_cached(
+                "INSERT INTO numbers(kind, cn, vm, slot, value, space) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(kind, cn, vm, slot) DO UPDATE SET value = excluded.value",
+            )
+            .and_then(|mut s| s.execute(params![kind, cn, vm, slot, value, space_of(kind)]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
+        self.rows(
+            "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=?1 AND vm=?2 AND slot<>'' ORDER BY slot",
+            params![cn, vm], |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=?4 RETURNING value",
+            )
+            .at(self.path)?;
+        let old: Option<u32> = s
+            .query_row(params![kind, cn, vm, slot], |r| r.get(0))
+            .optional()
+            .at(self.path)?;
+        if let Some(v) = old {
+            self.lower_hints(kind, cn, v)?;
+        }
+        Ok(old)
+    }
+
+    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        self.remove_slot(kind, cn, vm, "")
+    }
+
+    fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
+        self.conn
+            .prepare_cached("SELECT value FROM hints WHERE pool=?1 AND cn=?2")
+            .and_then(|mut s| s.query_row(params![pool, cn], |r| r.get(0)).optional())
+            .at(self.path)
+    }
+
+    fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO hints(pool, cn, value) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(pool, cn) DO UPDATE SET value = excluded.value",
+            )
+            .and_then(|mut s| s.execute(params![pool, cn, value]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT mac FROM macs WHERE cn=?1 AND vm=?2 AND slot=?3 AND retired=0")
+            .and_then(|mut s| s.query_row(params![cn, vm, slot], |r| r.get(0)).optional())
+            .at(self.path)
+    }
+
+    fn mac_owner(&self, mac: &str) -> Result<Option<MacOwner>> {
+        self.conn
+            .prepare_cached("SELECT cn, vm, slot, retired FROM macs WHERE mac=?1")
+            .and_then(|mut s| {
+                s.query_row(params![mac], |r| {
+                    Ok(MacOwner {
+                        cn: r.get(0)?,
+                        vm: r.get(1)?,
+                        slot: r.get(2)?,
+                        retired: r.get(3)?,
+                    })
+                })
+                .optional()
+            })
+            .at(self.path)
+    }
+
+    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND slot=?3 AND retired=0",
+            )
+            .and_then(|mut s| s.execute(params![cn, vm, slot]))
+            .at(self.path)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO macs(mac, cn, vm, slot, retired) VALUES (?1, ?2, ?3, ?4, 0)",
+            )
+            .and_then(|mut s| s.execute(params![mac, cn, vm, slot]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn forget_mac(&self, mac: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM macs WHERE mac=?1")
+            .and_then(|mut s| s.execute(params![mac]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
+        self.rows(
+            "SELECT vm, slot, mac FROM macs WHERE cn=?1 AND retired=0 ORDER BY vm, slot",
+            params![cn],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    }
+
+    fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
+        self.retire_macs_except(cn, vm, &[])
+    }
+
+    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+        let keep = serde_json::to_string(keep).unwrap_or_else(|_| "[]".into());
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND retired=0
+                 AND slot NOT IN (SELECT value FROM json_each(?3)) RETURNING mac",
+            )
+            .at(self.path)?;
+        let rows = s
+            .query_map(params![cn, vm, keep], |r| r.get(0))
+            .at(self.path)?;
+        let mut out: Vec<String> = rows.collect::<rusqlite::Result<_>>().at(self.path)?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
         self.secret(Secret::Password, cn, vm)
     }
 
-    /// Stores a VM's generated password.
-    pub fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
         self.put_secret(Secret::Password, cn, vm, password)
     }
 
-    /// The crypt salt of a VM's password hash.
-    pub fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
         self.secret(Secret::Salt, cn, vm)
     }
 
-    /// Stores a VM's crypt salt.
-    pub fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
         self.put_secret(Secret::Salt, cn, vm, salt)
     }
 
-    /// Forgets a VM's password and crypt salt; returns whether there was a
-    /// password.
-    pub fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
         let mut had = false;
         for table in [Secret::Salt, Secret::Password] {
             let n = self
@@ -1139,8 +1235,7 @@ impl Tx<'_> {
         Ok(had)
     }
 
-    /// VMs holding anything on node `cn` (numbers, active MACs, secrets).
-    pub fn vms(&self, cn: &str) -> Result<Vec<String>> {
+    fn vms(&self, cn: &str) -> Result<Vec<String>> {
         self.rows(
             "SELECT vm FROM numbers WHERE cn=?1 UNION SELECT vm FROM macs WHERE cn=?1 AND retired=0
                  UNION SELECT vm FROM passwords WHERE cn=?1 UNION SELECT vm FROM salts WHERE cn=?1 ORDER BY 1",
@@ -1148,9 +1243,7 @@ impl Tx<'_> {
         )
     }
 
-    /// `(vm, node)` pairs of VMs holding an active MAC or a secret on a node
-    /// other than `cn` (what a VM moved to `cn` may have left behind).
-    pub fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
+    fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
         self.rows(
             "SELECT vm, cn FROM macs WHERE cn<>?1 AND retired=0 UNION SELECT vm, cn FROM passwords
                  WHERE cn<>?1 UNION SELECT vm, cn FROM salts WHERE cn<>?1",
@@ -1159,9 +1252,7 @@ impl Tx<'_> {
         )
     }
 
-    /// Nodes other than `cn` where VM `vm` holds an active MAC (every
-    /// allocated VM has one until it is destroyed, cleaned up or moved).
-    pub fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
+    fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
         self.rows(
             "SELECT DISTINCT cn FROM macs WHERE vm=?1 AND cn<>?2 AND retired=0 ORDER BY 1",
             params![vm, cn],
@@ -1169,9 +1260,7 @@ impl Tx<'_> {
         )
     }
 
-    /// Marks a VM destroyed (or, with `false`, provisioned again): node-wide
-    /// registration leaves destroyed VMs out until they are asked for again.
-    pub fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
         let sql = if destroyed {
             "INSERT OR IGNORE INTO destroyed(cn, vm) VALUES (?1, ?2)"
         } else {
@@ -1184,8 +1273,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// VMs of a node marked destroyed.
-    pub fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
+    fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
         self.rows(
             "SELECT vm FROM destroyed WHERE cn=?1 ORDER BY vm",
             params![cn],
@@ -1193,8 +1281,7 @@ impl Tx<'_> {
         )
     }
 
-    /// Compute nodes the store knows of.
-    pub fn nodes(&self) -> Result<Vec<String>> {
+    fn nodes(&self) -> Result<Vec<String>> {
         self.rows(
             "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0
                  UNION SELECT cn FROM passwords ORDER BY 1",
@@ -1203,16 +1290,14 @@ impl Tx<'_> {
         )
     }
 
-    /// A metadata value.
-    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+    fn meta(&self, key: &str) -> Result<Option<String>> {
         self.conn
             .prepare_cached("SELECT value FROM meta WHERE key=?1")
             .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
             .at(self.path)
     }
 
-    /// Sets a metadata value.
-    pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+    fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO meta(key, value) VALUES (?1, ?2)
