@@ -24,6 +24,9 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 use crate::error::{Error, Result};
 
 pub mod legacy;
+pub mod pg;
+#[cfg(test)]
+mod pg_tests;
 
 /// How long a process waits for another one holding the store's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -1040,7 +1043,7 @@ impl TxOps for SqliteTx<'_> {
 
     fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
         self.rows(
-            "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot",
+            "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot, value",
             params![space_of(kind), cn],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )

@@ -1,0 +1,495 @@
+//! The PostgreSQL store: the registry of several controllers in one
+//! database, which keeps allocations unique across them by its constraints.
+//!
+//! The schema is the SQLite store's (numbers unique per space and node,
+//! MACs unique for ever, one secret per VM), with 64-bit values. Every
+//! write transaction first takes one transaction-level advisory lock, so
+//! writers of every controller take turns as SQLite's writers do: the
+//! allocation logic, which reads and then writes, is the same for both
+//! stores, and the UNIQUE constraints refuse a duplicate even if it were
+//! wrong. A commit returns once PostgreSQL made it durable.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+
+use postgres::types::ToSql;
+use postgres::{Client, IsolationLevel, NoTls, Row, Transaction};
+
+use super::{kinds_of, space_of, MacOwner, NumberOwner, TxOps};
+use crate::error::{Error, Result};
+
+/// The schema, created when missing.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS numbers(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, slot TEXT NOT NULL DEFAULT '',
+    value BIGINT NOT NULL, space TEXT NOT NULL,
+    PRIMARY KEY(kind, cn, vm, slot), UNIQUE(space, cn, value));
+CREATE TABLE IF NOT EXISTS macs(
+    mac TEXT PRIMARY KEY, cn TEXT NOT NULL, vm TEXT NOT NULL, slot TEXT NOT NULL,
+    retired INTEGER NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX IF NOT EXISTS macs_active ON macs(cn, vm, slot) WHERE retired = 0;
+CREATE INDEX IF NOT EXISTS macs_by_vm ON macs(vm) WHERE retired = 0;
+CREATE TABLE IF NOT EXISTS passwords(
+    cn TEXT NOT NULL, vm TEXT NOT NULL, password TEXT NOT NULL, PRIMARY KEY(cn, vm));
+CREATE TABLE IF NOT EXISTS salts(
+    cn TEXT NOT NULL, vm TEXT NOT NULL, salt TEXT NOT NULL, PRIMARY KEY(cn, vm));
+CREATE TABLE IF NOT EXISTS destroyed(cn TEXT NOT NULL, vm TEXT NOT NULL, PRIMARY KEY(cn, vm));
+CREATE TABLE IF NOT EXISTS hints(
+    pool TEXT NOT NULL, cn TEXT NOT NULL, value BIGINT NOT NULL, PRIMARY KEY(pool, cn));
+";
+
+/// The advisory lock every write transaction takes first ("mccloud" in ASCII).
+const WRITE_LOCK: i64 = 0x006d_6363_6c6f_7564;
+
+/// The connection string without its password: what errors and
+/// inventories show of it.
+pub fn shown(conninfo: &str) -> String {
+    if let Some(rest) = conninfo
+        .strip_prefix("postgresql://")
+        .or_else(|| conninfo.strip_prefix("postgres://"))
+    {
+        let (auth, host) = rest.rsplit_once('@').unwrap_or(("", rest));
+        let user = auth.split(':').next().unwrap_or("");
+        return if auth.is_empty() {
+            format!("postgresql://{host}")
+        } else {
+            format!("postgresql://{user}@{host}")
+        };
+    }
+    conninfo
+        .split_whitespace()
+        .filter(|kv| !kv.to_ascii_lowercase().starts_with("password="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An open PostgreSQL store.
+pub struct PgStore {
+    client: Client,
+    /// The connection string without its password, for messages.
+    label: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("label", &self.label)
+            .finish()
+    }
+}
+
+fn pg_err(label: &Path, e: &postgres::Error) -> Error {
+    let why = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None if e.is_closed() => "the database is unreachable (connection closed)".to_string(),
+        None => format!("the database is unreachable or refused the request: {e}"),
+    };
+    Error::store(label, why)
+}
+
+trait AtPg<T> {
+    fn at(self, label: &Path) -> Result<T>;
+}
+
+impl<T> AtPg<T> for std::result::Result<T, postgres::Error> {
+    fn at(self, label: &Path) -> Result<T> {
+        self.map_err(|e| pg_err(label, &e))
+    }
+}
+
+impl PgStore {
+    /// Connects to the database of `conninfo` (a `postgresql://` URL or a
+    /// libpq keyword string) and creates the schema when missing.
+    pub fn connect(conninfo: &str) -> Result<PgStore> {
+        let label = std::path::PathBuf::from(shown(conninfo));
+        let mut client = Client::connect(conninfo, NoTls).at(&label)?;
+        let mut tx = client.transaction().at(&label)?;
+        tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+            .at(&label)?;
+        tx.batch_execute(SCHEMA).at(&label)?;
+        tx.commit().at(&label)?;
+        Ok(PgStore { client, label })
+    }
+
+    /// What errors show of the store.
+    pub fn label(&self) -> &Path {
+        &self.label
+    }
+
+    /// Runs `f` in a write transaction: writers of every controller take
+    /// turns; everything `f` wrote is committed together, durably, or
+    /// nothing is when it fails.
+    pub fn write<T>(&mut self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        crate::counters::count(crate::counters::Work::Write);
+        let label = self.label.clone();
+        let mut tx = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .at(&label)?;
+        tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+            .at(&label)?;
+        let scope = PgTx {
+            tx: RefCell::new(tx),
+            label: &label,
+            forgot: Cell::new(false),
+        };
+        let out = f(&scope)?;
+        scope.tx.into_inner().commit().at(&label)?;
+        Ok(out)
+    }
+
+    /// Runs `f` in a read-only transaction on one snapshot.
+    pub fn read<T>(&mut self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        let label = self.label.clone();
+        let tx = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .at(&label)?;
+        let scope = PgTx {
+            tx: RefCell::new(tx),
+            label: &label,
+            forgot: Cell::new(false),
+        };
+        let out = f(&scope)?;
+        scope.tx.into_inner().commit().at(&label)?;
+        Ok(out)
+    }
+}
+
+/// A transaction of the PostgreSQL store.
+pub struct PgTx<'a> {
+    tx: RefCell<Transaction<'a>>,
+    label: &'a Path,
+    /// Whether a secret was deleted or replaced.
+    forgot: Cell<bool>,
+}
+
+fn u32_of(label: &Path, v: i64) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| Error::store(label, format!("a stored value is out of range: {v}")))
+}
+
+impl PgTx<'_> {
+    fn query(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
+        self.tx.borrow_mut().query(sql, args).at(self.label)
+    }
+
+    fn opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
+        self.tx.borrow_mut().query_opt(sql, args).at(self.label)
+    }
+
+    fn exec(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64> {
+        self.tx.borrow_mut().execute(sql, args).at(self.label)
+    }
+
+    fn strings(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<String>> {
+        Ok(self.query(sql, args)?.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn lower_hints(&self, kind: &str, cn: &str, freed: u32) -> Result<()> {
+        for k in kinds_of(space_of(kind)) {
+            self.exec(
+                "UPDATE hints SET value = $3 WHERE cn = $2 AND value > $3 AND pool LIKE $1 || ':%'",
+                &[k, &cn, &i64::from(freed)],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn put_secret(&self, table: &str, col: &str, cn: &str, vm: &str, value: &str) -> Result<()> {
+        let added = self.exec(
+            &format!("INSERT INTO {table}(cn, vm, {col}) VALUES ($1, $2, $3) ON CONFLICT(cn, vm) DO NOTHING"),
+            &[&cn, &vm, &value],
+        )?;
+        if added == 0 {
+            let replaced = self.exec(
+                &format!("UPDATE {table} SET {col} = $3 WHERE cn = $1 AND vm = $2 AND {col} <> $3"),
+                &[&cn, &vm, &value],
+            )?;
+            if replaced > 0 {
+                self.forgot.set(true);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TxOps for PgTx<'_> {
+    fn path(&self) -> &Path {
+        self.label
+    }
+
+    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        let row = self.opt(
+            "SELECT value FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=''",
+            &[&kind, &cn, &vm],
+        )?;
+        row.map(|r| u32_of(self.label, r.get(0))).transpose()
+    }
+
+    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+        let row = self.opt(
+            "SELECT vm, kind, slot FROM numbers WHERE space=$1 AND cn=$2 AND value=$3",
+            &[&space_of(kind), &cn, &i64::from(value)],
+        )?;
+        Ok(row.map(|r| NumberOwner {
+            vm: r.get(0),
+            kind: r.get(1),
+            slot: r.get(2),
+        }))
+    }
+
+    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
+        Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
+    }
+
+    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
+        self.query(
+            "SELECT vm, value FROM numbers WHERE kind=$1 AND cn=$2 AND slot='' ORDER BY vm",
+            &[&kind, &cn],
+        )?
+        .iter()
+        .map(|r| Ok((r.get(0), u32_of(self.label, r.get(1))?)))
+        .collect()
+    }
+
+    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
+        self.query(
+            "SELECT vm, slot, value FROM numbers WHERE space=$1 AND cn=$2 ORDER BY vm, slot, value",
+            &[&space_of(kind), &cn],
+        )?
+        .iter()
+        .map(|r| Ok((r.get(0), r.get(1), u32_of(self.label, r.get(2))?)))
+        .collect()
+    }
+
+    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
+        self.put_slot(kind, cn, vm, "", value)
+    }
+
+    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        let old = self.opt(
+            "SELECT value FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=$4",
+            &[&kind, &cn, &vm, &slot],
+        )?;
+        if let Some(old) = old {
+            let old = u32_of(self.label, old.get(0))?;
+            if old == value {
+                return Ok(());
+            }
+            self.lower_hints(kind, cn, old)?;
+        }
+        self.exec(
+            "INSERT INTO numbers(kind, cn, vm, slot, value, space) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT(kind, cn, vm, slot) DO UPDATE SET value = excluded.value",
+            &[&kind, &cn, &vm, &slot, &i64::from(value), &space_of(kind)],
+        )?;
+        Ok(())
+    }
+
+    fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
+        self.query(
+            "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=$1 AND vm=$2 AND slot<>'' ORDER BY slot",
+            &[&cn, &vm],
+        )?
+        .iter()
+        .map(|r| Ok((r.get(0), u32_of(self.label, r.get(1))?)))
+        .collect()
+    }
+
+    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        let row = self.opt(
+            "DELETE FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=$4 RETURNING value",
+            &[&kind, &cn, &vm, &slot],
+        )?;
+        let old = row.map(|r| u32_of(self.label, r.get(0))).transpose()?;
+        if let Some(v) = old {
+            self.lower_hints(kind, cn, v)?;
+        }
+        Ok(old)
+    }
+
+    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        self.remove_slot(kind, cn, vm, "")
+    }
+
+    fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
+        let row = self.opt(
+            "SELECT value FROM hints WHERE pool=$1 AND cn=$2",
+            &[&pool, &cn],
+        )?;
+        row.map(|r| u32_of(self.label, r.get(0))).transpose()
+    }
+
+    fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()> {
+        self.exec(
+            "INSERT INTO hints(pool, cn, value) VALUES ($1, $2, $3)
+             ON CONFLICT(pool, cn) DO UPDATE SET value = excluded.value",
+            &[&pool, &cn, &i64::from(value)],
+        )?;
+        Ok(())
+    }
+
+    fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>> {
+        let row = self.opt(
+            "SELECT mac FROM macs WHERE cn=$1 AND vm=$2 AND slot=$3 AND retired=0",
+            &[&cn, &vm, &slot],
+        )?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    fn mac_owner(&self, mac: &str) -> Result<Option<MacOwner>> {
+        let row = self.opt(
+            "SELECT cn, vm, slot, retired FROM macs WHERE mac=$1",
+            &[&mac],
+        )?;
+        Ok(row.map(|r| MacOwner {
+            cn: r.get(0),
+            vm: r.get(1),
+            slot: r.get(2),
+            retired: r.get::<_, i32>(3) != 0,
+        }))
+    }
+
+    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
+        self.exec(
+            "UPDATE macs SET retired=1 WHERE cn=$1 AND vm=$2 AND slot=$3 AND retired=0",
+            &[&cn, &vm, &slot],
+        )?;
+        self.exec(
+            "INSERT INTO macs(mac, cn, vm, slot, retired) VALUES ($1, $2, $3, $4, 0)",
+            &[&mac, &cn, &vm, &slot],
+        )?;
+        Ok(())
+    }
+
+    fn forget_mac(&self, mac: &str) -> Result<()> {
+        self.exec("DELETE FROM macs WHERE mac=$1", &[&mac])?;
+        Ok(())
+    }
+
+    fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
+        Ok(self
+            .query(
+                "SELECT vm, slot, mac FROM macs WHERE cn=$1 AND retired=0 ORDER BY vm, slot",
+                &[&cn],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
+        self.retire_macs_except(cn, vm, &[])
+    }
+
+    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+        let keep: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
+        let mut out = self.strings(
+            "UPDATE macs SET retired=1 WHERE cn=$1 AND vm=$2 AND retired=0 AND slot <> ALL($3) RETURNING mac",
+            &[&cn, &vm, &keep],
+        )?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        Ok(self
+            .opt(
+                "SELECT password FROM passwords WHERE cn=$1 AND vm=$2",
+                &[&cn, &vm],
+            )?
+            .map(|r| r.get(0)))
+    }
+
+    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+        self.put_secret("passwords", "password", cn, vm, password)
+    }
+
+    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        Ok(self
+            .opt("SELECT salt FROM salts WHERE cn=$1 AND vm=$2", &[&cn, &vm])?
+            .map(|r| r.get(0)))
+    }
+
+    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+        self.put_secret("salts", "salt", cn, vm, salt)
+    }
+
+    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+        let salts = self.exec("DELETE FROM salts WHERE cn=$1 AND vm=$2", &[&cn, &vm])?;
+        let passwords = self.exec("DELETE FROM passwords WHERE cn=$1 AND vm=$2", &[&cn, &vm])?;
+        if salts + passwords > 0 {
+            self.forgot.set(true);
+        }
+        Ok(passwords > 0)
+    }
+
+    fn vms(&self, cn: &str) -> Result<Vec<String>> {
+        self.strings(
+            "SELECT vm FROM numbers WHERE cn=$1 UNION SELECT vm FROM macs WHERE cn=$1 AND retired=0
+             UNION SELECT vm FROM passwords WHERE cn=$1 UNION SELECT vm FROM salts WHERE cn=$1 ORDER BY 1",
+            &[&cn],
+        )
+    }
+
+    fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
+        Ok(self
+            .query(
+                "SELECT vm, cn FROM macs WHERE cn<>$1 AND retired=0 UNION SELECT vm, cn FROM passwords
+                 WHERE cn<>$1 UNION SELECT vm, cn FROM salts WHERE cn<>$1",
+                &[&cn],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+    }
+
+    fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
+        self.strings(
+            "SELECT DISTINCT cn FROM macs WHERE vm=$1 AND cn<>$2 AND retired=0 ORDER BY 1",
+            &[&vm, &cn],
+        )
+    }
+
+    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+        let sql = if destroyed {
+            "INSERT INTO destroyed(cn, vm) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM destroyed WHERE cn=$1 AND vm=$2"
+        };
+        self.exec(sql, &[&cn, &vm])?;
+        Ok(())
+    }
+
+    fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
+        self.strings("SELECT vm FROM destroyed WHERE cn=$1 ORDER BY vm", &[&cn])
+    }
+
+    fn nodes(&self) -> Result<Vec<String>> {
+        self.strings(
+            "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0 UNION SELECT cn FROM passwords ORDER BY 1",
+            &[],
+        )
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .opt("SELECT value FROM meta WHERE key=$1", &[&key])?
+            .map(|r| r.get(0)))
+    }
+
+    fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.exec(
+            "INSERT INTO meta(key, value) VALUES ($1, $2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            &[&key, &value],
+        )?;
+        Ok(())
+    }
+}
