@@ -20,6 +20,7 @@ use crate::pillar::names::validate;
 use crate::pools::ipam::parse_ip;
 use crate::settings::vm::not_declared;
 use crate::settings::{Config, NodePlan, VmAllocation};
+use crate::store::pg::PgStore;
 use crate::store::{Store, Tx, FILE_NAME};
 use crate::views;
 
@@ -28,8 +29,48 @@ use crate::views;
 pub struct Registry {
     config: Config,
     /// Opened on first use (see [`Registry::open`]).
-    store: Mutex<Option<Store>>,
+    store: Mutex<Option<Backend>>,
+    /// The store's directory (SQLite), or what errors show of a PostgreSQL
+    /// connection string (never its password).
     dir: PathBuf,
+    /// The PostgreSQL connection string, when the store is PostgreSQL.
+    postgres: Option<String>,
+}
+
+/// An open store of either kind.
+#[derive(Debug)]
+enum Backend {
+    Sqlite(Store),
+    Postgres(PgStore),
+}
+
+impl Backend {
+    fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        match self {
+            Backend::Sqlite(s) => s.write(f),
+            Backend::Postgres(p) => p.write(|tx| f(tx)),
+        }
+    }
+
+    fn read<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        match self {
+            Backend::Sqlite(s) => s.read(f),
+            Backend::Postgres(p) => p.read(|tx| f(tx)),
+        }
+    }
+}
+
+/// Whether a store location names a PostgreSQL database: a
+/// `postgresql://` (or `postgres://`) URL, or a libpq keyword string
+/// (`host=… dbname=…`).
+pub fn is_postgres(location: &str) -> bool {
+    location.starts_with("postgresql://")
+        || location.starts_with("postgres://")
+        || location.split_whitespace().any(|kv| {
+            ["host=", "dbname=", "service=", "hostaddr="]
+                .iter()
+                .any(|k| kv.starts_with(k))
+        })
 }
 
 /// `{vm: value}` as users see it.
@@ -45,11 +86,27 @@ impl Registry {
     /// node's declaration have been checked: a rejected call never creates
     /// a store.
     pub fn open(config: Config, store_dir: &Path) -> Result<Self> {
+        let location = store_dir.to_string_lossy();
+        if is_postgres(&location) {
+            return Ok(Registry {
+                dir: PathBuf::from(crate::store::pg::shown(&location)),
+                postgres: Some(location.into_owned()),
+                config,
+                store: Mutex::new(None),
+            });
+        }
         Ok(Registry {
             dir: store_dir.to_path_buf(),
+            postgres: None,
             config,
             store: Mutex::new(None),
         })
+    }
+
+    /// Where a historical (msgpack) store may lie: the SQLite store's
+    /// directory; none beside a PostgreSQL store.
+    fn legacy_dir(&self) -> Option<&Path> {
+        self.postgres.is_none().then_some(self.dir.as_path())
     }
 
     /// The settings this registry computes with.
@@ -62,14 +119,16 @@ impl Registry {
     fn with_store<T>(
         &self,
         create: bool,
-        f: impl FnOnce(&mut Store) -> Result<T>,
+        f: impl FnOnce(&mut Backend) -> Result<T>,
     ) -> Result<Option<T>> {
         let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
-            *guard = if create {
-                Some(Store::open(&self.dir)?)
+            *guard = if let Some(conninfo) = &self.postgres {
+                Some(Backend::Postgres(PgStore::connect(conninfo)?))
+            } else if create {
+                Some(Backend::Sqlite(Store::open(&self.dir)?))
             } else {
-                Store::open_existing(&self.dir)?
+                Store::open_existing(&self.dir)?.map(Backend::Sqlite)
             };
         }
         guard.as_mut().map(f).transpose()
@@ -95,8 +154,11 @@ impl Registry {
         self.with_store(false, |s| s.read(f))
     }
 
-    /// The store file.
+    /// The store file, or the PostgreSQL database (without its password).
     pub fn store_path(&self) -> String {
+        if self.postgres.is_some() {
+            return self.dir.display().to_string();
+        }
         self.dir.join(FILE_NAME).display().to_string()
     }
 
@@ -112,6 +174,13 @@ impl Registry {
     }
 
     fn inspect(&self) -> Result<Store> {
+        if self.postgres.is_some() {
+            return Err(Error::invalid(format!(
+                "the PostgreSQL store ({}) is checked and backed up with PostgreSQL's own tools for now \
+                 (pg_dump; amcheck)",
+                self.store_path()
+            )));
+        }
         Store::open_to_inspect(&self.dir)?.ok_or_else(|| self.no_store())
     }
 
@@ -146,8 +215,8 @@ impl Registry {
                 return Err(e);
             }
         }
-        let alloc =
-            self.write(|tx| register::one(tx, &self.config, &self.dir, &node, plan, ports))?;
+        let alloc = self
+            .write(|tx| register::one(tx, &self.config, self.legacy_dir(), &node, plan, ports))?;
         Ok((node, alloc))
     }
 
@@ -167,7 +236,7 @@ impl Registry {
     pub fn register_node(&self, cn: &str, exclude: &[String]) -> Result<Registered> {
         validate("compute node", cn)?;
         let node = self.config.node_plan(cn)?;
-        self.write(|tx| register::node(tx, &self.config, &self.dir, node, exclude))
+        self.write(|tx| register::node(tx, &self.config, self.legacy_dir(), node, exclude))
     }
 
     /// `mc_cloud_compute_node.get_settings_for_target`: everything a compute

@@ -118,6 +118,34 @@ def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:
     return os.environ.get(STORE_ENV) or opts.get(STORE_OPT) or _master_side_store(opts) or cfg.default_store_dir()
 
 
+#: Environment variable and configuration key naming a PostgreSQL store
+#: (``postgresql://user@host/db`` or a libpq keyword string), which wins
+#: over the store directory.
+DB_ENV = "MCCLOUD_STORE"
+DB_OPT = "mccloud_store"
+
+
+def store_location(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:
+    """What the registry opens: a PostgreSQL store (``$MCCLOUD_STORE``,
+    else the ``mccloud_store`` configuration key, of this configuration or
+    of the master's beside it), else the store directory (:func:`store_dir`)."""
+    return (os.environ.get(DB_ENV) or opts.get(DB_OPT) or _master_side(opts, DB_OPT)
+            or store_dir(opts, cfg))
+
+
+def _master_side(opts: Mapping[str, Any], key: str) -> str | None:
+    """``key`` of the master configuration beside this minion's, if any."""
+    if opts.get("__role") == "master":
+        return None
+    master_file = os.path.join(config_dir(opts), "master")
+    if not os.path.isfile(master_file):
+        return None
+    import salt.config
+
+    value = salt.config.master_config(master_file).get(key)
+    return str(value) if value else None
+
+
 def _master_side_store(opts: Mapping[str, Any]) -> str | None:
     """On the controller's minion, the store of the master beside it: the
     runners (master configuration) and ``mastersalt-call`` (minion
@@ -144,7 +172,7 @@ def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Regi
 
 def registry_for(opts: Mapping[str, Any], cfg: mccloud.Config) -> mccloud.Registry:
     """The registry over ``cfg`` (a configuration already built)."""
-    return mccloud.Registry(cfg, store_dir(opts, cfg))
+    return mccloud.Registry(cfg, store_location(opts, cfg))
 
 
 def declared_type(cfg: mccloud.Config, cn: str, vm: str) -> str:

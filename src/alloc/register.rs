@@ -32,13 +32,15 @@ pub struct Registered {
 pub fn one(
     tx: &Tx,
     config: &Config,
-    store_dir: &Path,
+    store_dir: Option<&Path>,
     node: &NodePlan,
     plan: &VmPlan,
     ports: bool,
 ) -> Result<VmAllocation> {
     let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
-    legacy::import_node(tx, store_dir, cn, config.node_vms(cn)?)?;
+    if let Some(dir) = store_dir {
+        legacy::import_node(tx, dir, cn, config.node_vms(cn)?)?;
+    }
     tx.set_destroyed(cn, vm, false)?;
     let conflicts = reserve_claims(tx, node, &tx.destroyed(cn)?)?;
     retire_moved(tx, config, cn, vm)?;
@@ -50,12 +52,14 @@ pub fn one(
 pub fn node(
     tx: &Tx,
     config: &Config,
-    store_dir: &Path,
+    store_dir: Option<&Path>,
     node: Arc<NodePlan>,
     exclude: &[String],
 ) -> Result<Registered> {
     let cn = node.cn.as_str();
-    legacy::import_node(tx, store_dir, cn, config.node_vms(cn)?)?;
+    if let Some(dir) = store_dir {
+        legacy::import_node(tx, dir, cn, config.node_vms(cn)?)?;
+    }
     let mut skip = tx.destroyed(cn)?;
     skip.extend(exclude.iter().cloned());
     let conflicts = reserve_claims(tx, &node, &skip)?;

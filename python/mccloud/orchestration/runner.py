@@ -177,7 +177,7 @@ class Env:
         """The controller's registry. One object serves every thread: it is
         a frozen class whose store sits behind a lock."""
         def make() -> mccloud.Registry:
-            return mccloud.Registry(self.config, saltsupport.store_dir(self.opts, self.config))
+            return mccloud.Registry(self.config, saltsupport.store_location(self.opts, self.config))
         return cast(mccloud.Registry, self._cached("mccloud.registry", make))
 
     @property

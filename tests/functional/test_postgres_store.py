@@ -1,0 +1,81 @@
+"""The registry on PostgreSQL: several controllers (masterless Salt
+configurations of their own, each with ``mccloud_store`` naming one
+database of a real server the tests start) give the same answers and never
+hand out a value twice, through the real ``salt-call``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from tests.support.minion import Minion
+from tests.support.pillars import FLAGS
+from tests.support.postgres import Postgres
+
+CN = "cn1.example.net"
+#: Each controller registers VMs of its own, all on one node.
+VMS = {f"c{c}": [f"vm{c}{i}.example.net" for i in range(4)] for c in range(3)}
+SECRET = "s3cret-never-shown"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Postgres]:
+    with Postgres.running() as pg:
+        yield pg
+
+
+def controller(base: Path, conninfo: str) -> Minion:
+    """A controller of its own (configuration, pillar, store directory), as
+    deployments carry the pillar (enable flags, flat keys)."""
+    vms = {vm: {} for names in VMS.values() for vm in names}
+    pillar = {**FLAGS, f"makina-states.cloud.lxc.vms.{CN}": vms}
+    m = Minion(base, pillar=yaml.safe_dump(pillar), minion_id="controller")
+    conf = json.loads((m.conf / "minion").read_text())
+    conf["mccloud_store"] = conninfo
+    conf["mccloud_store_dir"] = str(base / "store-dir")
+    (m.conf / "minion").write_text(json.dumps(conf))
+    return m
+
+
+def test_controllers_share_one_registry_and_never_hand_out_a_value_twice(server: Postgres, tmp_path: Path) -> None:
+    info = server.conninfo("shared", password=SECRET)
+    controllers = [controller(tmp_path / f"c{c}", info) for c in range(3)]
+
+    def register(c: int) -> list[dict[str, Any]]:
+        m = controllers[c]
+        out = []
+        for vm in VMS[f"c{c}"]:
+            p = m.call("mc_cloud_lxc.get_settings_for_vm", CN, vm)
+            assert p.returncode == 0 and SECRET not in p.stdout + p.stderr, p.stdout + p.stderr
+            out.append(json.loads(p.stdout)["local"])
+        return out
+
+    with ThreadPoolExecutor(max_workers=3) as pool:  # three controllers at once
+        done = [vm for vms in pool.map(register, range(3)) for vm in vms]
+    assert len(done) == 12
+    for key in ("ip", "mac", "ssh_reverse_proxy_port", "snmp_reverse_proxy_port"):
+        values = [s[key] for s in done]
+        assert len(set(values)) == len(values), (key, values)
+    # Every controller answers the same for every VM, whoever allocated it.
+    first = {s["name"]: s for s in done}
+    for m in controllers:
+        for vm in (VMS["c0"][0], VMS["c2"][3]):
+            again = m.ok("mc_cloud_lxc.get_settings_for_vm", CN, vm)
+            for key in ("ip", "mac", "password", "ssh_reverse_proxy_port"):
+                assert again[key] == first[vm][key], (vm, key)
+    # Nothing went to a SQLite store.
+    assert not any((tmp_path / f"c{c}" / "store-dir").exists() for c in range(3))
+
+
+def test_an_unreachable_database_is_said_so_without_its_password(server: Postgres, tmp_path: Path) -> None:
+    m = controller(tmp_path / "c", f"host={tmp_path}/nowhere user=mccloud dbname=x password={SECRET}")
+    p = m.call("mc_cloud_lxc.get_settings_for_vm", CN, VMS["c0"][0])
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "unreachable" in out and SECRET not in out, out
+    assert f"host={tmp_path}/nowhere user=mccloud dbname=x" in out, out
