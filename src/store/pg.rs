@@ -45,23 +45,102 @@ const WRITE_LOCK: i64 = 0x006d_6363_6c6f_7564;
 /// The connection string without its password: what errors and
 /// inventories show of it.
 pub fn shown(conninfo: &str) -> String {
-    if let Some(rest) = conninfo
+    let url = conninfo
         .strip_prefix("postgresql://")
-        .or_else(|| conninfo.strip_prefix("postgres://"))
-    {
+        .or_else(|| conninfo.strip_prefix("postgres://"));
+    if let Some(rest) = url {
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        // user:password@host, of which the password goes
         let (auth, host) = rest.rsplit_once('@').unwrap_or(("", rest));
         let user = auth.split(':').next().unwrap_or("");
-        return if auth.is_empty() {
-            format!("postgresql://{host}")
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|kv| !kv.is_empty() && !kv.to_ascii_lowercase().starts_with("password="))
+            .collect();
+        let query = if kept.is_empty() {
+            String::new()
         } else {
-            format!("postgresql://{user}@{host}")
+            format!("?{}", kept.join("&"))
+        };
+        return if auth.is_empty() {
+            format!("postgresql://{host}{query}")
+        } else {
+            format!("postgresql://{user}@{host}{query}")
         };
     }
-    conninfo
-        .split_whitespace()
-        .filter(|kv| !kv.to_ascii_lowercase().starts_with("password="))
-        .collect::<Vec<_>>()
-        .join(" ")
+    match keywords(conninfo) {
+        Some(pairs) => pairs
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("password"))
+            .map(|(k, v)| {
+                if v.is_empty() || v.contains([' ', '\'', '\\']) {
+                    format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+                } else {
+                    format!("{k}={v}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        None => "a PostgreSQL connection string that does not parse".to_string(),
+    }
+}
+
+/// The `keyword = value` pairs of a libpq keyword string (spaces around
+/// `=` allowed, values bare or single-quoted with backslash escapes);
+/// None when it does not parse.
+fn keywords(s: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return Some(out);
+        }
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c.is_whitespace() {
+                break;
+            }
+            key.push(c);
+            chars.next();
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if key.is_empty() || chars.next() != Some('=') {
+            return None;
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'\'') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '\'' => break,
+                    '\\' => value.push(chars.next()?),
+                    c => value.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                if c == '\\' {
+                    chars.next();
+                    value.push(chars.next()?);
+                    continue;
+                }
+                value.push(c);
+                chars.next();
+            }
+        }
+        out.push((key, value));
+    }
 }
 
 /// An open PostgreSQL store.

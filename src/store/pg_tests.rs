@@ -280,6 +280,26 @@ fn the_connection_string_never_shows_its_password() {
         "host=db user=reg dbname=mccloud"
     );
     assert_eq!(shown("host=db PASSWORD=s3cret"), "host=db");
+    assert_eq!(
+        shown("host=db password = s3cret dbname = x"),
+        "host=db dbname=x"
+    );
+    assert_eq!(
+        shown("password='s3 cret' host='/run/my db'"),
+        "host='/run/my db'"
+    );
+    assert_eq!(
+        shown("host=db password='s3cret"),
+        "a PostgreSQL connection string that does not parse"
+    );
+    assert_eq!(
+        shown("postgresql://reg@db/mccloud?sslmode=require&password=s3cret"),
+        "postgresql://reg@db/mccloud?sslmode=require"
+    );
+    assert_eq!(
+        shown("postgresql://db/mccloud?password=s3cret"),
+        "postgresql://db/mccloud"
+    );
     let err = PgStore::connect("host=/nonexistent-mccloud user=reg password=s3cret dbname=x")
         .unwrap_err()
         .to_string();
