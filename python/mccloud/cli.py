@@ -131,14 +131,16 @@ def inventory(args: argparse.Namespace) -> int:
 
 
 def store_dir_of(args: argparse.Namespace) -> str:
-    """The store directory: ``--store``, else ``$MCCLOUD_STORE_DIR``, else the
+    """The store: ``--store`` (a directory or a PostgreSQL database), else
+    ``$MCCLOUD_STORE`` (PostgreSQL), else ``$MCCLOUD_STORE_DIR``, else the
     one the Salt configuration in ``--config`` (default
     ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt) resolves to, as
     ``mastersalt-call`` would."""
     if args.store:
         return str(args.store)
-    if os.environ.get(saltsupport.STORE_ENV):
-        return os.environ[saltsupport.STORE_ENV]
+    for env in (saltsupport.DB_ENV, saltsupport.STORE_ENV):
+        if os.environ.get(env):
+            return os.environ[env]
     import salt.config
 
     conf = args.config or os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
@@ -149,7 +151,7 @@ def store_dir_of(args: argparse.Namespace) -> str:
             f"or the configuration directory with --config"
         )
     opts = salt.config.minion_config(minion)
-    return saltsupport.store_dir(opts, saltsupport.config(opts, {}))
+    return saltsupport.store_location(opts, saltsupport.config(opts, {}))
 
 
 def store_backup(args: argparse.Namespace) -> int:
@@ -177,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("sls-root", help="print the directory to add to the master's file_roots")
     p.set_defaults(func=lambda args: print(__import__("mccloud.orchestration").orchestration.sls_root()) or 0)
     p = sub.add_parser("inventory", help="compute nodes, VMs, access info and free capacity")
-    p.add_argument("--store", required=True, help="the store directory (…/cloud-controller)")
+    p.add_argument("--store", required=True, help="the store directory (…/cloud-controller), or a PostgreSQL "
+                   "database (postgresql://user@host/db, or libpq keywords)")
     p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the VMs")
     p.add_argument("--id", default="controller", help="controller minion id")
     p.set_defaults(func=inventory)
@@ -190,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p = store.add_parser(name, help=text)
         if name == "backup":
             p.add_argument("dest", help="the backup file to write (must not exist)")
-        p.add_argument("--store", help="the store directory (default: as mastersalt-call resolves it)")
+        p.add_argument("--store", help="the store directory, or a PostgreSQL database (postgresql://…); "
+                       "default: as mastersalt-call resolves it")
         p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
                        "or /etc/mastersalt)")
         p.set_defaults(func=func)

@@ -79,3 +79,22 @@ def test_an_unreachable_database_is_said_so_without_its_password(server: Postgre
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "unreachable" in out and SECRET not in out, out
     assert f"host={tmp_path}/nowhere user=mccloud dbname=x" in out, out
+
+
+def test_the_command_line_reads_the_shared_registry(server: Postgres, tmp_path: Path) -> None:
+    """``mccloud inventory --store <database>`` shows what the controllers
+    allocated there; ``mccloud store check`` says it checks SQLite stores
+    only for now, without a traceback or the password."""
+    info = server.conninfo("cli", password=SECRET)
+    m = controller(tmp_path / "c", info)
+    vm = VMS["c1"][0]
+    ip = m.ok("mc_cloud_lxc.get_settings_for_vm", CN, vm)["ip"]
+    pillar = tmp_path / "pillar.yaml"
+    pillar.write_text(yaml.safe_dump({**FLAGS, f"makina-states.cloud.lxc.vms.{CN}": {vm: {}}}))
+    p = subprocess.run(["mccloud", "inventory", "--store", info, "--pillar", str(pillar)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and SECRET not in p.stdout + p.stderr, p.stdout + p.stderr
+    assert ip in p.stdout, p.stdout
+    p = subprocess.run(["mccloud", "store", "check", "--store", info], capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "pg_dump" in out and SECRET not in out and "Traceback" not in out, out
