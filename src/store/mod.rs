@@ -131,14 +131,14 @@ pub struct MacOwner {
 
 /// The per-VM secrets the store keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Secret {
+pub(super) enum Secret {
     Password,
     Salt,
 }
 
 impl Secret {
     /// Table and column.
-    fn names(self) -> (&'static str, &'static str) {
+    pub(super) fn names(self) -> (&'static str, &'static str) {
         match self {
             Secret::Password => ("passwords", "password"),
             Secret::Salt => ("salts", "salt"),
@@ -828,7 +828,9 @@ pub trait TxOps {
     fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>>;
 
     /// The VM holding `value` in the space of `kind` on a node.
-    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>>;
+    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
+        Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
+    }
 
     /// All values of kind `kind` on a node (main IPs for `ip`), by VM name.
     fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>>;
@@ -840,7 +842,9 @@ pub trait TxOps {
     /// Records `value` for a VM's main slot, replacing what it held before
     /// (whose value becomes free). The UNIQUE constraint refuses a value
     /// held by another.
-    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()>;
+    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
+        self.put_slot(kind, cn, vm, "", value)
+    }
 
     /// Records `value` for a VM's slot (an additional IP's slot is its
     /// address), replacing what the slot held before.
@@ -853,7 +857,9 @@ pub trait TxOps {
     fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>>;
 
     /// Frees the value a VM holds in its main slot, returning it.
-    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>>;
+    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        self.remove_slot(kind, cn, vm, "")
+    }
 
     /// Every candidate below a pool's hint is taken: allocation starts there.
     fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>>;
@@ -880,7 +886,9 @@ pub trait TxOps {
 
     /// Retires every MAC of a VM: they stay reserved and are never handed out
     /// again. Returns them.
-    fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>>;
+    fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
+        self.retire_macs_except(cn, vm, &[])
+    }
 
     /// Retires the MACs of a VM whose slot is not in `keep` (interfaces no
     /// longer declared). Returns them.
@@ -1029,10 +1037,6 @@ impl TxOps for SqliteTx<'_> {
             .at(self.path)
     }
 
-    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
-        Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
-    }
-
     fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
         self.rows(
             "SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 AND slot='' ORDER BY vm",
@@ -1047,10 +1051,6 @@ impl TxOps for SqliteTx<'_> {
             params![space_of(kind), cn],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
-    }
-
-    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
-        self.put_slot(kind, cn, vm, "", value)
     }
 
     fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
@@ -1102,10 +1102,6 @@ impl TxOps for SqliteTx<'_> {
             self.lower_hints(kind, cn, v)?;
         }
         Ok(old)
-    }
-
-    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
-        self.remove_slot(kind, cn, vm, "")
     }
 
     fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
@@ -1180,10 +1176,6 @@ impl TxOps for SqliteTx<'_> {
             params![cn],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
-    }
-
-    fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
-        self.retire_macs_except(cn, vm, &[])
     }
 
     fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {

@@ -15,7 +15,7 @@ use std::path::Path;
 use postgres::types::ToSql;
 use postgres::{Client, IsolationLevel, NoTls, Row, Transaction};
 
-use super::{kinds_of, space_of, MacOwner, NumberOwner, TxOps};
+use super::{kinds_of, space_of, MacOwner, NumberOwner, Secret, TxOps};
 use crate::error::{Error, Result};
 
 /// The schema, created when missing.
@@ -201,35 +201,33 @@ impl PgStore {
     /// nothing is when it fails.
     pub fn write<T>(&mut self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         crate::counters::count(crate::counters::Work::Write);
-        let label = self.label.clone();
-        let mut tx = self
-            .client
-            .build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .at(&label)?;
-        tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-            .at(&label)?;
-        let scope = PgTx {
-            tx: RefCell::new(tx),
-            label: &label,
-            forgot: Cell::new(false),
-        };
-        let out = f(&scope)?;
-        scope.tx.into_inner().commit().at(&label)?;
-        Ok(out)
+        self.run(IsolationLevel::ReadCommitted, false, f)
     }
 
     /// Runs `f` in a read-only transaction on one snapshot.
     pub fn read<T>(&mut self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        self.run(IsolationLevel::RepeatableRead, true, f)
+    }
+
+    /// Runs `f` in a transaction (a writer takes the write lock first).
+    fn run<T>(
+        &mut self,
+        level: IsolationLevel,
+        read_only: bool,
+        f: impl FnOnce(&PgTx) -> Result<T>,
+    ) -> Result<T> {
         let label = self.label.clone();
-        let tx = self
+        let mut tx = self
             .client
             .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
+            .isolation_level(level)
+            .read_only(read_only)
             .start()
             .at(&label)?;
+        if !read_only {
+            tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+                .at(&label)?;
+        }
         let scope = PgTx {
             tx: RefCell::new(tx),
             label: &label,
@@ -281,7 +279,14 @@ impl PgTx<'_> {
         Ok(())
     }
 
-    fn put_secret(&self, table: &str, col: &str, cn: &str, vm: &str, value: &str) -> Result<()> {
+    fn secret(&self, table: Secret, cn: &str, vm: &str) -> Result<Option<String>> {
+        let (table, col) = table.names();
+        let sql = format!("SELECT {col} FROM {table} WHERE cn=$1 AND vm=$2");
+        Ok(self.opt(&sql, &[&cn, &vm])?.map(|r| r.get(0)))
+    }
+
+    fn put_secret(&self, table: Secret, cn: &str, vm: &str, value: &str) -> Result<()> {
+        let (table, col) = table.names();
         let added = self.exec(
             &format!("INSERT INTO {table}(cn, vm, {col}) VALUES ($1, $2, $3) ON CONFLICT(cn, vm) DO NOTHING"),
             &[&cn, &vm, &value],
@@ -324,10 +329,6 @@ impl TxOps for PgTx<'_> {
         }))
     }
 
-    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
-        Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
-    }
-
     fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
         self.query(
             "SELECT vm, value FROM numbers WHERE kind=$1 AND cn=$2 AND slot='' ORDER BY vm",
@@ -346,10 +347,6 @@ impl TxOps for PgTx<'_> {
         .iter()
         .map(|r| Ok((r.get(0), r.get(1), u32_of(self.label, r.get(2))?)))
         .collect()
-    }
-
-    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
-        self.put_slot(kind, cn, vm, "", value)
     }
 
     fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
@@ -392,10 +389,6 @@ impl TxOps for PgTx<'_> {
             self.lower_hints(kind, cn, v)?;
         }
         Ok(old)
-    }
-
-    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
-        self.remove_slot(kind, cn, vm, "")
     }
 
     fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
@@ -464,10 +457,6 @@ impl TxOps for PgTx<'_> {
             .collect())
     }
 
-    fn retire_macs(&self, cn: &str, vm: &str) -> Result<Vec<String>> {
-        self.retire_macs_except(cn, vm, &[])
-    }
-
     fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
         let keep: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
         let mut out = self.strings(
@@ -479,26 +468,19 @@ impl TxOps for PgTx<'_> {
     }
 
     fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
-        Ok(self
-            .opt(
-                "SELECT password FROM passwords WHERE cn=$1 AND vm=$2",
-                &[&cn, &vm],
-            )?
-            .map(|r| r.get(0)))
+        self.secret(Secret::Password, cn, vm)
     }
 
     fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
-        self.put_secret("passwords", "password", cn, vm, password)
+        self.put_secret(Secret::Password, cn, vm, password)
     }
 
     fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
-        Ok(self
-            .opt("SELECT salt FROM salts WHERE cn=$1 AND vm=$2", &[&cn, &vm])?
-            .map(|r| r.get(0)))
+        self.secret(Secret::Salt, cn, vm)
     }
 
     fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
-        self.put_secret("salts", "salt", cn, vm, salt)
+        self.put_secret(Secret::Salt, cn, vm, salt)
     }
 
     fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
