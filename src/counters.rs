@@ -13,11 +13,13 @@ pub enum Work {
     Write,
     /// A SHA-512-crypt hash.
     Hash,
+    /// A store transaction run again (a conflict or a lost connection).
+    Retry,
 }
 
 #[cfg(test)]
 thread_local! {
-    static COUNTS: std::cell::RefCell<[u64; 4]> = const { std::cell::RefCell::new([0; 4]) };
+    static COUNTS: std::cell::RefCell<[u64; 5]> = const { std::cell::RefCell::new([0; 5]) };
 }
 
 /// Counts one `work` (test builds only).

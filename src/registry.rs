@@ -45,14 +45,14 @@ enum Backend {
 }
 
 impl Backend {
-    fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+    fn write<T>(&mut self, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
         match self {
             Backend::Sqlite(s) => s.write(f),
             Backend::Postgres(p) => p.write(|tx| f(tx)),
         }
     }
 
-    fn read<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+    fn read<T>(&mut self, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
         match self {
             Backend::Sqlite(s) => s.read(f),
             Backend::Postgres(p) => p.read(|tx| f(tx)),
@@ -135,7 +135,7 @@ impl Registry {
     }
 
     /// A write transaction, creating the store when there is none.
-    fn write<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+    fn write<T>(&self, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
         self.with_store(true, |s| s.write(f))?.ok_or_else(|| {
             Error::store(
                 &self.dir.join(FILE_NAME),
@@ -145,12 +145,12 @@ impl Registry {
     }
 
     /// A write transaction on an existing store (`None` without one).
-    fn write_existing<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<Option<T>> {
+    fn write_existing<T>(&self, f: impl Fn(&Tx) -> Result<T>) -> Result<Option<T>> {
         self.with_store(false, |s| s.write(f))
     }
 
     /// A read transaction on an existing store (`None` without one).
-    fn read<T>(&self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<Option<T>> {
+    fn read<T>(&self, f: impl Fn(&Tx) -> Result<T>) -> Result<Option<T>> {
         self.with_store(false, |s| s.read(f))
     }
 
@@ -236,7 +236,15 @@ impl Registry {
     pub fn register_node(&self, cn: &str, exclude: &[String]) -> Result<Registered> {
         validate("compute node", cn)?;
         let node = self.config.node_plan(cn)?;
-        self.write(|tx| register::node(tx, &self.config, self.legacy_dir(), node, exclude))
+        self.write(|tx| {
+            register::node(
+                tx,
+                &self.config,
+                self.legacy_dir(),
+                Arc::clone(&node),
+                exclude,
+            )
+        })
     }
 
     /// `mc_cloud_compute_node.get_settings_for_target`: everything a compute

@@ -26,6 +26,8 @@ use crate::error::{Error, Result};
 pub mod legacy;
 pub mod pg;
 #[cfg(test)]
+mod pg_lock_tests;
+#[cfg(test)]
 mod pg_tests;
 
 /// How long a process waits for another one holding the store's lock.

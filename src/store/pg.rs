@@ -2,15 +2,32 @@
 //! database, which keeps allocations unique across them by its constraints.
 //!
 //! The schema is the SQLite store's (numbers unique per space and node,
-//! MACs unique for ever, one secret per VM), with 64-bit values. Every
-//! write transaction first takes one transaction-level advisory lock, so
-//! writers of every controller take turns as SQLite's writers do: the
+//! MACs unique for ever, one secret per VM), with 64-bit values. The
 //! allocation logic, which reads and then writes, is the same for both
-//! stores, and the UNIQUE constraints refuse a duplicate even if it were
-//! wrong. A commit returns once PostgreSQL made it durable.
+//! stores; here a write transaction takes a transaction-level advisory
+//! lock per compute node before it first reads or writes that node's rows,
+//! so writers of one node take turns (as SQLite's writers do) while writers
+//! of different nodes run side by side. What is unique across nodes (a
+//! MAC) is kept so by its UNIQUE constraint: a transaction that collides
+//! with another one is run again and then sees the other's row. Every
+//! writer also holds a shared lock that store-wide work (creating the
+//! schema, a migration) takes exclusively. A commit returns once PostgreSQL
+//! made it durable.
+//!
+//! Retries are bounded: a transaction refused for a deadlock between two
+//! nodes' locks, a serialization failure or a duplicate key, and one whose
+//! connection was lost (the server restarted, the network went), is run
+//! again from the start on a new connection if needed, up to
+//! [`ATTEMPTS`] times over about five seconds, and then fails saying how
+//! often it was tried. Running a transaction again is safe because every
+//! write of the registry is idempotent: allocating for a VM first reads
+//! what it already holds, so a transaction whose commit was acknowledged
+//! but whose answer was lost finds its own rows on the next attempt.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use postgres::types::ToSql;
 use postgres::{Client, IsolationLevel, NoTls, Row, Transaction};
@@ -39,8 +56,64 @@ CREATE TABLE IF NOT EXISTS hints(
     pool TEXT NOT NULL, cn TEXT NOT NULL, value BIGINT NOT NULL, PRIMARY KEY(pool, cn));
 ";
 
-/// The advisory lock every write transaction takes first ("mccloud" in ASCII).
+/// The store-wide advisory lock ("mccloud" in ASCII): every write
+/// transaction holds it shared, store-wide work exclusively.
 const WRITE_LOCK: i64 = 0x006d_6363_6c6f_7564;
+
+/// How many times a transaction is tried before its failure is reported.
+pub const ATTEMPTS: u32 = 8;
+
+/// The pause before try `attempt` (1-based, after the first): 50 ms
+/// doubling, at most 2 s (about 5 s over every try).
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((50u64 << attempt.saturating_sub(1).min(6)).min(2000))
+}
+
+/// The advisory lock of compute node `cn`'s rows.
+fn node_lock(cn: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("mccloud node {cn}").as_bytes());
+    let mut key = [0u8; 8];
+    key.copy_from_slice(digest.get(..8).unwrap_or(&[0; 8]));
+    i64::from_be_bytes(key)
+}
+
+/// Why a failed transaction may succeed when run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Again {
+    /// Refused because of another transaction (deadlock, serialization
+    /// failure): run again.
+    Conflict,
+    /// A duplicate key: another transaction committed the same value
+    /// first, which one new try sees (a second duplicate is a real one).
+    Duplicate,
+    /// The connection is gone: connect again, then run again.
+    Lost,
+}
+
+/// Whether `e` is worth running the transaction again for.
+fn again(e: &postgres::Error) -> Option<Again> {
+    use postgres::error::SqlState;
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
+        {
+            return Some(Again::Conflict);
+        }
+        if *code == SqlState::UNIQUE_VIOLATION {
+            return Some(Again::Duplicate);
+        }
+        // the server is shutting down or restarting
+        if *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW
+        {
+            return Some(Again::Lost);
+        }
+        return None;
+    }
+    Some(Again::Lost)
+}
 
 /// The connection string without its password: what errors and
 /// inventories show of it.
@@ -145,7 +218,11 @@ fn keywords(s: &str) -> Option<Vec<(String, String)>> {
 
 /// An open PostgreSQL store.
 pub struct PgStore {
-    client: Client,
+    /// None after the connection was lost, until the next transaction
+    /// connects again.
+    client: Option<Client>,
+    /// The connection string (never shown: it may hold a password).
+    conninfo: String,
     /// The connection string without its password, for messages.
     label: std::path::PathBuf,
 }
@@ -181,14 +258,22 @@ impl PgStore {
     /// Connects to the database of `conninfo` (a `postgresql://` URL or a
     /// libpq keyword string) and creates the schema when missing.
     pub fn connect(conninfo: &str) -> Result<PgStore> {
-        let label = std::path::PathBuf::from(shown(conninfo));
-        let mut client = Client::connect(conninfo, NoTls).at(&label)?;
-        let mut tx = client.transaction().at(&label)?;
-        tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-            .at(&label)?;
-        tx.batch_execute(SCHEMA).at(&label)?;
-        tx.commit().at(&label)?;
-        Ok(PgStore { client, label })
+        let mut store = PgStore {
+            client: None,
+            conninfo: conninfo.to_string(),
+            label: std::path::PathBuf::from(shown(conninfo)),
+        };
+        store.whole(|tx| {
+            tx.tx.borrow_mut().batch_execute(SCHEMA).at(tx.label)?;
+            Ok(())
+        })?;
+        Ok(store)
+    }
+
+    /// A new connection to the store's database.
+    fn open_client(&self) -> std::result::Result<Client, postgres::Error> {
+        let conninfo = self.conninfo.as_str();
+        Client::connect(conninfo, NoTls)
     }
 
     /// What errors show of the store.
@@ -196,47 +281,124 @@ impl PgStore {
         &self.label
     }
 
-    /// Runs `f` in a write transaction: writers of every controller take
-    /// turns; everything `f` wrote is committed together, durably, or
-    /// nothing is when it fails.
-    pub fn write<T>(&mut self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+    /// Runs `f` in a write transaction: writers of one compute node take
+    /// turns, writers of different nodes do not wait for each other;
+    /// everything `f` wrote is committed together, durably, or nothing is
+    /// when it fails. `f` may run more than once (see the module's
+    /// documentation): it must only act through the transaction.
+    pub fn write<T>(&mut self, f: impl Fn(&PgTx) -> Result<T>) -> Result<T> {
         crate::counters::count(crate::counters::Work::Write);
-        self.run(IsolationLevel::ReadCommitted, false, f)
+        self.run(Mode::Write, f)
+    }
+
+    /// Runs `f` in a write transaction that excludes every other writer
+    /// of the store (store-wide work: the schema, a migration).
+    pub fn whole<T>(&mut self, f: impl Fn(&PgTx) -> Result<T>) -> Result<T> {
+        self.run(Mode::Whole, f)
     }
 
     /// Runs `f` in a read-only transaction on one snapshot.
-    pub fn read<T>(&mut self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        self.run(IsolationLevel::RepeatableRead, true, f)
+    pub fn read<T>(&mut self, f: impl Fn(&PgTx) -> Result<T>) -> Result<T> {
+        self.run(Mode::Read, f)
     }
 
-    /// Runs `f` in a transaction (a writer takes the write lock first).
-    fn run<T>(
+    /// Runs `f` in a transaction of `mode`, again after a conflict or a
+    /// lost connection, at most [`ATTEMPTS`] times.
+    fn run<T>(&mut self, mode: Mode, f: impl Fn(&PgTx) -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        let mut attempt = 1;
+        loop {
+            let (err, why) = match self.once(mode, &f) {
+                Ok(out) => return Ok(out),
+                Err((e, None)) => return Err(e),
+                Err((e, Some(why))) => (e, why),
+            };
+            if why == Again::Lost {
+                self.client = None;
+            }
+            let most = if why == Again::Duplicate { 2 } else { ATTEMPTS };
+            if attempt >= most {
+                let reason = match err {
+                    Error::Store { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                let tried = format!(
+                    "tried {attempt} times over {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+                return Err(Error::store(&self.label, format!("{reason} ({tried})")));
+            }
+            crate::counters::count(crate::counters::Work::Retry);
+            if why != Again::Duplicate {
+                std::thread::sleep(backoff(attempt));
+            }
+            attempt += 1;
+        }
+    }
+
+    /// One try of [`PgStore::run`]: on failure, the error and whether
+    /// trying again may succeed.
+    fn once<T>(
         &mut self,
-        level: IsolationLevel,
-        read_only: bool,
-        f: impl FnOnce(&PgTx) -> Result<T>,
-    ) -> Result<T> {
+        mode: Mode,
+        f: &impl Fn(&PgTx) -> Result<T>,
+    ) -> std::result::Result<T, (Error, Option<Again>)> {
         let label = self.label.clone();
-        let mut tx = self
-            .client
+        let failed = |e: postgres::Error| {
+            let why = again(&e);
+            (pg_err(&label, &e), why)
+        };
+        if self.client.is_none() {
+            self.client = Some(self.open_client().map_err(failed)?);
+        }
+        let Some(client) = self.client.as_mut() else {
+            return Err((Error::store(&label, "no connection"), Some(Again::Lost)));
+        };
+        let level = match mode {
+            Mode::Read => IsolationLevel::RepeatableRead,
+            Mode::Write | Mode::Whole => IsolationLevel::ReadCommitted,
+        };
+        let mut tx = client
             .build_transaction()
             .isolation_level(level)
-            .read_only(read_only)
+            .read_only(mode == Mode::Read)
             .start()
-            .at(&label)?;
-        if !read_only {
-            tx.query_one("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-                .at(&label)?;
+            .map_err(failed)?;
+        let lock = match mode {
+            Mode::Read => None,
+            Mode::Write => Some("SELECT pg_advisory_xact_lock_shared($1)"),
+            Mode::Whole => Some("SELECT pg_advisory_xact_lock($1)"),
+        };
+        if let Some(lock) = lock {
+            tx.query_one(lock, &[&WRITE_LOCK]).map_err(failed)?;
         }
         let scope = PgTx {
             tx: RefCell::new(tx),
             label: &label,
             forgot: Cell::new(false),
+            locking: mode == Mode::Write,
+            locked: RefCell::new(BTreeSet::new()),
+            again: Cell::new(None),
         };
-        let out = f(&scope)?;
-        scope.tx.into_inner().commit().at(&label)?;
+        let out = match f(&scope) {
+            Ok(out) => out,
+            Err(e) => return Err((e, scope.again.get())),
+        };
+        scope.tx.into_inner().commit().map_err(failed)?;
         Ok(out)
     }
+}
+
+/// What a transaction may do, and so which locks it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Read one snapshot; no lock.
+    Read,
+    /// Write: the store-wide lock shared, then each node's lock when first
+    /// touched.
+    Write,
+    /// Store-wide work: the store-wide lock, exclusively.
+    Whole,
 }
 
 /// A transaction of the PostgreSQL store.
@@ -245,6 +407,12 @@ pub struct PgTx<'a> {
     label: &'a Path,
     /// Whether a secret was deleted or replaced.
     forgot: Cell<bool>,
+    /// Whether a node's lock is taken before its rows are first touched.
+    locking: bool,
+    /// The nodes whose lock this transaction holds.
+    locked: RefCell<BTreeSet<String>>,
+    /// Why the statement that failed may succeed in a new try.
+    again: Cell<Option<Again>>,
 }
 
 fn u32_of(label: &Path, v: i64) -> Result<u32> {
@@ -253,16 +421,39 @@ fn u32_of(label: &Path, v: i64) -> Result<u32> {
 }
 
 impl PgTx<'_> {
+    /// `r` as the store's result, remembering whether its failure is
+    /// worth a new try.
+    fn checked<T>(&self, r: std::result::Result<T, postgres::Error>) -> Result<T> {
+        r.map_err(|e| {
+            self.again.set(again(&e));
+            pg_err(self.label, &e)
+        })
+    }
+
     fn query(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-        self.tx.borrow_mut().query(sql, args).at(self.label)
+        let r = self.tx.borrow_mut().query(sql, args);
+        self.checked(r)
     }
 
     fn opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
-        self.tx.borrow_mut().query_opt(sql, args).at(self.label)
+        let r = self.tx.borrow_mut().query_opt(sql, args);
+        self.checked(r)
     }
 
     fn exec(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64> {
-        self.tx.borrow_mut().execute(sql, args).at(self.label)
+        let r = self.tx.borrow_mut().execute(sql, args);
+        self.checked(r)
+    }
+
+    /// Takes compute node `cn`'s lock, once per transaction, before its
+    /// rows are first read or written (writers only).
+    fn node(&self, cn: &str) -> Result<()> {
+        if !self.locking || self.locked.borrow().contains(cn) {
+            return Ok(());
+        }
+        self.query("SELECT pg_advisory_xact_lock($1)", &[&node_lock(cn)])?;
+        self.locked.borrow_mut().insert(cn.to_string());
+        Ok(())
     }
 
     fn strings(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<String>> {
@@ -310,6 +501,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        self.node(cn)?;
         let row = self.opt(
             "SELECT value FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=''",
             &[&kind, &cn, &vm],
@@ -318,6 +510,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+        self.node(cn)?;
         let row = self.opt(
             "SELECT vm, kind, slot FROM numbers WHERE space=$1 AND cn=$2 AND value=$3",
             &[&space_of(kind), &cn, &i64::from(value)],
@@ -330,6 +523,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
+        self.node(cn)?;
         self.query(
             "SELECT vm, value FROM numbers WHERE kind=$1 AND cn=$2 AND slot='' ORDER BY vm",
             &[&kind, &cn],
@@ -340,6 +534,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
+        self.node(cn)?;
         self.query(
             "SELECT vm, slot, value FROM numbers WHERE space=$1 AND cn=$2 ORDER BY vm, slot, value",
             &[&space_of(kind), &cn],
@@ -350,6 +545,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        self.node(cn)?;
         let old = self.opt(
             "SELECT value FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=$4",
             &[&kind, &cn, &vm, &slot],
@@ -370,6 +566,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
+        self.node(cn)?;
         self.query(
             "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=$1 AND vm=$2 AND slot<>'' ORDER BY slot",
             &[&cn, &vm],
@@ -380,6 +577,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        self.node(cn)?;
         let row = self.opt(
             "DELETE FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=$4 RETURNING value",
             &[&kind, &cn, &vm, &slot],
@@ -392,6 +590,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
+        self.node(cn)?;
         let row = self.opt(
             "SELECT value FROM hints WHERE pool=$1 AND cn=$2",
             &[&pool, &cn],
@@ -400,6 +599,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()> {
+        self.node(cn)?;
         self.exec(
             "INSERT INTO hints(pool, cn, value) VALUES ($1, $2, $3)
              ON CONFLICT(pool, cn) DO UPDATE SET value = excluded.value",
@@ -409,6 +609,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>> {
+        self.node(cn)?;
         let row = self.opt(
             "SELECT mac FROM macs WHERE cn=$1 AND vm=$2 AND slot=$3 AND retired=0",
             &[&cn, &vm, &slot],
@@ -430,6 +631,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
+        self.node(cn)?;
         self.exec(
             "UPDATE macs SET retired=1 WHERE cn=$1 AND vm=$2 AND slot=$3 AND retired=0",
             &[&cn, &vm, &slot],
@@ -447,6 +649,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
+        self.node(cn)?;
         Ok(self
             .query(
                 "SELECT vm, slot, mac FROM macs WHERE cn=$1 AND retired=0 ORDER BY vm, slot",
@@ -458,6 +661,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+        self.node(cn)?;
         let keep: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
         let mut out = self.strings(
             "UPDATE macs SET retired=1 WHERE cn=$1 AND vm=$2 AND retired=0 AND slot <> ALL($3) RETURNING mac",
@@ -468,22 +672,27 @@ impl TxOps for PgTx<'_> {
     }
 
     fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        self.node(cn)?;
         self.secret(Secret::Password, cn, vm)
     }
 
     fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+        self.node(cn)?;
         self.put_secret(Secret::Password, cn, vm, password)
     }
 
     fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        self.node(cn)?;
         self.secret(Secret::Salt, cn, vm)
     }
 
     fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+        self.node(cn)?;
         self.put_secret(Secret::Salt, cn, vm, salt)
     }
 
     fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+        self.node(cn)?;
         let salts = self.exec("DELETE FROM salts WHERE cn=$1 AND vm=$2", &[&cn, &vm])?;
         let passwords = self.exec("DELETE FROM passwords WHERE cn=$1 AND vm=$2", &[&cn, &vm])?;
         if salts + passwords > 0 {
@@ -493,6 +702,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn vms(&self, cn: &str) -> Result<Vec<String>> {
+        self.node(cn)?;
         self.strings(
             "SELECT vm FROM numbers WHERE cn=$1 UNION SELECT vm FROM macs WHERE cn=$1 AND retired=0
              UNION SELECT vm FROM passwords WHERE cn=$1 UNION SELECT vm FROM salts WHERE cn=$1 ORDER BY 1",
@@ -501,6 +711,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
+        self.node(cn)?;
         Ok(self
             .query(
                 "SELECT vm, cn FROM macs WHERE cn<>$1 AND retired=0 UNION SELECT vm, cn FROM passwords
@@ -513,6 +724,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
+        self.node(cn)?;
         self.strings(
             "SELECT DISTINCT cn FROM macs WHERE vm=$1 AND cn<>$2 AND retired=0 ORDER BY 1",
             &[&vm, &cn],
@@ -520,6 +732,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+        self.node(cn)?;
         let sql = if destroyed {
             "INSERT INTO destroyed(cn, vm) VALUES ($1, $2) ON CONFLICT DO NOTHING"
         } else {
@@ -530,6 +743,7 @@ impl TxOps for PgTx<'_> {
     }
 
     fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
+        self.node(cn)?;
         self.strings("SELECT vm FROM destroyed WHERE cn=$1 ORDER BY vm", &[&cn])
     }
 

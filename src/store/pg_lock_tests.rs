@@ -1,0 +1,124 @@
+//! The PostgreSQL store's locks and retries, against a real server (see
+//! `pg_tests`): writers of different nodes run side by side, writers of
+//! one node take turns, a lost connection or a collision is tried again,
+//! a bounded number of times.
+
+use std::cell::{Cell, RefCell};
+
+use super::pg::{PgStore, ATTEMPTS};
+use super::pg_tests::Server;
+use super::TxOps;
+use crate::counters::{done, Work};
+
+/// A connection string whose lock waits give up after `ms`.
+fn impatient(info: &str, ms: u32) -> String {
+    format!("{info} options='-c lock_timeout={ms}'")
+}
+
+#[test]
+fn writers_of_different_nodes_do_not_wait_for_each_other() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let info = server.conninfo("locks");
+    let mut one = PgStore::connect(&info).unwrap();
+    let other = RefCell::new(PgStore::connect(&impatient(&info, 500)).unwrap());
+    let (elsewhere, same) = one
+        .write(|tx| {
+            tx.put_number("ip", "node-a", "vm1", 10)?;
+            // while node-a's lock is held by this transaction
+            let elsewhere = other
+                .borrow_mut()
+                .write(|tx| tx.put_number("ip", "node-b", "vm2", 10));
+            let same = other
+                .borrow_mut()
+                .write(|tx| tx.put_number("ip", "node-a", "vm3", 11));
+            Ok((elsewhere, same))
+        })
+        .unwrap();
+    elsewhere.unwrap();
+    let err = same.unwrap_err().to_string();
+    assert!(err.contains("lock timeout"), "{err}");
+    // the waiting writer kept nothing; the others' rows are there
+    let mut other = other.into_inner();
+    assert_eq!(
+        other.read(|tx| tx.number("ip", "node-a", "vm3")).unwrap(),
+        None
+    );
+    assert_eq!(
+        other.read(|tx| tx.number("ip", "node-a", "vm1")).unwrap(),
+        Some(10)
+    );
+    assert_eq!(
+        other.read(|tx| tx.number("ip", "node-b", "vm2")).unwrap(),
+        Some(10)
+    );
+    // once the first writer committed, the node is free again
+    other
+        .write(|tx| tx.put_number("ip", "node-a", "vm3", 11))
+        .unwrap();
+}
+
+#[test]
+fn a_transaction_whose_connection_was_lost_runs_again_on_a_new_one() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let info = server.conninfo("lost");
+    let mut pg = PgStore::connect(&info).unwrap();
+    let mut admin = postgres::Client::connect(&info, postgres::NoTls).unwrap();
+    let admin = RefCell::new(&mut admin);
+    let runs = Cell::new(0);
+    let retries = done(Work::Retry);
+    pg.write(|tx| {
+        runs.set(runs.get() + 1);
+        tx.put_number("ip", "cn", "a", 7)?;
+        if runs.get() == 1 {
+            // the server ends this session (as a restart would)
+            admin
+                .borrow_mut()
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE pid <> pg_backend_pid() AND datname = current_database()",
+                    &[],
+                )
+                .unwrap();
+        }
+        tx.put_number("ip", "cn", "b", 8)
+    })
+    .unwrap();
+    assert_eq!(runs.get(), 2);
+    assert_eq!(done(Work::Retry) - retries, 1);
+    assert_eq!(pg.read(|tx| tx.numbers("ip", "cn")).unwrap().len(), 2);
+}
+
+#[test]
+fn a_duplicate_is_tried_once_more_then_reported() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut pg = PgStore::connect(&server.conninfo("dup")).unwrap();
+    pg.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    let retries = done(Work::Retry);
+    let err = pg
+        .write(|tx| tx.put_number("ip", "cn", "b", 7))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("duplicate key") && err.contains("tried 2 times"),
+        "{err}"
+    );
+    assert_eq!(done(Work::Retry) - retries, 1);
+}
+
+#[test]
+fn an_unreachable_database_is_tried_a_bounded_number_of_times() {
+    let err = PgStore::connect("host=/nonexistent-mccloud user=reg password=s3cret dbname=x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unreachable") && err.contains(&format!("tried {ATTEMPTS} times")),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+}
