@@ -2,7 +2,9 @@
 
 ``bench/bench.py`` records what it measured in ``bench/results.json``, each
 section with the commit and machine it measured, then renders the README's
-registry table from that file (between the ``bench:registry`` markers).
+registry table from that file (between the ``bench:registry`` markers);
+``bench/provision.py`` and ``bench/store.py`` record sections of their own,
+rendered between the ``bench:provisioning`` and ``bench:store`` markers.
 The tests check that the README's table is the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
@@ -27,6 +29,10 @@ README = ROOT / "README.md"
 START, END = "<!-- bench:registry:start -->", "<!-- bench:registry:end -->"
 #: The provisioning table's markers (``bench/provision.py`` records its section).
 PSTART, PEND = "<!-- bench:provisioning:start -->", "<!-- bench:provisioning:end -->"
+#: The stores' table's markers (``bench/store.py`` records its section, ``store``).
+SSTART, SEND = "<!-- bench:store:start -->", "<!-- bench:store:end -->"
+#: The stores of the ``store`` section, in the table's column order.
+STORES = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
 #: Goal of provisioning, destroy and orchestration, as ratios to their floors.
 GOAL_PROVISION_RATIO = 1.5
 #: Goal of orchestrating 4 VMs that become minions, as a ratio to one such VM.
@@ -184,6 +190,82 @@ def _table(prov: dict[str, Any] | None, what: str) -> str:
                       f"{_stamp(prov)}"])
 
 
+def store_rows(store: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The rows ``(measure, SQLite figure, PostgreSQL figure)`` of a
+    ``store`` section (``bench/store.py`` prints them as they are rendered)."""
+    def cells(figures: dict[str, Any], fmt: Any) -> tuple[str, ...]:
+        return tuple(fmt(figures[key]) if key in figures else "not measured" for key, _ in STORES)
+
+    rows: list[tuple[str, ...]] = []
+    single = store.get("single")
+    if single:
+        rows.append((f"durable single allocations, one process ({single['allocs']:,} timed)",
+                     *cells(single, lambda f: f"{f['per_s']:,} per second (p50 {f['p50_ms']:.2f} ms, "
+                                              f"p99 {f['p99_ms']:.2f} ms)")))
+    register = store.get("register")
+    if register:
+        n = f"{register['vms']:,}"
+        rows += [(f"first registration of a node declaring {n} VMs, in-process",
+                  *cells(register, lambda f: f"{f['first_s']:.2f} s")),
+                 ("repeat registration of that node, in-process",
+                  *cells(register, lambda f: f"{f['repeat_s']:.2f} s"))]
+    concurrent = store.get("concurrent")
+    if concurrent:
+        for run in concurrent["runs"]:
+            p = run["processes"]
+            what = ("1 process allocating alone" if p == 1 else
+                    f"{p} processes allocating at once, " + ("all on one node" if run["shape"] == "shared"
+                                                             else "each on its own node"))
+            rows.append((what, *cells(run, _concurrent_cell)))
+    return rows
+
+
+def _concurrent_cell(f: dict[str, Any]) -> str:
+    low, high = f["per_process_per_s"]
+    each = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    check = "every value once" if f["duplicates"] == 0 and f["store_agrees"] else (
+        f"{f['duplicates']} handed out twice" + ("" if f["store_agrees"] else ", the store disagrees"))
+    errors = f", {f['errors']} failed" if f["errors"] else ""
+    return f"{f['per_s']:,} per second ({each} per process; {check}{errors})"
+
+
+def store_notes(store: dict[str, Any]) -> list[str]:
+    """What the ``store`` table's figures are, said under it."""
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(store.get("settings", {}).items()))
+    notes = [f"PostgreSQL {store.get('server_version')} on the same machine, over its Unix socket, with its "
+             f"default durability ({settings}): a commit returns once it is on disk, as SQLite's does."]
+    if "single" in store:
+        notes.append("Single allocations: `Registry.find_ip` of VMs never seen before, one at a time, each "
+                     "in a transaction of its own (IP, MAC, password), after a first call that reads the "
+                     "node's declaration.")
+    if "register" in store:
+        notes.append("Registration: `Registry.target_settings`, the call `get_settings_for_target` makes "
+                     "(every VM allocated in one transaction, the node's settings built), without the "
+                     "certificates; reading the declaration "
+                     f"({store['register'].get('declaration_s', 0):.2f} s) apart, on a new store.")
+    concurrent = store.get("concurrent")
+    if concurrent:
+        notes.append(f"At once: separate processes (controllers), each with a registry of its own on the "
+                     f"same store, each allocating {concurrent['allocs']:,} VMs never seen before (`Registry.port`: "
+                     f"IP, MAC, password and both ports in one transaction), started together; the total "
+                     f"is every allocation over the time from the first start to the last end. Afterwards "
+                     f"every IP and port is checked distinct on its node, every MAC everywhere, and the "
+                     f"store's values against the answers.")
+    return notes
+
+
+def render_store(data: dict[str, Any]) -> str:
+    """The stores' table (markdown) of ``data``'s ``store`` section."""
+    store = data.get("store")
+    if not store:
+        return "No store figures recorded yet: run ./run bench store."
+    rows = ["| measure | " + " | ".join(title for _, title in STORES) + " |", "|---|---|---|",
+            *("| " + " | ".join(row) + " |" for row in store_rows(store))]
+    notes = [f"- {note}" for note in store_notes(store)]
+    return "\n".join([*rows, "", *notes, "", f"Measured (`./run bench store`, `bench/results.json`): "
+                                             f"{_stamp(store)}"])
+
+
 def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
     try:
         head, rest = text.split(start, 1)
@@ -197,12 +279,14 @@ def _replace(path: Path, text: str, start: str, end: str, body: str, required: b
 
 def update_readme(readme: str | os.PathLike[str], data: dict[str, Any], check: bool = False) -> bool:
     """Puts the renderings of ``data`` between the markers of ``readme``
-    (the registry's, and the provisioning's where the README has them);
+    (the registry's, and the provisioning's and stores' where the README
+    has them);
     with ``check``, only tells whether they are there already."""
     path = Path(readme)
     text = path.read_text()
     new = _replace(path, text, START, END, render(data), required=True)
     new = _replace(path, new, PSTART, PEND, render_provisioning(data), required=False)
+    new = _replace(path, new, SSTART, SEND, render_store(data), required=False)
     if check:
         return new == text
     if new != text:

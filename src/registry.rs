@@ -41,7 +41,7 @@ pub struct Registry {
 #[derive(Debug)]
 enum Backend {
     Sqlite(Store),
-    Postgres(PgStore),
+    Postgres(Box<PgStore>),
 }
 
 impl Backend {
@@ -124,7 +124,7 @@ impl Registry {
         let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = if let Some(conninfo) = &self.postgres {
-                Some(Backend::Postgres(PgStore::connect(conninfo)?))
+                Some(Backend::Postgres(Box::new(PgStore::connect(conninfo)?)))
             } else if create {
                 Some(Backend::Sqlite(Store::open(&self.dir)?))
             } else {
@@ -164,23 +164,99 @@ impl Registry {
 
     /// A consistent copy of the store to `dest` (see [`Store::backup`]).
     pub fn backup(&self, dest: &Path) -> Result<()> {
+        if let Some(conninfo) = &self.postgres {
+            // one snapshot of the database, written as a SQLite store file
+            let rows = PgStore::connect(conninfo)?.dump()?;
+            return Store::create_from(dest, &rows);
+        }
         self.inspect()?.backup(dest)
     }
 
     /// Integrity, schema version and identity of the store (an older
     /// schema is reported, not upgraded).
     pub fn check(&self) -> Result<crate::store::CheckReport> {
+        if let Some(conninfo) = &self.postgres {
+            return PgStore::connect(conninfo)?.check();
+        }
         self.inspect()?.check()
     }
 
-    fn inspect(&self) -> Result<Store> {
+    /// Copies this registry's SQLite store (after importing what a
+    /// historical store beside it still holds for the declared nodes) into
+    /// the empty PostgreSQL database `target`, exactly: every row, compared
+    /// row by row before the copy is committed. Rows per table copied.
+    pub fn migrate_to(&self, target: &str) -> Result<BTreeMap<String, usize>> {
         if self.postgres.is_some() {
-            return Err(Error::invalid(format!(
-                "the PostgreSQL store ({}) is checked and backed up with PostgreSQL's own tools for now \
-                 (pg_dump; amcheck)",
+            return Err(Error::argument(format!(
+                "the registry is already on PostgreSQL ({}): migrate from a SQLite store directory",
                 self.store_path()
             )));
         }
+        if !is_postgres(target) {
+            return Err(Error::argument(
+                "the migration target must be a PostgreSQL database (a postgresql:// URL or libpq \
+                 keywords such as 'host=… dbname=…')",
+            ));
+        }
+        self.import_legacy()?;
+        let rows = self.inspect()?.dump()?;
+        PgStore::connect(target)?.load(&rows)?;
+        Ok(rows.counts())
+    }
+
+    /// Imports into the SQLite store what the historical store beside it
+    /// holds for every declared node (each once, as a first allocation
+    /// does); refuses when it holds nodes the configuration does not
+    /// declare (their VMs' types are unknown).
+    fn import_legacy(&self) -> Result<()> {
+        let root = self.dir.join("compute_node");
+        let Ok(found) = std::fs::read_dir(&root) else {
+            return Ok(());
+        };
+        let declared = self.config.declared()?;
+        let mut names: BTreeMap<String, String> = BTreeMap::new();
+        for cn in declared.keys() {
+            names.insert(cn.replace('.', ""), cn.clone());
+        }
+        let imported: Vec<String> = self
+            .read(|tx| {
+                declared
+                    .keys()
+                    .filter_map(|cn| match tx.meta(&format!("legacy-import:{cn}")) {
+                        Ok(Some(_)) => Some(Ok(cn.replace('.', ""))),
+                        Ok(None) => None,
+                        Err(e) => Some(Err(e)),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })?
+            .unwrap_or_default();
+        let mut unknown = vec![];
+        for entry in found.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !entry.path().is_dir() || imported.contains(&name) {
+                continue;
+            }
+            match names.get(&name) {
+                Some(cn) => {
+                    let vms = self.config.node_vms(cn)?;
+                    self.write(|tx| crate::store::legacy::import_node(tx, &self.dir, cn, vms))?;
+                }
+                None => unknown.push(name),
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(Error::invalid(format!(
+                "the historical store under {} holds compute nodes that the pillar does not declare \
+                 ({}): give the pillar that declares them (mccloud store migrate --pillar FILE) so that \
+                 their VMs are imported too; nothing was copied",
+                root.display(),
+                unknown.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    fn inspect(&self) -> Result<Store> {
         Store::open_to_inspect(&self.dir)?.ok_or_else(|| self.no_store())
     }
 

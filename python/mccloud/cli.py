@@ -10,8 +10,12 @@
 - ``mccloud sls-root``: the directory holding the SLS tree (``makina-states/``),
   to add to the master's ``file_roots``.
 - ``mccloud store backup DEST`` / ``mccloud store check``: a consistent copy
-  of the store (SQLite's online backup, while others keep allocating), and
+  of the store (SQLite's online backup, while others keep allocating; a
+  PostgreSQL store's one snapshot, written as a SQLite store file), and
   its integrity check, schema version and identity.
+- ``mccloud store migrate --to postgresql://…``: copies a SQLite store (and
+  what the historical store beside it holds) into an empty PostgreSQL
+  database, compared row by row before it is committed.
 """
 
 from __future__ import annotations
@@ -130,6 +134,21 @@ def inventory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
+    """The minion options of the Salt configuration in ``--config`` (default
+    ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt)."""
+    import salt.config
+
+    conf = args.config or os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
+    minion = os.path.join(conf, "minion")
+    if not os.path.isfile(minion):
+        raise mccloud.NotFoundError(
+            f"no Salt configuration at {minion}: give the store directory with --store, "
+            f"or the configuration directory with --config"
+        )
+    return dict(salt.config.minion_config(minion))
+
+
 def store_dir_of(args: argparse.Namespace) -> str:
     """The store: ``--store`` (a directory or a PostgreSQL database), else
     ``$MCCLOUD_STORE`` (PostgreSQL), else ``$MCCLOUD_STORE_DIR``, else the
@@ -141,16 +160,7 @@ def store_dir_of(args: argparse.Namespace) -> str:
     for env in (saltsupport.DB_ENV, saltsupport.STORE_ENV):
         if os.environ.get(env):
             return os.environ[env]
-    import salt.config
-
-    conf = args.config or os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
-    minion = os.path.join(conf, "minion")
-    if not os.path.isfile(minion):
-        raise mccloud.NotFoundError(
-            f"no Salt configuration at {minion}: give the store directory with --store, "
-            f"or the configuration directory with --config"
-        )
-    opts = salt.config.minion_config(minion)
+    opts = _salt_opts(args)
     return saltsupport.store_location(opts, saltsupport.config(opts, {}))
 
 
@@ -168,6 +178,46 @@ def store_check(args: argparse.Namespace) -> int:
     report = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args)).check()
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0 if report["integrity"] == "ok" else 1
+
+
+def store_migrate(args: argparse.Namespace) -> int:
+    """Copies the SQLite store (``--store``, else ``$MCCLOUD_STORE_DIR``, else
+    the store directory of the Salt configuration, a PostgreSQL
+    ``mccloud_store`` set there notwithstanding) into the empty PostgreSQL
+    database ``--to``. VMs that only the historical store beside it holds
+    are imported first, for the nodes the pillar (``--pillar``) declares."""
+    import yaml
+
+    pillar: dict[str, Any] = {}
+    for path in args.pillar or []:
+        pillar.update(_yaml_file(path, yaml))
+    source = args.store or os.environ.get(saltsupport.STORE_ENV)
+    if not source:
+        opts = _salt_opts(args)
+        source = saltsupport.store_dir(opts, saltsupport.config(opts, {}))
+    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(pillar))
+    reg = mccloud.Registry(cfg, source)
+    print(f"copying {reg.store_path} to {mccloud.Registry(cfg, args.to).store_path} …", file=sys.stderr)
+    counts = reg.migrate_to(args.to)
+    total = sum(counts.values())
+    print(f"copied {total} rows, compared row by row: " + ", ".join(f"{t} {n}" for t, n in sorted(counts.items())))
+    return 0
+
+
+def _yaml_file(path: str, yaml: Any) -> dict[str, Any]:
+    """A YAML pillar file's mapping; a clear error for a missing or bad file."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise mccloud.NotFoundError(f"cannot read the pillar file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise mccloud.InvalidInputError(f"the pillar file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise mccloud.InvalidInputError(f"the pillar file {path} must hold a mapping, not {type(data).__name__}")
+    return data
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,6 +248,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
                        "or /etc/mastersalt)")
         p.set_defaults(func=func)
+    p = store.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly")
+    p.add_argument("--to", required=True, help="the PostgreSQL database (postgresql://user@host/db, or libpq "
+                   "keywords); it must hold no registry yet")
+    p.add_argument("--store", help="the SQLite store directory to copy; default: $MCCLOUD_STORE_DIR, else "
+                   "the store directory of the Salt configuration")
+    p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
+                   "or /etc/mastersalt)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and "
+                   "VMs (needed when a historical store lies beside the SQLite one)")
+    p.add_argument("--id", default="controller", help="controller minion id")
+    p.set_defaults(func=store_migrate)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

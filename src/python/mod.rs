@@ -321,7 +321,8 @@ impl Registry {
         out(py, r)
     }
 
-    /// A consistent copy of the store to `dest` (SQLite's online backup).
+    /// A consistent copy of the store to `dest`, a new SQLite store file
+    /// (SQLite's online backup; one snapshot of a PostgreSQL store).
     fn backup(&self, py: Python<'_>, dest: &str) -> PyResult<()> {
         py.detach(|| self.inner.backup(std::path::Path::new(dest)))
             .map_err(to_py)
@@ -330,6 +331,15 @@ impl Registry {
     /// Integrity check, schema version and identity of the store.
     fn check(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.check());
+        out(py, r)
+    }
+
+    /// Copies this registry's SQLite store (and what a historical store
+    /// beside it holds for the declared nodes) into the empty PostgreSQL
+    /// database `target`, compared row by row before it is committed;
+    /// returns the rows copied per table.
+    fn migrate_to(&self, py: Python<'_>, target: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.migrate_to(target));
         out(py, r)
     }
 }

@@ -23,12 +23,16 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 
 use crate::error::{Error, Result};
 
+pub mod dump;
 pub mod legacy;
 pub mod pg;
 #[cfg(test)]
 mod pg_lock_tests;
 #[cfg(test)]
 mod pg_tests;
+mod pg_tls;
+#[cfg(test)]
+mod pg_tls_tests;
 
 /// How long a process waits for another one holding the store's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -804,6 +808,109 @@ impl Store {
                 rows,
             })
         })
+    }
+
+    /// Every row of the store, from one snapshot.
+    pub fn dump(&mut self) -> Result<dump::Dump> {
+        let path = self.path.clone();
+        self.read_sqlite(|tx| {
+            let mut out = dump::Dump::default();
+            for (table, cols) in dump::TABLES {
+                let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+                let sql = format!("SELECT {} FROM {table}", names.join(", "));
+                let mut s = tx.conn.prepare(&sql).at(&path)?;
+                let rows = s
+                    .query_map([], |r| {
+                        cols.iter()
+                            .enumerate()
+                            .map(|(i, (_, col))| {
+                                Ok(match col {
+                                    dump::Col::Text => dump::Field::Text(r.get(i)?),
+                                    dump::Col::Int | dump::Col::Flag => dump::Field::Int(r.get(i)?),
+                                })
+                            })
+                            .collect::<rusqlite::Result<Vec<_>>>()
+                    })
+                    .at(&path)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .at(&path)?;
+                out.put(table, rows);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Writes `rows` (another store's, e.g. a PostgreSQL store's) as a new
+    /// SQLite store file at `dest`, which must not exist: built under a
+    /// temporary name beside it, checked, synced and then moved into
+    /// place, mode 0600. The file is a store of its own (copy it into a
+    /// store directory as `registry.sqlite` to use it).
+    pub fn create_from(dest: &Path, rows: &dump::Dump) -> Result<()> {
+        if std::fs::symlink_metadata(dest).is_ok() {
+            return Err(Error::store(
+                dest,
+                "the backup destination already exists: choose a new file name",
+            ));
+        }
+        let dir = dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = dir.join(format!(".mccloud-backup-{}", new_identity()?));
+        let result = (|| {
+            std::fs::create_dir(&tmp).map_err(|e| {
+                io_err(
+                    dest,
+                    "cannot create a temporary directory beside the backup",
+                    &e,
+                )
+            })?;
+            let file = tmp.join(FILE_NAME);
+            create(&tmp, &file)?;
+            let mut conn = Connection::open(&file).at(dest)?;
+            conn.execute_batch("PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;")
+                .at(dest)?;
+            let tx = conn.transaction().at(dest)?;
+            tx.execute("DELETE FROM meta", []).at(dest)?;
+            for (table, cols) in dump::TABLES {
+                let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+                let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
+                let sql = format!(
+                    "INSERT INTO {table}({}) VALUES ({})",
+                    names.join(", "),
+                    marks.join(", ")
+                );
+                let mut s = tx.prepare(&sql).at(dest)?;
+                for row in rows.tables.get(*table).into_iter().flatten() {
+                    let values: Vec<rusqlite::types::Value> = row
+                        .iter()
+                        .map(|c| match c {
+                            dump::Field::Int(v) => rusqlite::types::Value::Integer(*v),
+                            dump::Field::Text(v) => rusqlite::types::Value::Text(v.clone()),
+                        })
+                        .collect();
+                    s.execute(rusqlite::params_from_iter(values)).at(dest)?;
+                }
+            }
+            tx.commit().at(dest)?;
+            let ok: String = conn
+                .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                .at(dest)?;
+            if ok != "ok" {
+                return Err(Error::store(
+                    dest,
+                    format!("the backup does not check out: {ok}"),
+                ));
+            }
+            conn.close().map_err(|(_, e)| map_err(dest, e))?;
+            std::fs::File::open(&file)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io_err(dest, "cannot write the backup", &e))?;
+            std::fs::hard_link(&file, dest)
+                .map_err(|e| io_err(dest, "cannot put the backup in place", &e))
+        })();
+        let _ = std::fs::remove_dir_all(&tmp);
+        result
     }
 }
 

@@ -25,14 +25,15 @@
 //! but whose answer was lost finds its own rows on the next attempt.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use postgres::types::ToSql;
-use postgres::{Client, IsolationLevel, NoTls, Row, Transaction};
+use postgres::{Client, IsolationLevel, Row, Statement, Transaction};
 
-use super::{kinds_of, space_of, MacOwner, NumberOwner, Secret, TxOps};
+use super::dump::{Col, Dump, Field, TABLES};
+use super::{kinds_of, space_of, CheckReport, MacOwner, NumberOwner, Secret, TxOps};
 use crate::error::{Error, Result};
 
 /// The schema, created when missing.
@@ -91,7 +92,10 @@ enum Again {
     Lost,
 }
 
-/// Whether `e` is worth running the transaction again for.
+/// Whether `e` is worth running the transaction again for: a conflict
+/// with another transaction, or a connection that failed or was lost on
+/// the way (refused, reset, closed, the server shutting down). A refused
+/// certificate or a connection string that does not parse is not.
 fn again(e: &postgres::Error) -> Option<Again> {
     use postgres::error::SqlState;
     if let Some(db) = e.as_db_error() {
@@ -112,7 +116,16 @@ fn again(e: &postgres::Error) -> Option<Again> {
         }
         return None;
     }
-    Some(Again::Lost)
+    if e.is_closed() {
+        return Some(Again::Lost);
+    }
+    let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>())?;
+    use std::io::ErrorKind::*;
+    match io.kind() {
+        // TLS refusals come as InvalidData; they would fail again
+        InvalidData | InvalidInput | PermissionDenied | Unsupported => None,
+        _ => Some(Again::Lost),
+    }
 }
 
 /// The connection string without its password: what errors and
@@ -225,6 +238,9 @@ pub struct PgStore {
     conninfo: String,
     /// The connection string without its password, for messages.
     label: std::path::PathBuf,
+    /// The statements prepared on the connection, by their SQL: each is
+    /// parsed once per connection, not on every run.
+    statements: RefCell<HashMap<String, Statement>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -239,7 +255,21 @@ fn pg_err(label: &Path, e: &postgres::Error) -> Error {
     let why = match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None if e.is_closed() => "the database is unreachable (connection closed)".to_string(),
-        None => format!("the database is unreachable or refused the request: {e}"),
+        None => {
+            // the causes say what failed (refused, a certificate not trusted
+            // by sslrootcert…); none holds the connection string
+            let mut why = format!("the database is unreachable or refused the request: {e}");
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                let text = c.to_string();
+                if !why.contains(&text) {
+                    why.push_str(": ");
+                    why.push_str(&text);
+                }
+                cause = c.source();
+            }
+            why
+        }
     };
     Error::store(label, why)
 }
@@ -262,9 +292,14 @@ impl PgStore {
             client: None,
             conninfo: conninfo.to_string(),
             label: std::path::PathBuf::from(shown(conninfo)),
+            statements: RefCell::new(HashMap::new()),
         };
         store.whole(|tx| {
             tx.tx.borrow_mut().batch_execute(SCHEMA).at(tx.label)?;
+            if tx.meta("identity")?.is_none() {
+                tx.set_meta("format", super::FORMAT)?;
+                tx.set_meta("identity", &super::new_identity()?)?;
+            }
             Ok(())
         })?;
         Ok(store)
@@ -273,7 +308,7 @@ impl PgStore {
     /// A new connection to the store's database.
     fn open_client(&self) -> std::result::Result<Client, postgres::Error> {
         let conninfo = self.conninfo.as_str();
-        Client::connect(conninfo, NoTls)
+        super::pg_tls::client(conninfo)
     }
 
     /// What errors show of the store.
@@ -349,6 +384,7 @@ impl PgStore {
             (pg_err(&label, &e), why)
         };
         if self.client.is_none() {
+            self.statements.borrow_mut().clear();
             self.client = Some(self.open_client().map_err(failed)?);
         }
         let Some(client) = self.client.as_mut() else {
@@ -375,6 +411,7 @@ impl PgStore {
         let scope = PgTx {
             tx: RefCell::new(tx),
             label: &label,
+            statements: &self.statements,
             forgot: Cell::new(false),
             locking: mode == Mode::Write,
             locked: RefCell::new(BTreeSet::new()),
@@ -386,6 +423,130 @@ impl PgStore {
         };
         scope.tx.into_inner().commit().map_err(failed)?;
         Ok(out)
+    }
+
+    /// Every row of the store, from one snapshot.
+    pub fn dump(&mut self) -> Result<Dump> {
+        self.read(|tx| tx.dump())
+    }
+
+    /// Copies `rows` (a SQLite store's) into this store, which must hold
+    /// no allocation, secret or record yet; then reads everything back in
+    /// the same transaction and compares it with `rows`, row by row: the
+    /// copy is committed exact, or nothing is. Excludes every other writer
+    /// meanwhile.
+    pub fn load(&mut self, rows: &Dump) -> Result<()> {
+        self.whole(|tx| {
+            let held = tx.dump()?;
+            let busy: Vec<String> = held
+                .counts()
+                .into_iter()
+                .filter(|(t, n)| t != "meta" && *n > 0)
+                .map(|(t, n)| format!("{n} rows in {t}"))
+                .collect();
+            if !busy.is_empty() {
+                return Err(Error::store(
+                    tx.label,
+                    format!(
+                        "the target already holds a registry ({}): migrate only into an empty \
+                         database; nothing was written",
+                        busy.join(", ")
+                    ),
+                ));
+            }
+            tx.exec("DELETE FROM meta", &[])?;
+            for (table, cols) in TABLES {
+                let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+                let marks: Vec<String> = (1..=cols.len()).map(|i| format!("${i}")).collect();
+                let sql = format!(
+                    "INSERT INTO {table}({}) VALUES ({})",
+                    names.join(", "),
+                    marks.join(", ")
+                );
+                let statement = {
+                    let r = tx.tx.borrow_mut().prepare(&sql);
+                    tx.checked(r)?
+                };
+                for row in rows.tables.get(*table).into_iter().flatten() {
+                    let mut values: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(row.len());
+                    for ((_, col), cell) in cols.iter().zip(row) {
+                        values.push(match (col, cell) {
+                            (Col::Flag, Field::Int(v)) => {
+                                Box::new(i32::try_from(*v).map_err(|_| {
+                                    Error::store(tx.label, format!("{table}: a flag out of range"))
+                                })?)
+                            }
+                            (_, Field::Int(v)) => Box::new(*v),
+                            (_, Field::Text(v)) => Box::new(v.clone()),
+                        });
+                    }
+                    let args: Vec<&(dyn ToSql + Sync)> =
+                        values.iter().map(|b| b.as_ref()).collect();
+                    let r = tx.tx.borrow_mut().execute(&statement, &args);
+                    tx.checked(r)?;
+                }
+            }
+            if let Some(diff) = rows.differences(&tx.dump()?) {
+                return Err(Error::store(
+                    tx.label,
+                    format!("the copy does not match its source ({diff}); nothing was written"),
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    /// The store's own checks: its identity, rows per table, and whether
+    /// the registry's invariants hold (each number in its kind's space and
+    /// range, the constraints that keep values unique in place). Pages and
+    /// indexes themselves are PostgreSQL's to check (amcheck).
+    pub fn check(&mut self) -> Result<CheckReport> {
+        let label = self.label.clone();
+        self.read(|tx| {
+            let rows = tx.dump()?.counts().into_iter().map(|(t, n)| (t, n as i64)).collect();
+            let mut problems = vec![];
+            let bad = |sql: &str| -> Result<i64> {
+                match tx.opt(sql, &[])? {
+                    Some(r) => tx.checked(r.try_get(0)),
+                    None => Ok(0),
+                }
+            };
+            let n = bad(
+                "SELECT count(*) FROM numbers WHERE space <> CASE kind WHEN 'ip' THEN 'ip' \
+                 WHEN 'idmap' THEN 'idmap' ELSE 'port' END",
+            )?;
+            if n > 0 {
+                problems.push(format!("{n} numbers outside their kind's space"));
+            }
+            let n = bad(
+                "SELECT count(*) FROM numbers WHERE value < 0 OR value > 4294967295 \
+                 OR (space = 'port' AND (value < 1 OR value > 65535))",
+            )?;
+            if n > 0 {
+                problems.push(format!("{n} numbers out of range"));
+            }
+            let n = bad("SELECT count(*) FROM salts s WHERE NOT EXISTS \
+                         (SELECT 1 FROM passwords p WHERE p.cn = s.cn AND p.vm = s.vm)")?;
+            if n > 0 {
+                problems.push(format!("{n} crypt salts without their password"));
+            }
+            let constraints = bad(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND \
+                 (indexname = 'macs_active' OR indexdef LIKE 'CREATE UNIQUE INDEX % ON %numbers USING btree (space, cn, value)')",
+            )?;
+            if constraints < 2 {
+                problems.push("a UNIQUE constraint of the schema is missing".to_string());
+            }
+            Ok(CheckReport {
+                path: label.display().to_string(),
+                files: vec![],
+                schema_version: super::SCHEMA_VERSION,
+                identity: tx.meta("identity")?.unwrap_or_default(),
+                integrity: if problems.is_empty() { "ok".to_string() } else { problems.join("; ") },
+                nodes: tx.nodes()?.len(),
+                rows,
+            })
+        })
     }
 }
 
@@ -405,6 +566,7 @@ enum Mode {
 pub struct PgTx<'a> {
     tx: RefCell<Transaction<'a>>,
     label: &'a Path,
+    statements: &'a RefCell<HashMap<String, Statement>>,
     /// Whether a secret was deleted or replaced.
     forgot: Cell<bool>,
     /// Whether a node's lock is taken before its rows are first touched.
@@ -430,19 +592,65 @@ impl PgTx<'_> {
         })
     }
 
+    /// `sql` prepared on this connection (once per connection).
+    fn statement(&self, sql: &str) -> Result<Statement> {
+        if let Some(s) = self.statements.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let r = self.tx.borrow_mut().prepare(sql);
+        let s = self.checked(r)?;
+        self.statements
+            .borrow_mut()
+            .insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+
     fn query(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-        let r = self.tx.borrow_mut().query(sql, args);
+        let s = self.statement(sql)?;
+        let r = self.tx.borrow_mut().query(&s, args);
         self.checked(r)
     }
 
     fn opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
-        let r = self.tx.borrow_mut().query_opt(sql, args);
+        let s = self.statement(sql)?;
+        let r = self.tx.borrow_mut().query_opt(&s, args);
         self.checked(r)
     }
 
     fn exec(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64> {
-        let r = self.tx.borrow_mut().execute(sql, args);
+        let s = self.statement(sql)?;
+        let r = self.tx.borrow_mut().execute(&s, args);
         self.checked(r)
+    }
+
+    /// Every row of the store.
+    fn dump(&self) -> Result<Dump> {
+        let mut out = Dump::default();
+        for (table, cols) in TABLES {
+            let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+            let sql = format!("SELECT {} FROM {table}", names.join(", "));
+            let rows = self
+                .query(&sql, &[])?
+                .iter()
+                .map(|r| {
+                    cols.iter()
+                        .enumerate()
+                        .map(|(i, (_, col))| {
+                            let cell = match col {
+                                Col::Text => r.try_get(i).map(Field::Text),
+                                Col::Int => r.try_get(i).map(Field::Int),
+                                Col::Flag => {
+                                    r.try_get::<_, i32>(i).map(|v| Field::Int(i64::from(v)))
+                                }
+                            };
+                            self.checked(cell)
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            out.put(table, rows);
+        }
+        Ok(out)
     }
 
     /// Takes compute node `cn`'s lock, once per transaction, before its

@@ -122,3 +122,50 @@ fn an_unreachable_database_is_tried_a_bounded_number_of_times() {
     );
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+#[test]
+fn a_sqlite_store_loads_into_an_empty_postgresql_store_row_for_row() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut lite = super::Store::open(dir.path()).unwrap();
+    lite.write(|tx| {
+        for (i, vm) in ["a", "b", "c"].iter().enumerate() {
+            let i = u32::try_from(i).unwrap();
+            tx.put_number("ip", "cn1", vm, 0x0a00_0002 + i)?;
+            tx.put_number("ssh", "cn1", vm, 40_000 + i)?;
+            tx.put_mac("cn1", vm, "", &format!("00:16:3e:00:00:0{i}"))?;
+            tx.put_password("cn1", vm, &format!("pw-{vm}"))?;
+            tx.put_salt("cn1", vm, &format!("salt-{vm}"))?;
+        }
+        tx.retire_macs("cn1", "c")?;
+        tx.set_destroyed("cn1", "c", true)?;
+        tx.set_hint("ip:10.0.0.0/24", "cn1", 5)
+    })
+    .unwrap();
+    let rows = lite.dump().unwrap();
+    let mut pg = PgStore::connect(&server.conninfo("loaded")).unwrap();
+    pg.load(&rows).unwrap();
+    assert_eq!(pg.dump().unwrap(), rows);
+    assert_eq!(rows.counts().get("macs"), Some(&3));
+    // the identity came along: the same registry
+    let identity = |d: &super::dump::Dump| d.tables.get("meta").cloned();
+    assert_eq!(identity(&pg.dump().unwrap()), identity(&rows));
+    // a store that holds a registry is refused, and keeps what it holds
+    let err = pg.load(&rows).unwrap_err().to_string();
+    assert!(err.contains("already holds a registry"), "{err}");
+    assert_eq!(pg.dump().unwrap(), rows);
+    // and back: a SQLite file of the PostgreSQL store's rows
+    let back = dir.path().join("back.sqlite");
+    super::Store::create_from(&back, &pg.dump().unwrap()).unwrap();
+    let restored = tempfile::tempdir().unwrap();
+    std::fs::copy(&back, restored.path().join(super::FILE_NAME)).unwrap();
+    let mut again = super::Store::open_existing(restored.path())
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.dump().unwrap(), rows);
+    let report = pg.check().unwrap();
+    assert_eq!(report.integrity, "ok");
+    assert_eq!(report.nodes, 1);
+}

@@ -1,11 +1,12 @@
 //! Tests of the PostgreSQL store against a real server, started for the
 //! tests in a temporary directory (`initdb`, then `pg_ctl` on a Unix socket
-//! of that directory, no TCP), stopped at the end. Without PostgreSQL's
-//! server programs (Debian's `postgresql`, which `./run setup` installs),
-//! they say so and are skipped, unless `MCCLOUD_TEST_POSTGRESQL=required`
-//! (`./run test` sets it), which makes them fail.
+//! of that directory, no TCP unless a test asks), stopped at the end.
+//! Without PostgreSQL's server programs (Debian's `postgresql`, which
+//! `./run setup` installs), they say so and are skipped, unless
+//! `MCCLOUD_TEST_POSTGRESQL=required` (`./run test` sets it), which makes
+//! them fail.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -16,6 +17,8 @@ use super::*;
 pub(crate) struct Server {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    /// The `port` setting, when one was given.
+    port: Option<String>,
 }
 
 fn as_server_user(program: &Path) -> Command {
@@ -48,6 +51,14 @@ fn bin_dir() -> Option<PathBuf> {
 impl Server {
     /// Starts a server, or None (after saying why) when this machine has none.
     pub(crate) fn start() -> Option<Server> {
+        Server::start_with(&[], &[])
+    }
+
+    /// Starts a server with more settings (`listen_addresses` and `port`
+    /// make it listen on TCP too), after writing `files` into its data
+    /// directory (where relative paths of settings lead), owned by the
+    /// server's user and private to it (a key).
+    pub(crate) fn start_with(settings: &[(&str, &str)], files: &[(&str, &str)]) -> Option<Server> {
         let Some(bin) = bin_dir() else {
             let why = "no PostgreSQL server programs in /usr/lib/postgresql/*/bin (./run setup installs them)";
             assert!(
@@ -82,10 +93,25 @@ impl Server {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let opts = format!(
+        let owner = std::fs::metadata(&data).unwrap();
+        for (name, text) in files {
+            let path = data.join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
+        }
+        let mut opts = format!(
             "-k {} -c listen_addresses='' -c fsync=off",
             dir.path().display()
         );
+        for (name, value) in settings {
+            // later -c options win
+            opts.push_str(&format!(" -c {name}={value}"));
+        }
+        let port = settings
+            .iter()
+            .find(|(name, _)| *name == "port")
+            .map(|(_, value)| (*value).to_owned());
         let out = as_server_user(&bin.join("pg_ctl"))
             .args(["-D"])
             .arg(&data)
@@ -99,12 +125,17 @@ impl Server {
             "pg_ctl start: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Some(Server { dir, bin })
+        Some(Server { dir, bin, port })
     }
 
     /// The connection string of database `db` (created when missing).
     pub(crate) fn conninfo(&self, db: &str) -> String {
-        let base = format!("host={} user=mccloud", self.dir.path().display());
+        let port = self
+            .port
+            .as_ref()
+            .map(|p| format!(" port={p}"))
+            .unwrap_or_default();
+        let base = format!("host={}{port} user=mccloud", self.dir.path().display());
         let mut c =
             postgres::Client::connect(&format!("{base} dbname=postgres"), postgres::NoTls).unwrap();
         let exists = c

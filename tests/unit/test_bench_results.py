@@ -113,3 +113,37 @@ def test_the_minion_table_follows_the_containers_one(tmp_path: Path) -> None:
     both = results.render_provisioning(data)
     assert both.index("| containers: measure |") < both.index("| VMs that become minions: measure |")
     assert "1 run(s)): commit abc1234" in both and "2 run(s)): commit def5678" in both
+
+
+def test_the_stores_table_comes_from_its_section(tmp_path: Path) -> None:
+    data = sample(1.2, 0.4, [1100])
+    stamp = {k: data["node"][k] for k in ("commit", "date", "machine")}
+    assert "No store figures" in results.render_store(data)
+
+    def at_once(per_s: int, each: list[int], duplicates: int = 0, agrees: bool = True) -> dict[str, Any]:
+        return {"per_s": per_s, "per_process_per_s": each, "duplicates": duplicates, "store_agrees": agrees,
+                "errors": 0}
+
+    data["store"] = {**stamp, "server_version": "15.18", "settings": {"fsync": "on", "synchronous_commit": "on"},
+                     "single": {"allocs": 1000, "sqlite": {"per_s": 1400, "p50_ms": 0.7, "p99_ms": 1.3},
+                                "postgresql": {"per_s": 600, "p50_ms": 1.6, "p99_ms": 3.1}},
+                     "register": {"vms": 10000, "declaration_s": 0.3, "sqlite": {"first_s": 0.9, "repeat_s": 0.3},
+                                  "postgresql": {"first_s": 4.2, "repeat_s": 0.5}},
+                     "concurrent": {"allocs": 200, "runs": [
+                         {"shape": "own", "processes": 1, "sqlite": at_once(1300, [1300, 1300]),
+                          "postgresql": at_once(550, [550, 550])},
+                         {"shape": "shared", "processes": 4, "sqlite": at_once(1200, [250, 350]),
+                          "postgresql": at_once(900, [220, 230], duplicates=2, agrees=False)}]}}
+    table = results.render_store(data)
+    assert table.startswith("| measure | SQLite | PostgreSQL |")
+    assert ("| durable single allocations, one process (1,000 timed) | 1,400 per second (p50 0.70 ms, p99 1.30 ms) "
+            "| 600 per second (p50 1.60 ms, p99 3.10 ms) |") in table
+    assert "| first registration of a node declaring 10,000 VMs, in-process | 0.90 s | 4.20 s |" in table
+    assert "| 1 process allocating alone | 1,300 per second (1,300 per process; every value once) |" in table
+    assert ("| 4 processes allocating at once, all on one node | 1,200 per second (250–350 per process; every "
+            "value once) | 900 per second (220–230 per process; 2 handed out twice, the store disagrees) |") in table
+    assert "fsync=on, synchronous_commit=on" in table and "Measured (`./run bench store`" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{results.START}\nx\n{results.END}\n\n{results.SSTART}\nold\n{results.SEND}\n")
+    assert results.update_readme(readme, data)
+    assert table in readme.read_text() and "old" not in readme.read_text()
