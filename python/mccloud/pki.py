@@ -37,6 +37,16 @@ domain there) are read once when ``issued.json`` has no usable entry for it,
 and taken in when still good; they are written again, from ``issued.json``,
 only for callers that ask for file paths.
 
+Several controllers sharing a PostgreSQL store (:func:`share`) share one
+CA through it: the CA's certificate, its key and ``issued.json`` are kept
+in the database too (table ``shared_files``), and every operation runs
+inside one database transaction that holds their lock. It first brings
+the files here up to the database's (a controller that finds the database
+without them puts its own there: the first controller's CA becomes every
+controller's), then writes back, in that transaction, what it changed. So
+every controller serves certificates of the same CA, and none is issued
+twice at once. ``custom/`` stays each controller's own.
+
 Several processes may ask at once: every change happens under one
 exclusive ``flock`` on ``<ssl_dir>/.lock``, and every file is written to a
 temporary file in its directory, fsynced, then renamed over the old one, so
@@ -50,6 +60,7 @@ import contextlib
 import datetime
 import fcntl
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -954,10 +965,77 @@ def _mkdir(path: Path) -> None:
         os.chmod(path, 0o700)
 
 
+#: ``ssl_dir`` -> the PostgreSQL store its CA is shared through.
+_SHARED: dict[str, str] = {}
+#: The files of a CA directory that are shared.
+_SHARED_FILES = ("{name}_ca_cert.crt", "{name}_ca_cert.key", ISSUED)
+
+
+def share(ssl_dir: str | os.PathLike[str], store: str) -> None:
+    """Shares the CA under ``ssl_dir`` through the PostgreSQL store ``store``
+    (a connection string) from now on, in this process."""
+    _SHARED[str(Path(ssl_dir))] = store
+
+
+def _shared_names(root: Path) -> dict[str, bytes]:
+    """``{"<ca>/<file>": bytes}`` of the shared files under ``root``."""
+    out = {}
+    with contextlib.suppress(OSError), os.scandir(root) as top:
+        for entry in top:
+            if not entry.is_dir(follow_symlinks=False) or entry.name == CUSTOM or entry.name.startswith("."):
+                continue
+            for pattern in _SHARED_FILES:
+                name = pattern.format(name=entry.name)
+                with contextlib.suppress(FileNotFoundError):
+                    out[f"{entry.name}/{name}"] = (root / entry.name / name).read_bytes()
+    return out
+
+
+def _pull(root: Path, session: Any) -> dict[str, bytes]:
+    """Brings the shared files under ``root`` up to the database's (only
+    those whose digest differs are read); returns the database's digests."""
+    held: dict[str, bytes] = session.digests()
+    for name, digest in held.items():
+        ca_name, _, file_name = name.partition("/")
+        if (not ca_name or ca_name.startswith(".") or ca_name == CUSTOM
+                or file_name not in {p.format(name=ca_name) for p in _SHARED_FILES}):
+            log.warning("shared file %r of the store is not one of a CA: ignored", name)
+            continue
+        path = root / ca_name / file_name
+        with contextlib.suppress(FileNotFoundError):
+            if hashlib.sha256(path.read_bytes()).digest() == digest:
+                continue
+        content = session.content(name)
+        if content is None:
+            continue
+        _mkdir(path.parent)
+        _write(path, content, 0o644 if file_name.endswith(".crt") else 0o600)
+    return held
+
+
+@contextlib.contextmanager
+def _shared(root: Path) -> Iterator[None]:
+    """The shared files' transaction around a change under ``root`` (see
+    the module's documentation); nothing when the CA is not shared."""
+    store = _SHARED.get(str(root))
+    if store is None:
+        yield
+        return
+    session = _native.SharedFiles(store)
+    try:
+        held = _pull(root, session)
+        yield
+        mine = _shared_names(root)
+        session.commit({n: b for n, b in mine.items() if held.get(n) != hashlib.sha256(b).digest()})
+    finally:
+        session.close()
+
+
 @contextlib.contextmanager
 def _locked(ssl_dir: str | os.PathLike[str]) -> Iterator[None]:
-    """Holds the exclusive lock of ``ssl_dir``; temporary files a killed
-    writer left behind are removed first (nobody else can be writing)."""
+    """Holds the exclusive lock of ``ssl_dir`` (and, when its CA is shared,
+    the shared files' transaction); temporary files a killed writer left
+    behind are removed first (nobody else can be writing)."""
     root = Path(ssl_dir)
     if not root.is_absolute():
         raise InvalidInputError(f"{SETTINGS}.ssl_pillar_dir {str(root)!r} is not an absolute path: use one such as"
@@ -968,7 +1046,8 @@ def _locked(ssl_dir: str | os.PathLike[str]) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         for stale in _stale_temporaries(root):
             stale.unlink(missing_ok=True)
-        yield
+        with _shared(root):
+            yield
     finally:
         os.close(fd)
 

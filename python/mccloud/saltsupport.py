@@ -175,6 +175,24 @@ def registry_for(opts: Mapping[str, Any], cfg: mccloud.Config) -> mccloud.Regist
     return mccloud.Registry(cfg, store_location(opts, cfg))
 
 
+def is_postgres(location: str) -> bool:
+    """Whether a store location names a PostgreSQL database (a URL, or
+    libpq keywords), as the core decides."""
+    return location.startswith(("postgresql://", "postgres://")) or any(
+        kv.startswith(("host=", "dbname=", "service=", "hostaddr=")) for kv in location.split())
+
+
+def share_ca(opts: Mapping[str, Any], cfg: mccloud.Config, ssl_dir: str) -> None:
+    """Shares the controller's CA under ``ssl_dir`` through the PostgreSQL
+    store, when the registry is on one (every controller then serves the
+    same CA's certificates)."""
+    location = store_location(opts, cfg)
+    if is_postgres(location):
+        from mccloud import pki
+
+        pki.share(ssl_dir, location)
+
+
 def declared_type(cfg: mccloud.Config, cn: str, vm: str) -> str:
     """The declared virtualisation type of ``vm`` on ``cn``."""
     vms = cfg.compute_node_settings()["targets"].get(cn, {}).get("vms", {})
@@ -211,6 +229,7 @@ def node_settings(opts: Mapping[str, Any], cfg: mccloud.Config, reg: mccloud.Reg
 
     cloud = cfg.cloud_settings()
     ssl_dir, ca, days = cloud["ssl_pillar_dir"], cloud["ssl"]["ca"], cloud["ssl"]["cert_days"]
+    share_ca(opts, cfg, ssl_dir)
     with _gc_paused(), ThreadPoolExecutor(1, thread_name_prefix="mccloud-register") as pool:
         registering = pool.submit(reg.target_settings, cn, exclude)
         wanted = [cn, *reg.node_domains(cn, exclude)]

@@ -415,6 +415,86 @@ fn served_certs(
     py.detach(|| crate::certs::served(std::path::Path::new(path), &domains, &check))
 }
 
+/// Files every controller of a PostgreSQL store shares through it (the
+/// controller's CA and what it issued): `SharedFiles(conninfo)` begins a
+/// transaction holding their lock; `files()` reads them, `commit(changed)`
+/// writes `{name: bytes}` and ends it, `close()` ends it without a change
+/// (so does a lost connection).
+#[pyclass(module = "mccloud._native")]
+pub struct SharedFiles {
+    inner: std::sync::Mutex<Option<crate::store::pg::SharedFiles>>,
+}
+
+impl SharedFiles {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut crate::store::pg::SharedFiles) -> crate::error::Result<T> + Send,
+    ) -> PyResult<T> {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(files) = guard.as_mut() else {
+            return Err(ArgumentError::new_err(
+                "the shared files were already committed or closed",
+            ));
+        };
+        py.detach(|| f(files)).map_err(to_py)
+    }
+}
+
+#[pymethods]
+impl SharedFiles {
+    #[new]
+    fn new(py: Python<'_>, conninfo: &str) -> PyResult<Self> {
+        let files = py
+            .detach(|| crate::store::pg::SharedFiles::open(conninfo))
+            .map_err(to_py)?;
+        Ok(SharedFiles {
+            inner: std::sync::Mutex::new(Some(files)),
+        })
+    }
+
+    /// `{name: sha256 bytes}` of every shared file.
+    fn digests<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = self.with(py, |f| f.digests())?;
+        let dict = PyDict::new(py);
+        for (name, digest) in out {
+            dict.set_item(name, pyo3::types::PyBytes::new(py, &digest))?;
+        }
+        Ok(dict)
+    }
+
+    /// The bytes of shared file `name` (None when there is none).
+    fn content<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+    ) -> PyResult<Option<Bound<'py, pyo3::types::PyBytes>>> {
+        let out = self.with(py, |f| f.content(name))?;
+        Ok(out.map(|c| pyo3::types::PyBytes::new(py, &c)))
+    }
+
+    /// Writes `changed` and commits (every file, or none).
+    fn commit(
+        &self,
+        py: Python<'_>,
+        changed: std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> PyResult<()> {
+        let taken = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(files) = taken else {
+            return Err(ArgumentError::new_err(
+                "the shared files were already committed or closed",
+            ));
+        };
+        let changed: Vec<(String, Vec<u8>)> = changed.into_iter().collect();
+        py.detach(|| files.commit(&changed)).map_err(to_py)
+    }
+
+    /// Ends the transaction without a change (nothing once committed).
+    fn close(&self) {
+        drop(self.inner.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
 /// The native module: a list of exports only.
 #[pymodule]
 mod _native {
@@ -422,6 +502,6 @@ mod _native {
     use super::{
         check_domain, gen_id, issue_certs, served_certs, sha512_crypt, AllocationError,
         ArgumentError, Config, InvalidInputError, MccloudError, NotFoundError, Registry,
-        StoreError,
+        SharedFiles, StoreError,
     };
 }

@@ -47,7 +47,9 @@ def gen_id(name):
 
 def _ssl():
     """``(ssl_pillar_dir, ssl.ca settings, ssl.cert_days)``."""
-    cloud = _ms.config(__opts__, __pillar__).cloud_settings()
+    cfg = _ms.config(__opts__, __pillar__)
+    cloud = cfg.cloud_settings()
+    _ms.share_ca(__opts__, cfg, cloud["ssl_pillar_dir"])
     return cloud["ssl_pillar_dir"], cloud["ssl"]["ca"], cloud["ssl"]["cert_days"]
 
 
