@@ -111,6 +111,7 @@ fn again(e: &postgres::Error) -> Option<Again> {
         if *code == SqlState::ADMIN_SHUTDOWN
             || *code == SqlState::CRASH_SHUTDOWN
             || *code == SqlState::CANNOT_CONNECT_NOW
+            || code.code().starts_with("08")
         {
             return Some(Again::Lost);
         }
@@ -253,6 +254,15 @@ impl std::fmt::Debug for PgStore {
 
 fn pg_err(label: &Path, e: &postgres::Error) -> Error {
     let why = match e.as_db_error() {
+        // the server is shutting down, restarting or not accepting
+        // connections yet (57P0x), or the connection failed (class 08)
+        Some(db) if db.code().code().starts_with("57P0") || db.code().code().starts_with("08") => {
+            format!(
+                "the database is unreachable ({}, {})",
+                db.message(),
+                db.code().code()
+            )
+        }
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None if e.is_closed() => "the database is unreachable (connection closed)".to_string(),
         None => {
@@ -1001,32 +1011,56 @@ impl std::fmt::Debug for SharedFiles {
 
 impl SharedFiles {
     /// Connects, begins the transaction and takes the files' lock
-    /// (waiting for another controller's turn to end).
+    /// (waiting for another controller's turn to end); a connection lost
+    /// on the way is tried again, as a store transaction is.
     pub fn open(conninfo: &str) -> Result<SharedFiles> {
         let label = std::path::PathBuf::from(shown(conninfo));
-        let mut client = super::pg_tls::client(conninfo).at(&label)?;
-        client
-            .batch_execute(
-                "BEGIN ISOLATION LEVEL READ COMMITTED;
-                 CREATE TABLE IF NOT EXISTS shared_files(name TEXT PRIMARY KEY, content BYTEA NOT NULL);",
-            )
-            .at(&label)
-            .or_else(|e| {
-                // two first uses at once: the table is there now
-                let _ = client.batch_execute("ROLLBACK; BEGIN ISOLATION LEVEL READ COMMITTED;");
-                let exists = client
-                    .query_one("SELECT to_regclass('shared_files') IS NOT NULL", &[])
-                    .at(&label)?;
-                if exists.try_get::<_, bool>(0).unwrap_or(false) {
-                    Ok(())
-                } else {
-                    Err(e)
+        let started = Instant::now();
+        let mut attempt = 1;
+        loop {
+            match Self::try_open(conninfo, &label) {
+                Ok(files) => return Ok(files),
+                Err(e) if attempt < ATTEMPTS && again(&e) == Some(Again::Lost) => {
+                    crate::counters::count(crate::counters::Work::Retry);
+                    std::thread::sleep(backoff(attempt));
+                    attempt += 1;
                 }
-            })?;
-        client
-            .query_one("SELECT pg_advisory_xact_lock($1)", &[&FILES_LOCK])
-            .at(&label)?;
-        Ok(SharedFiles { client, label })
+                Err(e) if attempt > 1 => {
+                    let tried = format!(
+                        "tried {attempt} times over {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                    return Err(match pg_err(&label, &e) {
+                        Error::Store { reason, .. } => {
+                            Error::store(&label, format!("{reason} ({tried})"))
+                        }
+                        other => other,
+                    });
+                }
+                Err(e) => return Err(pg_err(&label, &e)),
+            }
+        }
+    }
+
+    fn try_open(conninfo: &str, label: &Path) -> std::result::Result<SharedFiles, postgres::Error> {
+        let mut client = super::pg_tls::client(conninfo)?;
+        let created = client.batch_execute(
+            "BEGIN ISOLATION LEVEL READ COMMITTED;
+             CREATE TABLE IF NOT EXISTS shared_files(name TEXT PRIMARY KEY, content BYTEA NOT NULL);",
+        );
+        if let Err(e) = created {
+            // two first uses at once: the table is there now
+            client.batch_execute("ROLLBACK; BEGIN ISOLATION LEVEL READ COMMITTED;")?;
+            let exists = client.query_one("SELECT to_regclass('shared_files') IS NOT NULL", &[])?;
+            if !exists.try_get::<_, bool>(0)? {
+                return Err(e);
+            }
+        }
+        client.query_one("SELECT pg_advisory_xact_lock($1)", &[&FILES_LOCK])?;
+        Ok(SharedFiles {
+            client,
+            label: label.to_path_buf(),
+        })
     }
 
     /// The SHA-256 of every shared file, by name.

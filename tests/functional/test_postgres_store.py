@@ -9,11 +9,11 @@ import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
 import yaml
 
+from tests.support import postgres
 from tests.support.minion import Minion
 from tests.support.pillars import FLAGS
 from tests.support.postgres import Postgres
@@ -24,23 +24,9 @@ VMS = {f"c{c}": [f"vm{c}{i}.example.net" for i in range(4)] for c in range(3)}
 SECRET = "s3cret-never-shown"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Postgres]:
-    with Postgres.running() as pg:
-        yield pg
-
-
 def controller(base: Path, conninfo: str) -> Minion:
-    """A controller of its own (configuration, pillar, store directory), as
-    deployments carry the pillar (enable flags, flat keys)."""
-    vms = {vm: {} for names in VMS.values() for vm in names}
-    pillar = {**FLAGS, f"makina-states.cloud.lxc.vms.{CN}": vms}
-    m = Minion(base, pillar=yaml.safe_dump(pillar), minion_id="controller")
-    conf = json.loads((m.conf / "minion").read_text())
-    conf["mccloud_store"] = conninfo
-    conf["mccloud_store_dir"] = str(base / "store-dir")
-    (m.conf / "minion").write_text(json.dumps(conf))
-    return m
+    """A controller of its own, every controller's VMs in its pillar."""
+    return postgres.controller(base, conninfo, CN, [vm for names in VMS.values() for vm in names])
 
 
 def test_controllers_share_one_registry_and_never_hand_out_a_value_twice(server: Postgres, tmp_path: Path) -> None:

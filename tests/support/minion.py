@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,18 @@ class Minion:
         (self.conf / "minion").write_text(json.dumps(minion))
         self.env = {**os.environ, "MASTERSALT_CONFIG_DIR": str(mastersalt_dir or base / "no-mastersalt")}
 
-    def call(self, *args: str, pillar: Any = None) -> subprocess.CompletedProcess[str]:
+    def command(self, *args: str, pillar: Any = None) -> list[str]:
         extra = [f"pillar={json.dumps(pillar)}"] if pillar is not None else []
-        cmd = ["salt-call", "-c", str(self.conf), "--local", "--out=json", *args, *extra]
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=300)
+        return ["salt-call", "-c", str(self.conf), "--local", "--out=json", *args, *extra]
+
+    def call(self, *args: str, pillar: Any = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.command(*args, pillar=pillar), capture_output=True, text=True, env=self.env,
+                              timeout=300)
+
+    def start(self, *args: str) -> Background:
+        """``salt-call`` running in the background, in a process group of
+        its own (see :class:`Background`)."""
+        return Background(self.command(*args), self.env, Path(tempfile.mkdtemp(prefix="background-", dir=self.base)))
 
     def ok(self, *args: str, pillar: Any = None) -> Any:
         p = self.call(*args, pillar=pillar)
@@ -44,3 +54,26 @@ class Minion:
         failed = {k: v["comment"] for k, v in ret.items() if not v["result"]}
         assert failed == {}, failed
         return ret
+
+
+class Background:
+    """A command running in a process group of its own, its output going
+    to files (a large output never blocks it on a full pipe)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], logs: Path) -> None:
+        self.out, self.err = logs / "stdout", logs / "stderr"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL to the command and every process of its group."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=60)
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        """Waits for the end of the command: its exit status and output."""
+        code = self.proc.wait(timeout=300)
+        return subprocess.CompletedProcess(self.proc.args, code, self.out.read_text(), self.err.read_text())
