@@ -5,7 +5,9 @@ nothing else does. The master never accepts a key by itself
 (``auto_accept: False``; only the node's own minion is accepted by the
 fixture): a VM becomes a minion through the key mccloud pre-seeds. A second
 master stands for the mastersalt one (``mccloud_masters``), started by the
-tests that need it.
+tests that need it. The end-to-end test starts a master and minion of its
+own the same way (:func:`running_master`, :func:`running_minion`), with its
+registry on PostgreSQL (``server``); the others keep the SQLite store.
 
 The minion is both the controller's own minion and the compute node. Every
 path, the bridge, the network, the port ranges and the firewall chain are
@@ -16,6 +18,7 @@ undone at the end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,6 +34,7 @@ import yaml
 from mccloud.orchestration import sls_root
 from tests.support.net import bridge_up
 from tests.support.pillars import FLAGS
+from tests.support.postgres import Postgres
 
 NET = "10.199.7"
 GATEWAY = f"{NET}.1"
@@ -74,18 +78,19 @@ def salt_factories_config() -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="package")
-def cloud_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("cloud")
+def cloud_root() -> Iterator[Path]:
+    # The root of an unprivileged container (a host uid of its own) must
+    # traverse the directories down to its lxc path. Not under pytest's
+    # base temporary directory: any pytest session starting meanwhile on the
+    # machine makes /tmp/pytest-of-<user> 0700 again.
+    root = Path(tempfile.mkdtemp(prefix="mccloud-cloud-"))
+    root.chmod(0o711)
     for d in ("pillar", "store", "lxc", "etc"):
         (root / d).mkdir()
-    # The root of an unprivileged container (a host uid of its own) must
-    # traverse the directories down to its lxc path: pytest makes them 0700.
-    for d in (root / "lxc", *(root / "lxc").parents):
-        if d in (Path("/tmp"), Path("/")):
-            break
-        d.chmod(d.stat().st_mode | 0o001)
+    (root / "lxc").chmod(0o711)
     (root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")
@@ -213,9 +218,11 @@ def mastersalt_master(mastersalt_factory: Any) -> Iterator[Any]:
         yield mastersalt_factory
 
 
-@pytest.fixture(scope="package")
-def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge: str, test_states: Path,
-                mastersalt_factory: Any) -> Iterator[Any]:
+@contextlib.contextmanager
+def running_master(salt_factories: Any, name: str, node: str, cloud_root: Path, test_states: Path,
+                   mastersalt_factory: Any, **more: Any) -> Iterator[Any]:
+    """The controller's master ``name``, started, accepting only ``node``'s
+    key; ``more`` overrides its configuration."""
     overrides = {
         "interface": GATEWAY,
         "auto_accept": False,
@@ -230,21 +237,44 @@ def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge:
         "mccloud_sls_timeout": 600,
         # Job data reaches each minion through its own pillar (mccloud.orchestration.private).
         "ext_pillar": [{"mccloud": {}}],
+        **more,
     }
     write_pillar(cloud_root, {})
-    factory = salt_factories.salt_master_daemon("mccloud-master", overrides=overrides,
-                                                on_auth_event_callback=accept_only(NODE))
+    factory = salt_factories.salt_master_daemon(name, overrides=overrides, on_auth_event_callback=accept_only(node))
+    with factory.started(start_timeout=120):
+        yield factory
+
+
+@contextlib.contextmanager
+def running_minion(master: Any, node: str, cloud_root: Path, **more: Any) -> Iterator[Any]:
+    """``node``, the controller's own minion and the compute node, started;
+    ``more`` overrides its configuration."""
+    overrides = {"mccloud_store_dir": str(cloud_root / "store"), "module_dirs": [str(NSBOX / "modules")],
+                 "master": GATEWAY, "mccloud_registry_dir": str(cloud_root / "etc" / "makina-states"), **more}
+    factory = master.salt_minion_daemon(node, overrides=overrides)
     with factory.started(start_timeout=120):
         yield factory
 
 
 @pytest.fixture(scope="package")
+def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge: str, test_states: Path,
+                mastersalt_factory: Any) -> Iterator[Any]:
+    with running_master(salt_factories, "mccloud-master", NODE, cloud_root, test_states, mastersalt_factory) as m:
+        yield m
+
+
+@pytest.fixture(scope="package")
 def salt_minion(salt_master: Any, cloud_root: Path) -> Iterator[Any]:
-    overrides = {"mccloud_store_dir": str(cloud_root / "store"), "module_dirs": [str(NSBOX / "modules")],
-                 "master": GATEWAY, "mccloud_registry_dir": str(cloud_root / "etc" / "makina-states")}
-    factory = salt_master.salt_minion_daemon(NODE, overrides=overrides)
-    with factory.started(start_timeout=120):
-        yield factory
+    with running_minion(salt_master, NODE, cloud_root) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Postgres]:
+    """A PostgreSQL server of the module's own (``tests.support.postgres``),
+    for the tests whose registry is on PostgreSQL."""
+    with Postgres.running() as pg:
+        yield pg
 
 
 @pytest.fixture(scope="package")

@@ -7,7 +7,13 @@ start, sshd banner; stop and destroy.
 
 The template is debootstrapped from Debian's package registry (about a
 minute); containers sit on a bridge and network the test made itself, and
-the only connections the test opens are to 127.0.0.1."""
+the only connections the test opens are to 127.0.0.1.
+
+The registry is on PostgreSQL here (the other integration tests keep
+SQLite): the module has a master and node minion of its own, both with
+``mccloud_store`` naming a database of a server the module starts, with a
+password in the connection string that no output may show. The VMs'
+allocations are checked to be that database's rows."""
 
 from __future__ import annotations
 
@@ -19,14 +25,16 @@ import socket
 import ssl
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import yaml
 
-from tests.integration.conftest import CHAIN, NET, NO_IMAGE_SYNC, Cloud
+from tests.integration.conftest import CHAIN, NET, NO_IMAGE_SYNC, Cloud, running_master, running_minion
 from tests.support.net import ssh_banner
+from tests.support.postgres import Postgres
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +49,50 @@ OVERLAYS = VMS[2:4]
 #: A minion of the mastersalt master (the others: of the salt master).
 MASTERSALT = VMS[1]
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
+#: The module's own master and node (another module's may still be up).
+PG_MASTER, PG_NODE = "mccloud-pg-master", "mccloud-pg-node"
+#: The registry's database, and the password in its connection string (the
+#: server trusts local users: only where it shows matters).
+DB, SECRET = "e2e", f"pg-s3cret-{uuid.uuid4().hex}"
+#: What the registry holds for a VM, as its settings show it.
+ALLOCATED = ("ip", "mac", "ssh_reverse_proxy_port", "snmp_reverse_proxy_port", "password")
+
+
+class WithoutSecret:
+    """A salt-factories CLI whose every output (runner and job returns,
+    errors) is checked for the database password."""
+
+    def __init__(self, cli: Any) -> None:
+        self.cli = cli
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        ret = self.cli.run(*args, **kwargs)
+        assert SECRET not in ret.stdout + ret.stderr, ret.stdout + ret.stderr
+        return ret
+
+
+class PgCloud(Cloud):
+    """The cloud of this module: its registry on database :data:`DB` of
+    ``pg``, its SQLite store directory ``store_dir`` (which must stay
+    without a store)."""
+
+    def __init__(self, master: Any, minion: Any, root: Path, bridge: str, pg: Postgres, store_dir: Path) -> None:
+        super().__init__(master, minion, root, bridge)
+        self.pg, self.store_dir = pg, store_dir
+        self.run_cli, self.call_cli = WithoutSecret(self.run_cli), WithoutSecret(self.call_cli)
+
+
+@pytest.fixture(scope="module")
+def cloud(salt_factories: Any, cloud_root: Path, host_state: None, bridge: str, test_states: Path,
+          mastersalt_factory: Any, server: Postgres) -> Iterator[PgCloud]:
+    """A master and node minion of the module's own, both on the registry
+    of database :data:`DB` (the master's runners and the controller's
+    minion share it)."""
+    store_dir = cloud_root / "store-e2e"
+    store = {"mccloud_store": server.conninfo(DB, password=SECRET), "mccloud_store_dir": str(store_dir)}
+    with running_master(salt_factories, PG_MASTER, PG_NODE, cloud_root, test_states, mastersalt_factory,
+                        **store) as master, running_minion(master, PG_NODE, cloud_root, **store) as minion:
+        yield PgCloud(master, minion, cloud_root, bridge, server, store_dir)
 
 
 def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
@@ -48,7 +100,8 @@ def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def e2e(cloud: Cloud, e2e_timings: list[str], mastersalt_master: Any) -> Iterator[tuple[Cloud, Path, dict[str, float]]]:
+def e2e(cloud: PgCloud, e2e_timings: list[str],
+        mastersalt_master: Any) -> Iterator[tuple[PgCloud, Path, dict[str, float]]]:
     lxc = cloud.root / "lxc"
     pidfile = cloud.root / "etc" / "haproxy-e2e.pid"
     conf = {
@@ -293,7 +346,27 @@ def guest_file(lxc: Path, vm: str, path: str) -> str:
     return out.stdout
 
 
-def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> None:
+def check_on_postgresql(cloud: PgCloud, seen: dict[str, dict[str, Any]]) -> None:
+    """The registry is the database: each VM's allocations, as its
+    settings show them, are its rows there; the store directory (made by
+    the controller's deploy) holds no SQLite store."""
+    rows = cloud.pg.allocations(DB, cloud.node)
+    assert {vm: {k: rows.get(vm, {}).get(k) for k in ALLOCATED} for vm in VMS} == {
+        vm: {k: seen[vm][k] for k in ALLOCATED} for vm in VMS}, rows
+    assert cloud.store_dir.is_dir() and not list(cloud.store_dir.glob("registry.sqlite*")), \
+        list(cloud.store_dir.iterdir())
+
+
+def check_secret_kept(cloud: PgCloud) -> None:
+    """The database password is in no job the master or the minion keep,
+    nor in their logs."""
+    files = [Path(d["log_file"]) for d in (cloud.master.config, cloud.minion.config)]
+    for d in (cloud.master.config, cloud.minion.config):
+        files += [f for f in Path(d["cachedir"]).rglob("*") if f.is_file()]
+    assert [f for f in files if SECRET.encode() in f.read_bytes()] == []
+
+
+def test_a_container_end_to_end(e2e: tuple[PgCloud, Path, dict[str, float]]) -> None:
     cloud, lxc, phases = e2e
     timed(phases, "controller deploy", cloud, "mc_cloud_controller.deploy")
     timed(phases, "compute node deploy (incl. image build)", cloud, "mc_cloud_compute_node.deploy", cloud.node)
@@ -343,6 +416,7 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
     blocks = [s["idmap_base"] for s in seen.values() if not s["privileged"]]
     assert len(blocks) == len(VMS) - len(OVERLAYS) and len(set(blocks)) == len(blocks), blocks  # a block each
     assert all(s["ip"].startswith(NET + ".") for s in seen.values())
+    check_on_postgresql(cloud, seen)
     a = seen[VMS[0]]
     ssh_banner("127.0.0.1", a["ssh_reverse_proxy_port"])  # the first is still reachable
     # Changed settings are applied by vm_reconfigure (the container restarts).
@@ -373,9 +447,12 @@ def test_a_container_end_to_end(e2e: tuple[Cloud, Path, dict[str, float]]) -> No
         assert not any(vm in ids for ids in keys.values()), keys
     rc, data, out = cloud.run("mc_cloud_lxc.vm_destroy", VMS[0])
     assert rc != 0 and "does not exist" in data["comment"], out
+    freed = cloud.pg.allocations(DB, cloud.node)
+    assert not set(VMS) & set(freed), freed  # freed in the database
+    check_secret_kept(cloud)
 
 
-def test_saltify_makes_a_bare_metal_stand_in_a_minion(e2e: tuple[Cloud, Path, dict[str, float]],
+def test_saltify_makes_a_bare_metal_stand_in_a_minion(e2e: tuple[PgCloud, Path, dict[str, float]],
                                                      tmp_path: Path) -> None:
     """A container made by the test stands in for a bare-metal server: a
     clone of the template without Salt, sshd up, the controller's public key
@@ -428,4 +505,5 @@ def test_saltify_makes_a_bare_metal_stand_in_a_minion(e2e: tuple[Cloud, Path, di
     assert answers(cloud.master, "metal.test.lan", deadline=5)
     assert (root / "opt" / "mccloud" / "salt" / "bin" / "salt-minion").exists()
     phases["saltify, until test.ping answers"] = time.monotonic() - start
+    check_secret_kept(cloud)
 
