@@ -146,7 +146,8 @@ def test_vm_steps(cloud: Cloud) -> None:
         assert "bootstrap step did not run or failed" in data["comment"], out
 
 
-def test_failed_step_stops_and_says_which(cloud: Cloud) -> None:
+def test_failed_step_stops_and_says_which(cloud: Cloud, mastersalt_master: Any) -> None:
+    # provision reads the mastersalt master's key first: it must have made it
     fake_container(cloud, "vm2.test.lan", shadow=False)
     rc, data, out = cloud.run("mc_cloud_vm.provision", "vm2.test.lan", "skip=spawn")
     assert rc != 0 and data["result"] is False, out
