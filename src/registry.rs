@@ -206,34 +206,23 @@ impl Registry {
 
     /// Imports into the SQLite store what the historical store beside it
     /// holds for every declared node (each once, as a first allocation
-    /// does); refuses when it holds nodes the configuration does not
+    /// does: a node already imported is left as it is); refuses when it holds nodes the configuration does not
     /// declare (their VMs' types are unknown).
     fn import_legacy(&self) -> Result<()> {
         let root = self.dir.join("compute_node");
         let Ok(found) = std::fs::read_dir(&root) else {
             return Ok(());
         };
-        let declared = self.config.declared()?;
-        let mut names: BTreeMap<String, String> = BTreeMap::new();
-        for cn in declared.keys() {
-            names.insert(cn.replace('.', ""), cn.clone());
-        }
-        let imported: Vec<String> = self
-            .read(|tx| {
-                declared
-                    .keys()
-                    .filter_map(|cn| match tx.meta(&format!("legacy-import:{cn}")) {
-                        Ok(Some(_)) => Some(Ok(cn.replace('.', ""))),
-                        Ok(None) => None,
-                        Err(e) => Some(Err(e)),
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })?
-            .unwrap_or_default();
+        let names: BTreeMap<String, &String> = self
+            .config
+            .declared()?
+            .keys()
+            .map(|cn| (cn.replace('.', ""), cn))
+            .collect();
         let mut unknown = vec![];
         for entry in found.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !entry.path().is_dir() || imported.contains(&name) {
+            if !entry.path().is_dir() {
                 continue;
             }
             match names.get(&name) {

@@ -16,6 +16,7 @@ from mccloud._native import (
     StoreError,
     check_domain,
     gen_id,
+    is_postgres,
     sha512_crypt,
 )
 
@@ -30,5 +31,6 @@ __all__ = [
     "StoreError",
     "check_domain",
     "gen_id",
+    "is_postgres",
     "sha512_crypt",
 ]

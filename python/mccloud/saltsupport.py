@@ -133,16 +133,31 @@ def store_location(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:
             or store_dir(opts, cfg))
 
 
-def _master_side(opts: Mapping[str, Any], key: str) -> str | None:
-    """``key`` of the master configuration beside this minion's, if any."""
+def _master_beside(opts: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The master configuration beside this minion's (``<config dir>/master``),
+    if any; read once per process and file version."""
     if opts.get("__role") == "master":
         return None
     master_file = os.path.join(config_dir(opts), "master")
-    if not os.path.isfile(master_file):
+    try:
+        mtime = os.stat(master_file).st_mtime_ns
+    except OSError:
         return None
+    return _master_config(master_file, mtime)
+
+
+@functools.lru_cache(maxsize=8)
+def _master_config(path: str, mtime_ns: int) -> Mapping[str, Any]:
+    """Salt's master configuration of ``path`` (as of ``mtime_ns``)."""
     import salt.config
 
-    value = salt.config.master_config(master_file).get(key)
+    return salt.config.master_config(path)
+
+
+def _master_side(opts: Mapping[str, Any], key: str) -> str | None:
+    """``key`` of the master configuration beside this minion's, if any."""
+    master = _master_beside(opts)
+    value = master.get(key) if master is not None else None
     return str(value) if value else None
 
 
@@ -151,14 +166,9 @@ def _master_side_store(opts: Mapping[str, Any]) -> str | None:
     runners (master configuration) and ``mastersalt-call`` (minion
     configuration) must share one store even when their ``pillar_roots``
     differ. Read from ``<config dir>/master`` when that file exists."""
-    if opts.get("__role") == "master":
+    master = _master_beside(opts)
+    if master is None:
         return None
-    master_file = os.path.join(config_dir(opts), "master")
-    if not os.path.isfile(master_file):
-        return None
-    import salt.config
-
-    master = salt.config.master_config(master_file)
     if master.get(STORE_OPT):
         return str(master[STORE_OPT])
     roots = (master.get("pillar_roots") or {}).get("base") or []
@@ -175,19 +185,12 @@ def registry_for(opts: Mapping[str, Any], cfg: mccloud.Config) -> mccloud.Regist
     return mccloud.Registry(cfg, store_location(opts, cfg))
 
 
-def is_postgres(location: str) -> bool:
-    """Whether a store location names a PostgreSQL database (a URL, or
-    libpq keywords), as the core decides."""
-    return location.startswith(("postgresql://", "postgres://")) or any(
-        kv.startswith(("host=", "dbname=", "service=", "hostaddr=")) for kv in location.split())
-
-
 def share_ca(opts: Mapping[str, Any], cfg: mccloud.Config, ssl_dir: str) -> None:
     """Shares the controller's CA under ``ssl_dir`` through the PostgreSQL
     store, when the registry is on one (every controller then serves the
     same CA's certificates)."""
     location = store_location(opts, cfg)
-    if is_postgres(location):
+    if mccloud.is_postgres(location):
         from mccloud import pki
 
         pki.share(ssl_dir, location)

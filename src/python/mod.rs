@@ -344,6 +344,13 @@ impl Registry {
     }
 }
 
+/// Whether a store location names a PostgreSQL database (a
+/// `postgresql://` URL or libpq keywords) rather than a store directory.
+#[pyfunction]
+fn is_postgres(location: &str) -> bool {
+    crate::registry::is_postgres(location)
+}
+
 /// `mc_cloud_controller.gen_id`: replaces every `.` by `-`.
 #[pyfunction]
 fn gen_id(name: &str) -> String {
@@ -500,8 +507,8 @@ impl SharedFiles {
 mod _native {
     #[pymodule_export]
     use super::{
-        check_domain, gen_id, issue_certs, served_certs, sha512_crypt, AllocationError,
-        ArgumentError, Config, InvalidInputError, MccloudError, NotFoundError, Registry,
-        SharedFiles, StoreError,
+        check_domain, gen_id, is_postgres, issue_certs, served_certs, sha512_crypt,
+        AllocationError, ArgumentError, Config, InvalidInputError, MccloudError, NotFoundError,
+        Registry, SharedFiles, StoreError,
     };
 }

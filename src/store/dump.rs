@@ -59,6 +59,24 @@ pub const TABLES: &[(&str, &[(&str, Col)])] = &[
     ),
 ];
 
+/// `SELECT <every column> FROM <table>`.
+pub fn select_sql(table: &str, cols: &[(&str, Col)]) -> String {
+    let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+    format!("SELECT {} FROM {table}", names.join(", "))
+}
+
+/// `INSERT INTO <table>(<every column>) VALUES (<mark>1, <mark>2, …)`
+/// (`mark`: `?` for SQLite, `$` for PostgreSQL).
+pub fn insert_sql(table: &str, cols: &[(&str, Col)], mark: char) -> String {
+    let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+    let marks: Vec<String> = (1..=cols.len()).map(|i| format!("{mark}{i}")).collect();
+    format!(
+        "INSERT INTO {table}({}) VALUES ({})",
+        names.join(", "),
+        marks.join(", ")
+    )
+}
+
 /// One value of a row.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Field {

@@ -449,6 +449,52 @@ fn create(dir: &Path, path: &Path) -> Result<()> {
     result
 }
 
+/// Writes a new SQLite store file at `dest`, which must not exist: `fill`
+/// writes a database under a temporary name beside it (mode 0600), which
+/// is then checked, synced and linked into place; nothing is left on
+/// failure.
+fn write_backup(dest: &Path, fill: impl FnOnce(&mut Connection) -> Result<()>) -> Result<()> {
+    if std::fs::symlink_metadata(dest).is_ok() {
+        return Err(Error::store(
+            dest,
+            "the backup destination already exists: choose a new file name",
+        ));
+    }
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".mccloud-backup-{}", new_identity()?));
+    let result = (|| {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| io_err(dest, "cannot create the backup file", &e))?;
+        let mut conn = Connection::open(&tmp).at(dest)?;
+        fill(&mut conn)?;
+        conn.execute_batch("PRAGMA journal_mode=DELETE;").at(dest)?;
+        let ok: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .at(dest)?;
+        if ok != "ok" {
+            return Err(Error::store(
+                dest,
+                format!("the backup does not check out: {ok}"),
+            ));
+        }
+        conn.close().map_err(|(_, e)| map_err(dest, e))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io_err(dest, "cannot write the backup", &e))?;
+        std::fs::hard_link(&tmp, dest)
+            .map_err(|e| io_err(dest, "cannot put the backup in place", &e))
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
 impl Store {
     /// Opens the store in `dir`, creating it (and the directory) when it
     /// does not exist. Only a missing file creates a store: a file that is
@@ -717,48 +763,11 @@ impl Store {
     /// into place, mode 0600.
     pub fn backup(&mut self, dest: &Path) -> Result<()> {
         self.read(|_| Ok(()))?;
-        if std::fs::symlink_metadata(dest).is_ok() {
-            return Err(Error::store(
-                dest,
-                "the backup destination already exists: choose a new file name",
-            ));
-        }
-        let dir = dest
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let tmp = dir.join(format!(".mccloud-backup-{}", new_identity()?));
-        let result = (|| {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(|e| io_err(dest, "cannot create the backup file", &e))?;
-            {
-                let mut dst = Connection::open(&tmp).at(dest)?;
-                let b = Backup::new(&self.conn, &mut dst).at(dest)?;
-                b.step(-1).at(dest)?;
-                drop(b);
-                dst.execute_batch("PRAGMA journal_mode=DELETE;").at(dest)?;
-                let ok: String = dst
-                    .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-                    .at(dest)?;
-                if ok != "ok" {
-                    return Err(Error::store(
-                        dest,
-                        format!("the backup does not check out: {ok}"),
-                    ));
-                }
-            }
-            std::fs::File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| io_err(dest, "cannot write the backup", &e))?;
-            std::fs::hard_link(&tmp, dest)
-                .map_err(|e| io_err(dest, "cannot put the backup in place", &e))
-        })();
-        let _ = std::fs::remove_file(&tmp);
-        result
+        write_backup(dest, |dst| {
+            let b = Backup::new(&self.conn, dst).at(dest)?;
+            b.step(-1).at(dest)?;
+            Ok(())
+        })
     }
 
     /// Integrity check, schema version and identity of the store.
@@ -816,8 +825,7 @@ impl Store {
         self.read_sqlite(|tx| {
             let mut out = dump::Dump::default();
             for (table, cols) in dump::TABLES {
-                let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
-                let sql = format!("SELECT {} FROM {table}", names.join(", "));
+                let sql = dump::select_sql(table, cols);
                 let mut s = tx.conn.prepare(&sql).at(&path)?;
                 let rows = s
                     .query_map([], |r| {
@@ -846,40 +854,12 @@ impl Store {
     /// place, mode 0600. The file is a store of its own (copy it into a
     /// store directory as `registry.sqlite` to use it).
     pub fn create_from(dest: &Path, rows: &dump::Dump) -> Result<()> {
-        if std::fs::symlink_metadata(dest).is_ok() {
-            return Err(Error::store(
-                dest,
-                "the backup destination already exists: choose a new file name",
-            ));
-        }
-        let dir = dest
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let tmp = dir.join(format!(".mccloud-backup-{}", new_identity()?));
-        let result = (|| {
-            std::fs::create_dir(&tmp).map_err(|e| {
-                io_err(
-                    dest,
-                    "cannot create a temporary directory beside the backup",
-                    &e,
-                )
-            })?;
-            let file = tmp.join(FILE_NAME);
-            create(&tmp, &file)?;
-            let mut conn = Connection::open(&file).at(dest)?;
-            conn.execute_batch("PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;")
-                .at(dest)?;
+        write_backup(dest, |conn| {
             let tx = conn.transaction().at(dest)?;
-            tx.execute("DELETE FROM meta", []).at(dest)?;
+            tx.execute_batch(&format!("{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"))
+                .at(dest)?;
             for (table, cols) in dump::TABLES {
-                let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
-                let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
-                let sql = format!(
-                    "INSERT INTO {table}({}) VALUES ({})",
-                    names.join(", "),
-                    marks.join(", ")
-                );
+                let sql = dump::insert_sql(table, cols, '?');
                 let mut s = tx.prepare(&sql).at(dest)?;
                 for row in rows.tables.get(*table).into_iter().flatten() {
                     let values: Vec<rusqlite::types::Value> = row
@@ -892,25 +872,8 @@ impl Store {
                     s.execute(rusqlite::params_from_iter(values)).at(dest)?;
                 }
             }
-            tx.commit().at(dest)?;
-            let ok: String = conn
-                .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-                .at(dest)?;
-            if ok != "ok" {
-                return Err(Error::store(
-                    dest,
-                    format!("the backup does not check out: {ok}"),
-                ));
-            }
-            conn.close().map_err(|(_, e)| map_err(dest, e))?;
-            std::fs::File::open(&file)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| io_err(dest, "cannot write the backup", &e))?;
-            std::fs::hard_link(&file, dest)
-                .map_err(|e| io_err(dest, "cannot put the backup in place", &e))
-        })();
-        let _ = std::fs::remove_dir_all(&tmp);
-        result
+            tx.commit().at(dest)
+        })
     }
 }
 

@@ -70,6 +70,42 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis((50u64 << attempt.saturating_sub(1).min(6)).min(2000))
 }
 
+/// Runs `once` until it succeeds or fails for good (its error says
+/// whether a new try may succeed): a duplicate key is tried once more,
+/// anything else worth it up to [`ATTEMPTS`] times with [`backoff`]; the
+/// last error then says how often it was tried.
+fn retried<T>(
+    label: &Path,
+    mut once: impl FnMut() -> std::result::Result<T, (Error, Option<Again>)>,
+) -> Result<T> {
+    let started = Instant::now();
+    let mut attempt = 1;
+    loop {
+        let (err, why) = match once() {
+            Ok(out) => return Ok(out),
+            Err((e, None)) => return Err(e),
+            Err((e, Some(why))) => (e, why),
+        };
+        let most = if why == Again::Duplicate { 2 } else { ATTEMPTS };
+        if attempt >= most {
+            let reason = match err {
+                Error::Store { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            let tried = format!(
+                "tried {attempt} times over {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            return Err(Error::store(label, format!("{reason} ({tried})")));
+        }
+        crate::counters::count(crate::counters::Work::Retry);
+        if why != Again::Duplicate {
+            std::thread::sleep(backoff(attempt));
+        }
+        attempt += 1;
+    }
+}
+
 /// The advisory lock of compute node `cn`'s rows.
 fn node_lock(cn: &str) -> i64 {
     use sha2::{Digest, Sha256};
@@ -155,7 +191,7 @@ pub fn shown(conninfo: &str) -> String {
             format!("postgresql://{user}@{host}{query}")
         };
     }
-    match keywords(conninfo) {
+    match super::pg_tls::keyword_pairs(conninfo) {
         Some(pairs) => pairs
             .iter()
             .filter(|(k, _)| !k.eq_ignore_ascii_case("password"))
@@ -169,64 +205,6 @@ pub fn shown(conninfo: &str) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         None => "a PostgreSQL connection string that does not parse".to_string(),
-    }
-}
-
-/// The `keyword = value` pairs of a libpq keyword string (spaces around
-/// `=` allowed, values bare or single-quoted with backslash escapes);
-/// None when it does not parse.
-fn keywords(s: &str) -> Option<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    let mut chars = s.chars().peekable();
-    loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        if chars.peek().is_none() {
-            return Some(out);
-        }
-        let mut key = String::new();
-        while let Some(&c) = chars.peek() {
-            if c == '=' || c.is_whitespace() {
-                break;
-            }
-            key.push(c);
-            chars.next();
-        }
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        if key.is_empty() || chars.next() != Some('=') {
-            return None;
-        }
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        let mut value = String::new();
-        if chars.peek() == Some(&'\'') {
-            chars.next();
-            loop {
-                match chars.next()? {
-                    '\'' => break,
-                    '\\' => value.push(chars.next()?),
-                    c => value.push(c),
-                }
-            }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c.is_whitespace() {
-                    break;
-                }
-                if c == '\\' {
-                    chars.next();
-                    value.push(chars.next()?);
-                    continue;
-                }
-                value.push(c);
-                chars.next();
-            }
-        }
-        out.push((key, value));
     }
 }
 
@@ -350,35 +328,14 @@ impl PgStore {
     /// Runs `f` in a transaction of `mode`, again after a conflict or a
     /// lost connection, at most [`ATTEMPTS`] times.
     fn run<T>(&mut self, mode: Mode, f: impl Fn(&PgTx) -> Result<T>) -> Result<T> {
-        let started = Instant::now();
-        let mut attempt = 1;
-        loop {
-            let (err, why) = match self.once(mode, &f) {
-                Ok(out) => return Ok(out),
-                Err((e, None)) => return Err(e),
-                Err((e, Some(why))) => (e, why),
-            };
-            if why == Again::Lost {
+        let label = self.label.clone();
+        retried(&label, || {
+            let out = self.once(mode, &f);
+            if let Err((_, Some(Again::Lost))) = out {
                 self.client = None;
             }
-            let most = if why == Again::Duplicate { 2 } else { ATTEMPTS };
-            if attempt >= most {
-                let reason = match err {
-                    Error::Store { reason, .. } => reason,
-                    other => other.to_string(),
-                };
-                let tried = format!(
-                    "tried {attempt} times over {:.1} s",
-                    started.elapsed().as_secs_f64()
-                );
-                return Err(Error::store(&self.label, format!("{reason} ({tried})")));
-            }
-            crate::counters::count(crate::counters::Work::Retry);
-            if why != Again::Duplicate {
-                std::thread::sleep(backoff(attempt));
-            }
-            attempt += 1;
-        }
+            out
+        })
     }
 
     /// One try of [`PgStore::run`]: on failure, the error and whether
@@ -466,13 +423,7 @@ impl PgStore {
             }
             tx.exec("DELETE FROM meta", &[])?;
             for (table, cols) in TABLES {
-                let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
-                let marks: Vec<String> = (1..=cols.len()).map(|i| format!("${i}")).collect();
-                let sql = format!(
-                    "INSERT INTO {table}({}) VALUES ({})",
-                    names.join(", "),
-                    marks.join(", ")
-                );
+                let sql = super::dump::insert_sql(table, cols, '$');
                 let statement = {
                     let r = tx.tx.borrow_mut().prepare(&sql);
                     tx.checked(r)?
@@ -637,8 +588,7 @@ impl PgTx<'_> {
     fn dump(&self) -> Result<Dump> {
         let mut out = Dump::default();
         for (table, cols) in TABLES {
-            let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
-            let sql = format!("SELECT {} FROM {table}", names.join(", "));
+            let sql = super::dump::select_sql(table, cols);
             let rows = self
                 .query(&sql, &[])?
                 .iter()
@@ -1015,31 +965,9 @@ impl SharedFiles {
     /// on the way is tried again, as a store transaction is.
     pub fn open(conninfo: &str) -> Result<SharedFiles> {
         let label = std::path::PathBuf::from(shown(conninfo));
-        let started = Instant::now();
-        let mut attempt = 1;
-        loop {
-            match Self::try_open(conninfo, &label) {
-                Ok(files) => return Ok(files),
-                Err(e) if attempt < ATTEMPTS && again(&e) == Some(Again::Lost) => {
-                    crate::counters::count(crate::counters::Work::Retry);
-                    std::thread::sleep(backoff(attempt));
-                    attempt += 1;
-                }
-                Err(e) if attempt > 1 => {
-                    let tried = format!(
-                        "tried {attempt} times over {:.1} s",
-                        started.elapsed().as_secs_f64()
-                    );
-                    return Err(match pg_err(&label, &e) {
-                        Error::Store { reason, .. } => {
-                            Error::store(&label, format!("{reason} ({tried})"))
-                        }
-                        other => other,
-                    });
-                }
-                Err(e) => return Err(pg_err(&label, &e)),
-            }
-        }
+        retried(&label, || {
+            Self::try_open(conninfo, &label).map_err(|e| (pg_err(&label, &e), again(&e)))
+        })
     }
 
     fn try_open(conninfo: &str, label: &Path) -> std::result::Result<SharedFiles, postgres::Error> {

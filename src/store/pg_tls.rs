@@ -212,7 +212,7 @@ fn split_keywords(conninfo: &str, take: &mut impl FnMut(&str, &str) -> bool) -> 
 /// tokio-postgres reads them (values bare or single-quoted, backslash
 /// escapes in both, a bare value running to the next whitespace); None
 /// when it does not parse.
-fn keyword_pairs(s: &str) -> Option<Vec<(&str, String)>> {
+pub(super) fn keyword_pairs(s: &str) -> Option<Vec<(&str, String)>> {
     let mut pairs = Vec::new();
     let mut rest = s.trim_start();
     loop {
