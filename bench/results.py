@@ -248,8 +248,8 @@ def store_notes(store: dict[str, Any]) -> list[str]:
         notes.append(f"At once: separate processes (controllers), each with a registry of its own on the "
                      f"same store, each allocating {concurrent['allocs']:,} VMs never seen before (`Registry.port`: "
                      f"IP, MAC, password and both ports in one transaction), started together; the total "
-                     f"is every allocation over the time from the first start to the last end. Afterwards "
-                     f"every IP and port is checked distinct on its node, every MAC everywhere, and the "
+                     f"is every allocation over the time from the first start to the last end. Once all "
+                     f"have finished, every IP and port is checked distinct on its node, every MAC everywhere, and the "
                      f"store's values against the answers.")
     return notes
 

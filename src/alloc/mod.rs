@@ -104,7 +104,10 @@ fn allocate_number(
     for v in candidates_from(pool, from) {
         if tx.owner(k, cn, v)?.is_none() {
             tx.put_number(k, cn, vm, v)?;
-            tx.set_hint(&key, cn, v.saturating_add(1))?;
+            // the next candidate (an id block's start, not the id after
+            // this block's): everything below it is taken
+            let next = v.saturating_add(1);
+            tx.set_hint(&key, cn, pool.first_from(next).unwrap_or(next))?;
             return Ok(v);
         }
     }

@@ -26,8 +26,11 @@ use crate::error::{Error, Result};
 pub mod dump;
 pub mod legacy;
 pub mod pg;
+mod pg_cache;
 #[cfg(test)]
 mod pg_lock_tests;
+#[cfg(test)]
+mod pg_model_tests;
 #[cfg(test)]
 mod pg_tests;
 mod pg_tls;

@@ -14,6 +14,17 @@
 //! schema, a migration) takes exclusively. A commit returns once PostgreSQL
 //! made it durable.
 //!
+//! A transaction asks the server little: it reads a VM's rows (and, the
+//! first time it names a node, the node's hints and destroyed VMs, after
+//! taking the node's lock, in the same round trip), or every row of a node
+//! the first time it asks about the whole node, and keeps what it read;
+//! its writes change what it keeps and reach the database in one statement
+//! before the commit, or before it asks the database anything it does not
+//! know ([`super::pg_cache`]). A single allocation is four round trips
+//! (begin with the store-wide lock, the node's lock with the VM's rows, the
+//! writes, the commit); a node's registration reads the node once and
+//! writes once.
+//!
 //! Retries are bounded: a transaction refused for a deadlock between two
 //! nodes' locks, a serialization failure or a duplicate key, and one whose
 //! connection was lost (the server restarted, the network went), is run
@@ -30,10 +41,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use postgres::types::ToSql;
-use postgres::{Client, IsolationLevel, Row, Statement, Transaction};
+use postgres::{Client, Row, Statement};
 
 use super::dump::{Col, Dump, Field, TABLES};
-use super::{kinds_of, space_of, CheckReport, MacOwner, NumberOwner, Secret, TxOps};
+use super::pg_cache::Cache;
+use super::{space_of, CheckReport, MacOwner, NumberOwner, Secret, TxOps};
 use crate::error::{Error, Result};
 
 /// The schema, created when missing.
@@ -55,7 +67,92 @@ CREATE TABLE IF NOT EXISTS salts(
 CREATE TABLE IF NOT EXISTS destroyed(cn TEXT NOT NULL, vm TEXT NOT NULL, PRIMARY KEY(cn, vm));
 CREATE TABLE IF NOT EXISTS hints(
     pool TEXT NOT NULL, cn TEXT NOT NULL, value BIGINT NOT NULL, PRIMARY KEY(pool, cn));
+CREATE INDEX IF NOT EXISTS numbers_by_vm ON numbers(cn, vm);
+CREATE INDEX IF NOT EXISTS hints_by_cn ON hints(cn);
+CREATE OR REPLACE FUNCTION mccloud_apply_v1(changes TEXT) RETURNS void LANGUAGE plpgsql AS $apply$
+DECLARE c jsonb := changes::jsonb;
+BEGIN
+    DELETE FROM numbers t USING jsonb_to_recordset(c->'numbers_gone') AS d(kind TEXT, cn TEXT, vm TEXT, slot TEXT)
+        WHERE t.kind = d.kind AND t.cn = d.cn AND t.vm = d.vm AND t.slot = d.slot;
+    DELETE FROM macs t USING jsonb_to_recordset(c->'macs_gone') AS d(mac TEXT) WHERE t.mac = d.mac;
+    DELETE FROM passwords t USING jsonb_to_recordset(c->'passwords_gone') AS d(cn TEXT, vm TEXT)
+        WHERE t.cn = d.cn AND t.vm = d.vm;
+    DELETE FROM salts t USING jsonb_to_recordset(c->'salts_gone') AS d(cn TEXT, vm TEXT)
+        WHERE t.cn = d.cn AND t.vm = d.vm;
+    DELETE FROM destroyed t USING jsonb_to_recordset(c->'destroyed_gone') AS d(cn TEXT, vm TEXT)
+        WHERE t.cn = d.cn AND t.vm = d.vm;
+    INSERT INTO numbers(kind, cn, vm, slot, value, space) SELECT kind, cn, vm, slot, value, space
+        FROM jsonb_to_recordset(c->'numbers') AS r(kind TEXT, cn TEXT, vm TEXT, slot TEXT, value BIGINT, space TEXT);
+    INSERT INTO macs(mac, cn, vm, slot, retired) SELECT mac, cn, vm, slot, retired
+        FROM jsonb_to_recordset(c->'macs') AS r(mac TEXT, cn TEXT, vm TEXT, slot TEXT, retired INTEGER);
+    INSERT INTO passwords(cn, vm, password) SELECT cn, vm, value
+        FROM jsonb_to_recordset(c->'passwords') AS r(cn TEXT, vm TEXT, value TEXT);
+    INSERT INTO salts(cn, vm, salt) SELECT cn, vm, value
+        FROM jsonb_to_recordset(c->'salts') AS r(cn TEXT, vm TEXT, value TEXT);
+    INSERT INTO destroyed(cn, vm) SELECT cn, vm FROM jsonb_to_recordset(c->'destroyed') AS r(cn TEXT, vm TEXT);
+    INSERT INTO hints(pool, cn, value) SELECT pool, cn, value
+        FROM jsonb_to_recordset(c->'hints') AS r(pool TEXT, cn TEXT, value BIGINT)
+        ON CONFLICT(pool, cn) DO UPDATE SET value = excluded.value;
+END
+$apply$;
 ";
+
+/// What a transaction reads of a node the first time it names it, and of
+/// a VM the first time it names it on a node, in one round trip: after
+/// taking the node's lock when `lock_key` is given (each statement of the
+/// function reads what was committed before it runs, so after the lock).
+/// The node's base (when `base`): its hints, its destroyed VMs, and who
+/// holds each hint's value (what allocation asks first); the VM's (when
+/// named): its numbers and secrets on the node, its active MACs on every
+/// node, and the row of `mac_guess` (the first MAC allocation would
+/// propose for its main interface), tagged `g` (mac, cn, vm, retired,
+/// slot). Tagged rows, see [`Cache::learn`].
+const LOAD_FUNCTION: &str = "
+CREATE OR REPLACE FUNCTION mccloud_load_v1(lock_key BIGINT, node TEXT, vm_name TEXT, base BOOLEAN,
+                                           mac_guess TEXT)
+RETURNS TABLE(tag TEXT, a TEXT, b TEXT, c TEXT, v BIGINT, d TEXT) LANGUAGE plpgsql AS $load$
+BEGIN
+    IF lock_key IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(lock_key);
+    END IF;
+    IF base THEN
+        RETURN QUERY
+        SELECT 'h', h.pool, '', '', h.value, '' FROM hints h WHERE h.cn = node
+        UNION ALL SELECT 'd', x.vm, '', '', 0::BIGINT, '' FROM destroyed x WHERE x.cn = node
+        -- one probe of the UNIQUE(space, cn, value) index per hint (LIMIT
+        -- keeps the planner from joining against a scan of the node)
+        UNION ALL SELECT 'o', n.vm, n.kind, n.slot, n.value, '' FROM hints h CROSS JOIN LATERAL (
+            SELECT x.vm, x.kind, x.slot, x.value FROM numbers x WHERE x.cn = node AND x.value = h.value
+               AND x.space = CASE split_part(h.pool, ':', 1)
+                   WHEN 'ip' THEN 'ip' WHEN 'idmap' THEN 'idmap' ELSE 'port' END
+             LIMIT 1) n
+            WHERE h.cn = node;
+    END IF;
+    IF vm_name IS NOT NULL THEN
+        RETURN QUERY
+        SELECT 'n', n.kind, n.slot, '', n.value, '' FROM numbers n WHERE n.cn = node AND n.vm = vm_name
+        UNION ALL SELECT 'm', m.mac, m.cn, m.slot, 0::BIGINT, '' FROM macs m
+            WHERE m.vm = vm_name AND m.retired = 0
+        UNION ALL SELECT 'p', p.password, '', '', 0::BIGINT, '' FROM passwords p
+            WHERE p.cn = node AND p.vm = vm_name
+        UNION ALL SELECT 's', s.salt, '', '', 0::BIGINT, '' FROM salts s
+            WHERE s.cn = node AND s.vm = vm_name
+        UNION ALL SELECT 'g', g.mac, g.cn, g.vm, g.retired::BIGINT, g.slot FROM macs g
+            WHERE g.mac = mac_guess;
+    END IF;
+END
+$load$;
+";
+
+/// Every row of a node: what a transaction reads the first time it asks
+/// about the whole node.
+const LOAD_NODE: &str = "
+SELECT 'h', pool, '', '', value FROM hints WHERE cn = $1
+UNION ALL SELECT 'd', vm, '', '', 0::BIGINT FROM destroyed WHERE cn = $1
+UNION ALL SELECT 'n', kind, vm, slot, value FROM numbers WHERE cn = $1
+UNION ALL SELECT 'm', mac, vm, slot, 0::BIGINT FROM macs WHERE cn = $1 AND retired = 0
+UNION ALL SELECT 'p', vm, password, '', 0::BIGINT FROM passwords WHERE cn = $1
+UNION ALL SELECT 's', vm, salt, '', 0::BIGINT FROM salts WHERE cn = $1";
 
 /// The store-wide advisory lock ("mccloud" in ASCII): every write
 /// transaction holds it shared, store-wide work exclusively.
@@ -283,7 +380,10 @@ impl PgStore {
             statements: RefCell::new(HashMap::new()),
         };
         store.whole(|tx| {
-            tx.tx.borrow_mut().batch_execute(SCHEMA).at(tx.label)?;
+            let r = tx.client.borrow_mut().batch_execute(SCHEMA);
+            tx.checked(r)?;
+            let r = tx.client.borrow_mut().batch_execute(LOAD_FUNCTION);
+            tx.checked(r)?;
             if tx.meta("identity")?.is_none() {
                 tx.set_meta("format", super::FORMAT)?;
                 tx.set_meta("identity", &super::new_identity()?)?;
@@ -357,39 +457,64 @@ impl PgStore {
         let Some(client) = self.client.as_mut() else {
             return Err((Error::store(&label, "no connection"), Some(Again::Lost)));
         };
-        let level = match mode {
-            Mode::Read => IsolationLevel::RepeatableRead,
-            Mode::Write | Mode::Whole => IsolationLevel::ReadCommitted,
+        // BEGIN and the store-wide lock in one round trip (the lock's key
+        // is this module's constant)
+        let begin = match mode {
+            Mode::Read => {
+                "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY".to_string()
+            }
+            Mode::Write => format!(
+                "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+                 SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"
+            ),
+            Mode::Whole => format!(
+                "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+                 SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+            ),
         };
-        let mut tx = client
-            .build_transaction()
-            .isolation_level(level)
-            .read_only(mode == Mode::Read)
-            .start()
-            .map_err(failed)?;
-        let lock = match mode {
-            Mode::Read => None,
-            Mode::Write => Some("SELECT pg_advisory_xact_lock_shared($1)"),
-            Mode::Whole => Some("SELECT pg_advisory_xact_lock($1)"),
-        };
-        if let Some(lock) = lock {
-            tx.query_one(lock, &[&WRITE_LOCK]).map_err(failed)?;
+        if let Err(e) = client.batch_execute(&begin) {
+            let out = failed(e);
+            self.rollback();
+            return Err(out);
         }
         let scope = PgTx {
-            tx: RefCell::new(tx),
+            client: RefCell::new(client),
             label: &label,
             statements: &self.statements,
-            forgot: Cell::new(false),
+            cache: RefCell::new(Cache::default()),
             locking: mode == Mode::Write,
             locked: RefCell::new(BTreeSet::new()),
             again: Cell::new(None),
         };
-        let out = match f(&scope) {
-            Ok(out) => out,
-            Err(e) => return Err((e, scope.again.get())),
-        };
-        scope.tx.into_inner().commit().map_err(failed)?;
-        Ok(out)
+        let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
+        let again = scope.again.get();
+        drop(scope);
+        match out {
+            Ok(out) => {
+                let committed = match self.client.as_mut() {
+                    Some(client) => client.batch_execute("COMMIT").map_err(failed),
+                    None => Err((Error::store(&label, "no connection"), Some(Again::Lost))),
+                };
+                if committed.is_err() {
+                    self.rollback();
+                }
+                committed.map(|()| out)
+            }
+            Err(e) => {
+                self.rollback();
+                Err((e, again))
+            }
+        }
+    }
+
+    /// Ends the transaction in progress without committing it (a
+    /// connection that cannot is dropped: the server rolls back).
+    fn rollback(&mut self) {
+        if let Some(client) = self.client.as_mut() {
+            if client.is_closed() || client.batch_execute("ROLLBACK").is_err() {
+                self.client = None;
+            }
+        }
     }
 
     /// Every row of the store, from one snapshot.
@@ -424,10 +549,7 @@ impl PgStore {
             tx.exec("DELETE FROM meta", &[])?;
             for (table, cols) in TABLES {
                 let sql = super::dump::insert_sql(table, cols, '$');
-                let statement = {
-                    let r = tx.tx.borrow_mut().prepare(&sql);
-                    tx.checked(r)?
-                };
+                let statement = tx.statement(&sql)?;
                 for row in rows.tables.get(*table).into_iter().flatten() {
                     let mut values: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(row.len());
                     for ((_, col), cell) in cols.iter().zip(row) {
@@ -443,7 +565,7 @@ impl PgStore {
                     }
                     let args: Vec<&(dyn ToSql + Sync)> =
                         values.iter().map(|b| b.as_ref()).collect();
-                    let r = tx.tx.borrow_mut().execute(&statement, &args);
+                    let r = tx.client.borrow_mut().execute(&statement, &args);
                     tx.checked(r)?;
                 }
             }
@@ -523,13 +645,15 @@ enum Mode {
     Whole,
 }
 
-/// A transaction of the PostgreSQL store.
+/// A transaction of the PostgreSQL store: what it reads is remembered
+/// and what it writes is written in one statement before the commit (see
+/// [`Cache`]).
 pub struct PgTx<'a> {
-    tx: RefCell<Transaction<'a>>,
+    client: RefCell<&'a mut Client>,
     label: &'a Path,
     statements: &'a RefCell<HashMap<String, Statement>>,
-    /// Whether a secret was deleted or replaced.
-    forgot: Cell<bool>,
+    /// What the transaction read and changed.
+    cache: RefCell<Cache>,
     /// Whether a node's lock is taken before its rows are first touched.
     locking: bool,
     /// The nodes whose lock this transaction holds.
@@ -541,6 +665,17 @@ pub struct PgTx<'a> {
 fn u32_of(label: &Path, v: i64) -> Result<u32> {
     u32::try_from(v)
         .map_err(|_| Error::store(label, format!("a stored value is out of range: {v}")))
+}
+
+/// What an operation needs known of a node before it runs.
+#[derive(Clone, Copy)]
+enum Need<'n> {
+    /// Its hints and destroyed VMs.
+    Base,
+    /// And a VM's rows.
+    Vm(&'n str),
+    /// Every row of the node.
+    Whole,
 }
 
 impl PgTx<'_> {
@@ -558,7 +693,7 @@ impl PgTx<'_> {
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
         }
-        let r = self.tx.borrow_mut().prepare(sql);
+        let r = self.client.borrow_mut().prepare(sql);
         let s = self.checked(r)?;
         self.statements
             .borrow_mut()
@@ -568,24 +703,42 @@ impl PgTx<'_> {
 
     fn query(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let s = self.statement(sql)?;
-        let r = self.tx.borrow_mut().query(&s, args);
+        let r = self.client.borrow_mut().query(&s, args);
         self.checked(r)
     }
 
     fn opt(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>> {
         let s = self.statement(sql)?;
-        let r = self.tx.borrow_mut().query_opt(&s, args);
+        let r = self.client.borrow_mut().query_opt(&s, args);
         self.checked(r)
     }
 
     fn exec(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<u64> {
         let s = self.statement(sql)?;
-        let r = self.tx.borrow_mut().execute(&s, args);
+        let r = self.client.borrow_mut().execute(&s, args);
         self.checked(r)
+    }
+
+    /// A column of a row, checked.
+    fn col<'r, T: postgres::types::FromSql<'r>>(&self, row: &'r Row, i: usize) -> Result<T> {
+        self.checked(row.try_get(i))
+    }
+
+    /// Writes what the transaction changed and has not written yet, in one
+    /// statement: before the database is asked anything the transaction
+    /// does not know, and before the commit.
+    fn write_changes(&self) -> Result<()> {
+        if self.cache.borrow().clean() {
+            return Ok(());
+        }
+        let changes = self.cache.borrow_mut().take_changes().to_string();
+        self.query("SELECT mccloud_apply_v1($1)", &[&changes])?;
+        Ok(())
     }
 
     /// Every row of the store.
     fn dump(&self) -> Result<Dump> {
+        self.write_changes()?;
         let mut out = Dump::default();
         for (table, cols) in TABLES {
             let sql = super::dump::select_sql(table, cols);
@@ -613,52 +766,175 @@ impl PgTx<'_> {
         Ok(out)
     }
 
-    /// Takes compute node `cn`'s lock, once per transaction, before its
-    /// rows are first read or written (writers only).
-    fn node(&self, cn: &str) -> Result<()> {
-        if !self.locking || self.locked.borrow().contains(cn) {
+    /// Makes what `need` asks known of compute node `cn`, reading it once
+    /// per transaction: a writer first takes the node's lock.
+    fn node(&self, cn: &str, need: Need) -> Result<()> {
+        let lock = self.locking && !self.locked.borrow().contains(cn);
+        let (based, full) = {
+            let c = self.cache.borrow();
+            (c.based(cn), c.full(cn))
+        };
+        let vm = match need {
+            Need::Vm(vm) if !self.cache.borrow().loaded(cn, vm) => Some(vm),
+            _ => None,
+        };
+        if lock || !based || vm.is_some() {
+            let key = lock.then(|| node_lock(cn));
+            // what allocating the VM's main interface asks first
+            let guess = vm.map(|vm| crate::pools::mac::candidate(cn, vm, "", 0));
+            let rows = self.query(
+                "SELECT tag, a, b, c, v, d FROM mccloud_load_v1($1, $2, $3, $4, $5)",
+                &[&key, &cn, &vm, &!based, &guess],
+            )?;
+            if lock {
+                self.locked.borrow_mut().insert(cn.to_string());
+            }
+            if let Some(guess) = guess {
+                self.learn_guess(&guess, &rows)?;
+            }
+            self.learn(cn, vm, false, &rows)?;
+        }
+        if matches!(need, Need::Whole) && !full {
+            // read after the changes were written
+            self.write_changes()?;
+            let rows = self.query(LOAD_NODE, &[&cn])?;
+            self.learn(cn, None, true, &rows)?;
+        }
+        Ok(())
+    }
+
+    /// Learns who holds the MAC guessed by a load query (its `g` row).
+    fn learn_guess(&self, guess: &str, rows: &[Row]) -> Result<()> {
+        if self.cache.borrow().mac_owner(guess).is_some() {
             return Ok(());
         }
-        self.query("SELECT pg_advisory_xact_lock($1)", &[&node_lock(cn)])?;
-        self.locked.borrow_mut().insert(cn.to_string());
+        let mut owner = None;
+        for r in rows {
+            if self.col::<String>(r, 0)? == "g" {
+                owner = Some(MacOwner {
+                    cn: self.col(r, 2)?,
+                    vm: self.col(r, 3)?,
+                    retired: self.col::<i64>(r, 4)? != 0,
+                    slot: self.col(r, 5)?,
+                });
+            }
+        }
+        self.cache.borrow_mut().learn_mac(guess, owner);
         Ok(())
+    }
+
+    /// Learns the tagged rows of a load query (see [`Cache::learn`]).
+    fn learn(&self, cn: &str, vm: Option<&str>, whole: bool, rows: &[Row]) -> Result<()> {
+        let rows = rows
+            .iter()
+            .map(|r| {
+                Ok((
+                    self.col(r, 0)?,
+                    self.col(r, 1)?,
+                    self.col(r, 2)?,
+                    self.col(r, 3)?,
+                    self.col(r, 4)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let label = self.label;
+        self.cache
+            .borrow_mut()
+            .learn(cn, vm, whole, rows, |v| u32_of(label, v))
+    }
+
+    /// Makes VM `vm`'s active MACs on every node known.
+    fn vm_macs(&self, vm: &str) -> Result<()> {
+        if self.cache.borrow().vm_macs_known(vm) {
+            return Ok(());
+        }
+        let rows = self
+            .query(
+                "SELECT mac, cn, slot FROM macs WHERE vm = $1 AND retired = 0",
+                &[&vm],
+            )?
+            .iter()
+            .map(|r| Ok((self.col(r, 0)?, self.col(r, 1)?, self.col(r, 2)?)))
+            .collect::<Result<Vec<_>>>()?;
+        self.cache.borrow_mut().learn_vm_macs(vm, rows);
+        Ok(())
+    }
+
+    /// Who holds `value` in `kind`'s space on `cn`, from what is known
+    /// or else from the database.
+    fn owner_of(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+        self.node(cn, Need::Base)?;
+        if let Some(known) = self.cache.borrow().owner(kind, cn, value) {
+            return Ok(known);
+        }
+        let row = self.opt(
+            "SELECT vm, kind, slot FROM numbers WHERE space=$1 AND cn=$2 AND value=$3",
+            &[&space_of(kind), &cn, &i64::from(value)],
+        )?;
+        let owner = match row {
+            Some(r) => Some(NumberOwner {
+                vm: self.col(&r, 0)?,
+                kind: self.col(&r, 1)?,
+                slot: self.col(&r, 2)?,
+            }),
+            None => None,
+        };
+        self.cache
+            .borrow_mut()
+            .learn_owner(kind, cn, value, owner.clone());
+        Ok(owner)
+    }
+
+    /// Who holds or held `mac`, from what is known or else from the
+    /// database (every MAC at once when a node is being read whole).
+    fn mac_owner_of(&self, mac: &str) -> Result<Option<MacOwner>> {
+        if let Some(known) = self.cache.borrow().mac_owner(mac) {
+            return Ok(known);
+        }
+        if self.cache.borrow().bulk() {
+            let all = self
+                .query("SELECT mac FROM macs", &[])?
+                .iter()
+                .map(|r| self.col(r, 0))
+                .collect::<Result<Vec<String>>>()?;
+            self.cache.borrow_mut().learn_all_macs(all);
+            if let Some(known) = self.cache.borrow().mac_owner(mac) {
+                return Ok(known);
+            }
+        }
+        let row = self.opt(
+            "SELECT cn, vm, slot, retired FROM macs WHERE mac=$1",
+            &[&mac],
+        )?;
+        let owner = match row {
+            Some(r) => Some(MacOwner {
+                cn: self.col(&r, 0)?,
+                vm: self.col(&r, 1)?,
+                slot: self.col(&r, 2)?,
+                retired: self.col::<i32>(&r, 3)? != 0,
+            }),
+            None => None,
+        };
+        self.cache.borrow_mut().learn_mac(mac, owner.clone());
+        Ok(owner)
     }
 
     fn strings(&self, sql: &str, args: &[&(dyn ToSql + Sync)]) -> Result<Vec<String>> {
-        Ok(self.query(sql, args)?.iter().map(|r| r.get(0)).collect())
+        self.write_changes()?;
+        self.query(sql, args)?
+            .iter()
+            .map(|r| self.col(r, 0))
+            .collect()
     }
 
-    fn lower_hints(&self, kind: &str, cn: &str, freed: u32) -> Result<()> {
-        for k in kinds_of(space_of(kind)) {
-            self.exec(
-                "UPDATE hints SET value = $3 WHERE cn = $2 AND value > $3 AND pool LIKE $1 || ':%'",
-                &[k, &cn, &i64::from(freed)],
-            )?;
-        }
-        Ok(())
+    fn secret(&self, cn: &str, vm: &str, which: Secret) -> Result<Option<String>> {
+        self.node(cn, Need::Vm(vm))?;
+        Ok(self.cache.borrow().secret(cn, vm, which))
     }
 
-    fn secret(&self, table: Secret, cn: &str, vm: &str) -> Result<Option<String>> {
-        let (table, col) = table.names();
-        let sql = format!("SELECT {col} FROM {table} WHERE cn=$1 AND vm=$2");
-        Ok(self.opt(&sql, &[&cn, &vm])?.map(|r| r.get(0)))
-    }
-
-    fn put_secret(&self, table: Secret, cn: &str, vm: &str, value: &str) -> Result<()> {
-        let (table, col) = table.names();
-        let added = self.exec(
-            &format!("INSERT INTO {table}(cn, vm, {col}) VALUES ($1, $2, $3) ON CONFLICT(cn, vm) DO NOTHING"),
-            &[&cn, &vm, &value],
-        )?;
-        if added == 0 {
-            let replaced = self.exec(
-                &format!("UPDATE {table} SET {col} = $3 WHERE cn = $1 AND vm = $2 AND {col} <> $3"),
-                &[&cn, &vm, &value],
-            )?;
-            if replaced > 0 {
-                self.forgot.set(true);
-            }
-        }
+    fn put_secret(&self, cn: &str, vm: &str, which: Secret, value: Option<&str>) -> Result<()> {
+        self.node(cn, Need::Vm(vm))?;
+        self.cache.borrow_mut().set_secret(cn, vm, which, value);
         Ok(())
     }
 }
@@ -669,250 +945,166 @@ impl TxOps for PgTx<'_> {
     }
 
     fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
-        self.node(cn)?;
-        let row = self.opt(
-            "SELECT value FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=''",
-            &[&kind, &cn, &vm],
-        )?;
-        row.map(|r| u32_of(self.label, r.get(0))).transpose()
+        self.node(cn, Need::Vm(vm))?;
+        Ok(self.cache.borrow().number(kind, cn, vm, ""))
     }
 
     fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
-        self.node(cn)?;
-        let row = self.opt(
-            "SELECT vm, kind, slot FROM numbers WHERE space=$1 AND cn=$2 AND value=$3",
-            &[&space_of(kind), &cn, &i64::from(value)],
-        )?;
-        Ok(row.map(|r| NumberOwner {
-            vm: r.get(0),
-            kind: r.get(1),
-            slot: r.get(2),
-        }))
+        self.owner_of(kind, cn, value)
     }
 
     fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
-        self.node(cn)?;
-        self.query(
-            "SELECT vm, value FROM numbers WHERE kind=$1 AND cn=$2 AND slot='' ORDER BY vm",
-            &[&kind, &cn],
-        )?
-        .iter()
-        .map(|r| Ok((r.get(0), u32_of(self.label, r.get(1))?)))
-        .collect()
+        self.node(cn, Need::Whole)?;
+        Ok(self.cache.borrow().numbers(kind, cn))
     }
 
     fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
-        self.node(cn)?;
-        self.query(
-            "SELECT vm, slot, value FROM numbers WHERE space=$1 AND cn=$2 ORDER BY vm, slot, value",
-            &[&space_of(kind), &cn],
-        )?
-        .iter()
-        .map(|r| Ok((r.get(0), r.get(1), u32_of(self.label, r.get(2))?)))
-        .collect()
+        self.node(cn, Need::Whole)?;
+        Ok(self.cache.borrow().space(kind, cn))
     }
 
     fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
-        self.node(cn)?;
-        let old = self.opt(
-            "SELECT value FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=$4",
-            &[&kind, &cn, &vm, &slot],
-        )?;
-        if let Some(old) = old {
-            let old = u32_of(self.label, old.get(0))?;
-            if old == value {
-                return Ok(());
-            }
-            self.lower_hints(kind, cn, old)?;
+        self.node(cn, Need::Vm(vm))?;
+        self.owner_of(kind, cn, value)?;
+        let (_, taken) = self
+            .cache
+            .borrow_mut()
+            .set_number(kind, cn, vm, slot, Some(value));
+        if taken {
+            // the database refuses it, and says why
+            self.write_changes()?;
         }
-        self.exec(
-            "INSERT INTO numbers(kind, cn, vm, slot, value, space) VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT(kind, cn, vm, slot) DO UPDATE SET value = excluded.value",
-            &[&kind, &cn, &vm, &slot, &i64::from(value), &space_of(kind)],
-        )?;
         Ok(())
     }
 
     fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
-        self.node(cn)?;
-        self.query(
-            "SELECT slot, value FROM numbers WHERE kind='ip' AND cn=$1 AND vm=$2 AND slot<>'' ORDER BY slot",
-            &[&cn, &vm],
-        )?
-        .iter()
-        .map(|r| Ok((r.get(0), u32_of(self.label, r.get(1))?)))
-        .collect()
+        self.node(cn, Need::Vm(vm))?;
+        Ok(self.cache.borrow().extra_ips(cn, vm))
     }
 
     fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
-        self.node(cn)?;
-        let row = self.opt(
-            "DELETE FROM numbers WHERE kind=$1 AND cn=$2 AND vm=$3 AND slot=$4 RETURNING value",
-            &[&kind, &cn, &vm, &slot],
-        )?;
-        let old = row.map(|r| u32_of(self.label, r.get(0))).transpose()?;
-        if let Some(v) = old {
-            self.lower_hints(kind, cn, v)?;
-        }
-        Ok(old)
+        self.node(cn, Need::Vm(vm))?;
+        Ok(self
+            .cache
+            .borrow_mut()
+            .set_number(kind, cn, vm, slot, None)
+            .0)
     }
 
     fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
-        self.node(cn)?;
-        let row = self.opt(
-            "SELECT value FROM hints WHERE pool=$1 AND cn=$2",
-            &[&pool, &cn],
-        )?;
-        row.map(|r| u32_of(self.label, r.get(0))).transpose()
+        self.node(cn, Need::Base)?;
+        Ok(self.cache.borrow().hint(pool, cn))
     }
 
     fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()> {
-        self.node(cn)?;
-        self.exec(
-            "INSERT INTO hints(pool, cn, value) VALUES ($1, $2, $3)
-             ON CONFLICT(pool, cn) DO UPDATE SET value = excluded.value",
-            &[&pool, &cn, &i64::from(value)],
-        )?;
+        self.node(cn, Need::Base)?;
+        self.cache.borrow_mut().set_hint(pool, cn, value);
         Ok(())
     }
 
     fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>> {
-        self.node(cn)?;
-        let row = self.opt(
-            "SELECT mac FROM macs WHERE cn=$1 AND vm=$2 AND slot=$3 AND retired=0",
-            &[&cn, &vm, &slot],
-        )?;
-        Ok(row.map(|r| r.get(0)))
+        self.node(cn, Need::Vm(vm))?;
+        Ok(self.cache.borrow().mac(cn, vm, slot))
     }
 
     fn mac_owner(&self, mac: &str) -> Result<Option<MacOwner>> {
-        let row = self.opt(
-            "SELECT cn, vm, slot, retired FROM macs WHERE mac=$1",
-            &[&mac],
-        )?;
-        Ok(row.map(|r| MacOwner {
-            cn: r.get(0),
-            vm: r.get(1),
-            slot: r.get(2),
-            retired: r.get::<_, i32>(3) != 0,
-        }))
+        self.mac_owner_of(mac)
     }
 
     fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
-        self.node(cn)?;
-        self.exec(
-            "UPDATE macs SET retired=1 WHERE cn=$1 AND vm=$2 AND slot=$3 AND retired=0",
-            &[&cn, &vm, &slot],
-        )?;
-        self.exec(
-            "INSERT INTO macs(mac, cn, vm, slot, retired) VALUES ($1, $2, $3, $4, 0)",
-            &[&mac, &cn, &vm, &slot],
-        )?;
+        self.node(cn, Need::Vm(vm))?;
+        if self.mac_owner_of(mac)?.is_some() {
+            // the database refuses it, and says why
+            self.write_changes()?;
+            self.exec(
+                "INSERT INTO macs(mac, cn, vm, slot, retired) VALUES ($1, $2, $3, $4, 0)",
+                &[&mac, &cn, &vm, &slot],
+            )?;
+            // it did not: what the transaction knew is out of date
+            self.again.set(Some(Again::Conflict));
+            return Err(Error::store(
+                self.label,
+                format!("MAC {mac} was freed by another transaction meanwhile"),
+            ));
+        }
+        self.cache.borrow_mut().put_mac(cn, vm, slot, mac);
         Ok(())
     }
 
     fn forget_mac(&self, mac: &str) -> Result<()> {
-        self.exec("DELETE FROM macs WHERE mac=$1", &[&mac])?;
+        if let Some(owner) = self.mac_owner_of(mac)? {
+            self.node(&owner.cn, Need::Vm(&owner.vm))?;
+        }
+        self.cache.borrow_mut().forget_mac(mac);
         Ok(())
     }
 
     fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
-        self.node(cn)?;
-        Ok(self
-            .query(
-                "SELECT vm, slot, mac FROM macs WHERE cn=$1 AND retired=0 ORDER BY vm, slot",
-                &[&cn],
-            )?
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect())
+        self.node(cn, Need::Whole)?;
+        Ok(self.cache.borrow().macs(cn))
     }
 
     fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
-        self.node(cn)?;
-        let keep: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
-        let mut out = self.strings(
-            "UPDATE macs SET retired=1 WHERE cn=$1 AND vm=$2 AND retired=0 AND slot <> ALL($3) RETURNING mac",
-            &[&cn, &vm, &keep],
-        )?;
-        out.sort();
-        Ok(out)
+        self.node(cn, Need::Vm(vm))?;
+        Ok(self.cache.borrow_mut().retire_except(cn, vm, keep))
     }
 
     fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
-        self.node(cn)?;
-        self.secret(Secret::Password, cn, vm)
+        self.secret(cn, vm, Secret::Password)
     }
 
     fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
-        self.node(cn)?;
-        self.put_secret(Secret::Password, cn, vm, password)
+        self.put_secret(cn, vm, Secret::Password, Some(password))
     }
 
     fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
-        self.node(cn)?;
-        self.secret(Secret::Salt, cn, vm)
+        self.secret(cn, vm, Secret::Salt)
     }
 
     fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
-        self.node(cn)?;
-        self.put_secret(Secret::Salt, cn, vm, salt)
+        self.put_secret(cn, vm, Secret::Salt, Some(salt))
     }
 
     fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
-        self.node(cn)?;
-        let salts = self.exec("DELETE FROM salts WHERE cn=$1 AND vm=$2", &[&cn, &vm])?;
-        let passwords = self.exec("DELETE FROM passwords WHERE cn=$1 AND vm=$2", &[&cn, &vm])?;
-        if salts + passwords > 0 {
-            self.forgot.set(true);
-        }
-        Ok(passwords > 0)
+        let had = self.secret(cn, vm, Secret::Password)?.is_some();
+        self.put_secret(cn, vm, Secret::Salt, None)?;
+        self.put_secret(cn, vm, Secret::Password, None)?;
+        Ok(had)
     }
 
     fn vms(&self, cn: &str) -> Result<Vec<String>> {
-        self.node(cn)?;
-        self.strings(
-            "SELECT vm FROM numbers WHERE cn=$1 UNION SELECT vm FROM macs WHERE cn=$1 AND retired=0
-             UNION SELECT vm FROM passwords WHERE cn=$1 UNION SELECT vm FROM salts WHERE cn=$1 ORDER BY 1",
-            &[&cn],
-        )
+        self.node(cn, Need::Whole)?;
+        Ok(self.cache.borrow().vms(cn))
     }
 
     fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
-        self.node(cn)?;
-        Ok(self
-            .query(
-                "SELECT vm, cn FROM macs WHERE cn<>$1 AND retired=0 UNION SELECT vm, cn FROM passwords
-                 WHERE cn<>$1 UNION SELECT vm, cn FROM salts WHERE cn<>$1",
-                &[&cn],
-            )?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect())
+        self.node(cn, Need::Base)?;
+        self.write_changes()?;
+        self.query(
+            "SELECT vm, cn FROM macs WHERE cn<>$1 AND retired=0 UNION SELECT vm, cn FROM passwords
+             WHERE cn<>$1 UNION SELECT vm, cn FROM salts WHERE cn<>$1",
+            &[&cn],
+        )?
+        .iter()
+        .map(|r| Ok((self.col(r, 0)?, self.col(r, 1)?)))
+        .collect()
     }
 
     fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
-        self.node(cn)?;
-        self.strings(
-            "SELECT DISTINCT cn FROM macs WHERE vm=$1 AND cn<>$2 AND retired=0 ORDER BY 1",
-            &[&vm, &cn],
-        )
+        self.node(cn, Need::Vm(vm))?;
+        self.vm_macs(vm)?;
+        Ok(self.cache.borrow().other_nodes_of(vm, cn))
     }
 
     fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
-        self.node(cn)?;
-        let sql = if destroyed {
-            "INSERT INTO destroyed(cn, vm) VALUES ($1, $2) ON CONFLICT DO NOTHING"
-        } else {
-            "DELETE FROM destroyed WHERE cn=$1 AND vm=$2"
-        };
-        self.exec(sql, &[&cn, &vm])?;
+        self.node(cn, Need::Vm(vm))?;
+        self.cache.borrow_mut().set_destroyed(cn, vm, destroyed);
         Ok(())
     }
 
     fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
-        self.node(cn)?;
-        self.strings("SELECT vm FROM destroyed WHERE cn=$1 ORDER BY vm", &[&cn])
+        self.node(cn, Need::Base)?;
+        Ok(self.cache.borrow().destroyed(cn))
     }
 
     fn nodes(&self) -> Result<Vec<String>> {
@@ -923,12 +1115,14 @@ impl TxOps for PgTx<'_> {
     }
 
     fn meta(&self, key: &str) -> Result<Option<String>> {
-        Ok(self
-            .opt("SELECT value FROM meta WHERE key=$1", &[&key])?
-            .map(|r| r.get(0)))
+        self.write_changes()?;
+        self.opt("SELECT value FROM meta WHERE key=$1", &[&key])?
+            .map(|r| self.col(&r, 0))
+            .transpose()
     }
 
     fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.write_changes()?;
         self.exec(
             "INSERT INTO meta(key, value) VALUES ($1, $2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             &[&key, &value],

@@ -30,8 +30,8 @@ CN = "cn1.example.net"
 SECRET = "s3cret-never-shown"
 #: What is unique to a VM (on its node; a MAC everywhere).
 UNIQUE = ("ip", "mac", "ssh_reverse_proxy_port", "snmp_reverse_proxy_port")
-#: Enough VMs that registering them all takes one transaction of seconds:
-#: the kill and the restart land inside it.
+#: The VMs one controller registers at once, in one transaction, which the
+#: kill and the restart interrupt while it writes them.
 BULK = [f"bulk{i:03}.example.net" for i in range(300)]
 #: How long the server stays down at most (seconds): about as long as a
 #: store that tries again may keep trying, so that some calls may give up.
@@ -87,20 +87,25 @@ def assert_kept(acknowledged: dict[str, dict[str, Any]], now: dict[str, dict[str
 
 def test_a_controller_killed_while_allocating_leaves_nothing_half_done(server: Postgres, tmp_path: Path) -> None:
     """The victim registers the whole node (one transaction); it is killed,
-    with its process group, once the database shows it writing; three
-    controllers registering VMs of their own one call at a time meanwhile
-    finish."""
+    with its process group, in the middle of writing its rows: the test
+    holds, uncommitted, the password row of the last VM, which the victim
+    writes after its numbers, so the victim waits there until the test lets
+    go, after the kill. Three controllers registering VMs of their own one
+    call at a time meanwhile finish."""
     db = "killed"
     own = own_vms(3, 4)
     every_vm = [*BULK, *(vm for vms in own.values() for vm in vms)]
     ms = controllers(server, db, tmp_path, [*own, "victim"], every_vm)
-    victim = ms["victim"].start("mc_cloud_compute_node.get_settings_for_target", CN)
+    ms["c0"].call("mc_cloud_lxc.get_settings_for_vm", CN, own["c0"][0])  # the schema is made
     with ThreadPoolExecutor(max_workers=3) as pool:
-        running = [pool.submit(register, ms[name], vms) for name, vms in own.items()]
-        pid, xid = server.writing(db, "victim", victim)
-        victim.kill()
+        with server.holding(db, f"INSERT INTO passwords(cn, vm, password) VALUES ('{CN}', '{BULK[-1]}', 'held')"):
+            victim = ms["victim"].start("mc_cloud_compute_node.get_settings_for_target", CN)
+            running = [pool.submit(register, ms[name], vms) for name, vms in own.items()]
+            pid, xid = server.writing(db, "victim", victim)
+            victim.kill()
         acknowledged = {vm: s for done in running for vm, s in done.result().items()}
     assert victim.result().returncode < 0  # killed, not finished
+    acknowledged[own["c0"][0]] = answer(ms["c0"].call("mc_cloud_lxc.get_settings_for_vm", CN, own["c0"][0]))
 
     # The killed session went away by itself, its transaction rolled back:
     # not one of its rows stays, and nothing stays locked.
@@ -173,7 +178,8 @@ class Run:
 def test_a_server_restart_mid_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     """Three controllers register VMs of their own one call at a time; once
     some are acknowledged, a fourth registers the whole node, and while its
-    transaction writes, the server is stopped (``pg_ctl stop -m fast``) and
+    transaction writes (waiting for a row the test holds), the server is
+    stopped (``pg_ctl stop -m fast``) and
     started again once a call began during the outage has ended (at most a
     few seconds)."""
     db = "restart"
@@ -191,10 +197,13 @@ def test_a_server_restart_mid_run_loses_and_duplicates_nothing(tmp_path: Path) -
             loops = [pool.submit(loop, name) for name in own]
             run.wait(lambda calls: run.acknowledged() >= 3 or len(calls) == 18, HANG)
             assert run.acknowledged() >= 3, run.summary()
-            bulk = ms["bulk"].start("mc_cloud_compute_node.get_settings_for_target", CN)
-            pg.writing(db, "bulk", bulk)
-            run.set_phase("stopping")
-            pg.stop("fast")
+            # the bulk registration waits inside its write for the password
+            # row of its last VM, held uncommitted, until the server stops
+            with pg.holding(db, f"INSERT INTO passwords(cn, vm, password) VALUES ('{CN}', '{BULK[-1]}', 'held')"):
+                bulk = ms["bulk"].start("mc_cloud_compute_node.get_settings_for_target", CN)
+                pg.writing(db, "bulk", bulk)
+                run.set_phase("stopping")
+                pg.stop("fast")
             run.set_phase("down")
             run.wait(lambda calls: any(c.phase == "down" for c in calls), OUTAGE)
             pg.start()

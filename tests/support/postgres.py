@@ -110,6 +110,27 @@ class Postgres:
         assert p.returncode == 0, f"psql {sql!r}: {p.stdout}{p.stderr}"
         return [line.split("\t") for line in p.stdout.splitlines() if line]
 
+    @contextlib.contextmanager
+    def holding(self, db: str, sql: str) -> Iterator[None]:
+        """Runs ``sql`` (a write) in a transaction of ``db`` left open
+        inside the block, so that a writer of the same row waits for it;
+        rolled back when the block ends."""
+        p = subprocess.Popen([str(self.bin / "psql"), "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1",
+                              "-h", str(self.root), "-U", "mccloud", "-d", db],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert p.stdin and p.stdout
+        try:
+            p.stdin.write(f"BEGIN;\n{sql};\nSELECT 'holding';\n")
+            p.stdin.flush()
+            line = p.stdout.readline().strip()
+            assert line == "holding", f"psql {sql!r}: {line}{p.stdout.read() if p.poll() is not None else ''}"
+            yield
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                p.stdin.write("ROLLBACK;\n")
+                p.stdin.close()
+            p.wait(timeout=60)
+
     def allocations(self, db: str, cn: str) -> dict[str, dict[str, Any]]:
         """Per VM of node ``cn``, what the registry in ``db`` holds: its
         main IP, MAC, ssh and snmp ports (keyed as its settings show them)
@@ -149,7 +170,9 @@ class Postgres:
         while proc.running() and time.monotonic() < deadline:
             for pid, xid in self.psql(db, sql):
                 return int(pid), int(xid)
-        pytest.fail(f"{application_name} was never seen writing: {proc.result()}")
+        done = proc.result()
+        pytest.fail(f"{application_name} was never seen writing: it ended with {done.returncode}: "
+                    f"{(done.stdout + done.stderr)[-2000:]}")
 
     def wait_gone(self, db: str, pid: int) -> None:
         """Waits until the server process ``pid`` (a session of ``db``) has
