@@ -3,6 +3,7 @@ and ``salt-run`` on a throw-away configuration with the sample pillar."""
 
 from __future__ import annotations
 
+import json
 import copy
 import re
 import warnings
@@ -224,6 +225,20 @@ def test_unknown_vm_and_node(salt_env: SaltEnv) -> None:
     assert r.returncode != 0 and "nope.foo.com is not declared on compute node devhost10.local" in r.output
     r = salt_env.call("mc_cloud_compute_node.get_settings_for_target", "ghost.local")
     assert r.returncode != 0 and "ghost.local declares no VMs" in r.output
+
+
+def test_runners_that_answer_data_report_errors_without_a_traceback(salt_env: SaltEnv) -> None:
+    """The registry runners (what a deploy or a provisioning pushes) fail
+    as the other runners do: non-zero exit, the reason, no traceback."""
+    for args, reason in (
+        (("mc_cloud_vm.vm_sls_pillar", CN, "nope.foo.com"), "nope.foo.com is not declared on compute node"),
+        (("mc_cloud_compute_node.cn_sls_pillar", "ghost.local"), "ghost.local declares no VMs"),
+    ):
+        r = salt_env.run(*args)
+        assert r.returncode != 0, r.output
+        assert reason in r.output and "Traceback" not in r.output, r.output
+    r = salt_env.run("mc_cloud_vm.vm_sls_pillar", CN, VM)
+    assert r.returncode == 0 and json.loads(r.stdout)["mccloud_vmname"] == VM, r.output
 
 
 def test_corrupt_store_is_reported_and_never_rewritten(salt_env: SaltEnv) -> None:

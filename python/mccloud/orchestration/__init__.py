@@ -25,7 +25,8 @@ from mccloud.orchestration.generic import (
     wheelhouse,
     with_conflicts,
 )
-from mccloud.orchestration.runner import Env, Outcome, controller_pillar, guard, hook_functions, names, run, sls_root
+from mccloud.orchestration.runner import (Env, Outcome, answer, controller_pillar, guard, hook_functions, names, run,
+                                          sls_root)
 from mccloud.orchestration.transport import DATA_KEY, accepted_minions, apply_batch, state_changes, state_failures
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "Env",
     "Outcome",
     "accepted_minions",
+    "answer",
     "apply_batch",
     "cloud_orchestrate",
     "compute_node_deploy",

@@ -285,6 +285,20 @@ def run(name: str, body: Callable[..., Outcome], env: Env, *args: Any, **kwargs:
     return outcome.as_dict()
 
 
+def answer(name: str, body: Callable[..., Any], env: Env, *args: Any, **kwargs: Any) -> Any:
+    """Runs a runner that answers data (a registry, settings): its answer;
+    when it fails, as :func:`run` reports a failure (a mapping with the
+    reason, ``salt-run`` exits non-zero), not a traceback."""
+    answered: list[Any] = []
+
+    def keep(env: Env, *args: Any, **kwargs: Any) -> Outcome:
+        answered.append(body(env, *args, **kwargs))
+        return Outcome()
+
+    done = run(name, keep, env, *args, **kwargs)
+    return answered[0] if answered else done
+
+
 def names(value: Any) -> list[str]:
     """A list argument from the command line (``a,b`` or a list)."""
     if value is None:

@@ -40,5 +40,4 @@ def cn_sls_pillar(target, **kwargs):
 
         mastersalt-run mc_cloud_compute_node.cn_sls_pillar devhost10.local
     """
-    env = _env()
-    return _o.node_registry(env, env.node_data(str(target)))
+    return _o.answer("cn_sls_pillar", lambda env: _o.node_registry(env, env.node_data(str(target))), _env(), **kwargs)

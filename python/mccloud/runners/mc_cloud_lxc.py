@@ -119,7 +119,7 @@ def vm_data(vm, target=None, settings=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_data mysupertest3.foo.com
     """
-    return _lxc.vm_data(_env(), str(vm), target, settings)
+    return _o.answer("vm_data", _lxc.vm_data, _env(), str(vm), target, settings, **kwargs)
 
 
 def cn_sls_pillar(target, **kwargs):
@@ -132,7 +132,7 @@ def cn_sls_pillar(target, **kwargs):
 
         mastersalt-run mc_cloud_lxc.cn_sls_pillar devhost10.local
     """
-    return _lxc.cn_sls_pillar(_env(), str(target))
+    return _o.answer("cn_sls_pillar", _lxc.cn_sls_pillar, _env(), str(target), **kwargs)
 
 
 def vm_sls_steps(**kwargs):

@@ -147,4 +147,5 @@ def vm_sls_pillar(compute_node, vm, **kwargs):
 
         mastersalt-run mc_cloud_vm.vm_sls_pillar devhost10.local mysupertest3.foo.com
     """
-    return _env().vm_data(str(vm), str(compute_node))[1]["vm_registry"]
+    return _o.answer("vm_sls_pillar", lambda env: env.vm_data(str(vm), str(compute_node))[1]["vm_registry"], _env(),
+                     **kwargs)
