@@ -486,6 +486,69 @@ impl Registry {
         }
         Ok(Value::Object(out))
     }
+
+    /// Drift between the registry and the pillar (see [`views::drift`]) of
+    /// node `target`, or of every node declared or in the store: the nodes
+    /// checked, one finding per discrepancy, the nodes whose declaration is
+    /// broken (not checked) with why, and `retcode`: 0 clean, 2 drift, 1
+    /// when a node could not be checked. Reads only.
+    pub fn drift(&self, target: Option<&str>) -> Result<Value> {
+        let declared = self.config.declared()?;
+        let stored = self.read(|tx| tx.nodes())?.unwrap_or_default();
+        let nodes = match target {
+            Some(cn) => {
+                validate("compute node", cn)?;
+                if !declared.contains_key(cn) && !stored.iter().any(|s| s == cn) {
+                    return Err(Error::NotFound(format!(
+                        "compute node {cn} is neither declared in the pillar nor known to the store {}",
+                        self.store_path()
+                    )));
+                }
+                vec![cn.to_string()]
+            }
+            None => views::inventory::nodes(&self.config, stored)?,
+        };
+        let mut findings = vec![];
+        let mut errors = Map::new();
+        for cn in &nodes {
+            let plan = match declared.get(cn) {
+                Some(d) if d.error.is_some() => {
+                    errors.insert(cn.clone(), d.error.clone().unwrap_or_default().into());
+                    continue;
+                }
+                Some(_) => match self.config.node_plan(cn) {
+                    Ok(plan) => Some(plan),
+                    Err(e) => {
+                        errors.insert(cn.clone(), e.to_string().into());
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            let held = self
+                .read(|tx| views::drift::Held::read(tx, cn))?
+                .unwrap_or_default();
+            findings.extend(views::drift::node(
+                &self.config,
+                cn,
+                plan.as_deref(),
+                &held,
+            )?);
+        }
+        let retcode = if !errors.is_empty() {
+            1
+        } else if !findings.is_empty() {
+            2
+        } else {
+            0
+        };
+        Ok(serde_json::json!({
+            "nodes": nodes,
+            "findings": findings,
+            "errors": errors,
+            "retcode": retcode,
+        }))
+    }
 }
 
 #[cfg(test)]

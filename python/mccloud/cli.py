@@ -204,6 +204,62 @@ def store_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pillar_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The pillar: the YAML files of ``--pillar`` merged in order, else the
+    controller's own, compiled by Salt from the configuration in
+    ``--config`` (default ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt) as
+    ``mastersalt-call`` would."""
+    import yaml
+
+    if args.pillar:
+        pillar: dict[str, Any] = {}
+        for path in args.pillar:
+            pillar.update(_yaml_file(path, yaml))
+        return pillar
+    import salt.loader
+    import salt.pillar
+
+    opts = _salt_opts(args)
+    opts["grains"] = salt.loader.grains(opts)
+    compiled = salt.pillar.get_pillar(opts, opts["grains"], opts["id"], saltenv=opts.get("saltenv")).compile_pillar()
+    errors = compiled.get("_errors") if isinstance(compiled, dict) else None
+    if errors:
+        raise mccloud.InvalidInputError("the pillar does not compile: " + "; ".join(map(str, errors)))
+    return dict(compiled)
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    """``rows`` under ``header``, in aligned columns."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *rows])
+
+
+def drift(args: argparse.Namespace) -> int:
+    """Prints where the registry drifted from the pillar (see
+    ``mastersalt-run mc_cloud.drift``): 0 when clean, 2 on drift, 1 when a
+    node could not be checked."""
+    pillar = _pillar_of(args)
+    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(pillar))
+    out = mccloud.Registry(cfg, store_dir_of(args)).drift(args.target)
+    if args.output == "json":
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return int(out["retcode"])
+
+    def shown(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+    findings = out["findings"]
+    if findings:
+        print(_table([[f["node"], f["vm"], f["kind"], shown(f["expected"]), shown(f["found"])] for f in findings],
+                     ["NODE", "VM", "KIND", "EXPECTED", "FOUND"]))
+    for cn, why in sorted(out["errors"].items()):
+        print(f"compute node {cn} not checked: {why}", file=sys.stderr)
+    checked = len(out["nodes"]) - len(out["errors"])
+    print(f"{len(findings)} finding(s) on {checked} compute node(s) checked" if findings
+          else f"no drift on {checked} compute node(s) checked", file=sys.stderr)
+    return int(out["retcode"])
+
+
 def _yaml_file(path: str, yaml: Any) -> dict[str, Any]:
     """A YAML pillar file's mapping; a clear error for a missing or bad file."""
     try:
@@ -234,6 +290,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the VMs")
     p.add_argument("--id", default="controller", help="controller minion id")
     p.set_defaults(func=inventory)
+    p = sub.add_parser("drift", help="where the registry drifted from the pillar (exit 0 clean, 2 drift, 1 error)")
+    p.add_argument("target", nargs="?", help="one compute node (default: every node declared or in the store)")
+    p.add_argument("--store", help="the store directory, or a PostgreSQL database (postgresql://…); "
+                   "default: as mastersalt-call resolves it")
+    p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
+                   "or /etc/mastersalt)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and VMs "
+                   "(default: the controller's pillar, compiled by Salt from --config)")
+    p.add_argument("--id", default="controller", help="controller minion id")
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
+    p.set_defaults(func=drift)
     store = sub.add_parser("store", help="back up or check the registry store").add_subparsers(
         dest="store_command", required=True)
     for name, func, text in (
@@ -264,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except mccloud.MccloudError as exc:
         print(f"mccloud: {exc}", file=sys.stderr)
-        return 2
+        return 1
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ pub use claims::{reserve_claims, shared_claim, Conflicts};
 const MAC_PROBES: u32 = 4096;
 
 /// A kind of number a VM holds on its node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     /// An IPv4 address of the node's network.
     Ip,

@@ -321,6 +321,16 @@ impl Registry {
         out(py, r)
     }
 
+    /// Drift between the registry and the pillar, of node `target` or of
+    /// every node: ``nodes``, ``findings`` (kind, node, vm, what, expected,
+    /// found), ``errors`` (nodes not checked) and ``retcode`` (0 clean, 2
+    /// drift, 1 a node not checked).
+    #[pyo3(signature = (target=None))]
+    fn drift(&self, py: Python<'_>, target: Option<String>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.drift(target.as_deref()));
+        out(py, r)
+    }
+
     /// A consistent copy of the store to `dest`, a new SQLite store file
     /// (SQLite's online backup; one snapshot of a PostgreSQL store).
     fn backup(&self, py: Python<'_>, dest: &str) -> PyResult<()> {

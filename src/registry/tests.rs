@@ -1400,3 +1400,109 @@ fn a_vm_on_the_controller_reaches_the_master_through_its_gateway() {
         pools.gateway.to_string()
     );
 }
+
+/// The kinds of the findings of `drift`, by VM.
+fn drift_kinds(reg: &Registry, target: Option<&str>) -> (i64, BTreeSet<(String, String)>) {
+    let d = reg.drift(target).unwrap();
+    let kinds = d["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["vm"].as_str().unwrap().to_string(),
+                f["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    (d["retcode"].as_i64().unwrap(), kinds)
+}
+
+#[test]
+fn drift_reports_what_the_pillar_no_longer_asks_for_and_what_it_asks_for_anew() {
+    let pools = Pools::small();
+    let mut vms = plain_vms(&["a.x", "b.x", "c.x", "d.x"]);
+    vms["d.x"] = json!({"ip": "10.5.0.20", "mac": "00:16:3e:00:00:42"});
+    // as deployments carry it: the enable flag beside flat dotted keys
+    let mut before = pillar(&pools, &[CN], &vms);
+    before.insert(LXC.to_string(), json!(true));
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(&dir, before.clone());
+    reg.register_node(CN, &[]).unwrap();
+    assert_eq!(drift_kinds(&reg, None), (0, BTreeSet::new()));
+    assert_eq!(drift_kinds(&reg, Some(CN)), (0, BTreeSet::new()));
+
+    // a VM removed, one added, ranges narrowed, d.x's declared IP and MAC changed
+    let mut after = before.clone();
+    let mut vms = plain_vms(&["b.x", "c.x", "d.x", "e.x"]);
+    vms["d.x"] = json!({"ip": "10.5.0.21", "mac": "00:16:3e:00:00:43"});
+    after.insert(format!("{LXC}.vms.{CN}"), vms);
+    let held = reg.allocate(CN, "c.x", true).unwrap();
+    let ssh = held.ssh.unwrap();
+    after.insert(
+        format!("{COMPUTE_NODE}.ssh_port_range_start"),
+        json!(ssh + 1),
+    );
+    after.insert(format!("{COMPUTE_NODE}.ssh_port_range_end"), json!(40031));
+    let before_rows = dump(&reg);
+    let reg = open_at(&dir, after);
+    let (retcode, kinds) = drift_kinds(&reg, None);
+    assert_eq!(retcode, 2);
+    let want: BTreeSet<(String, String)> = [
+        ("a.x", "undeclared_vm"),
+        ("e.x", "unallocated_vm"),
+        ("d.x", "declared_ip_not_held"),
+        ("d.x", "declared_mac_not_held"),
+    ]
+    .iter()
+    .map(|(v, k)| (v.to_string(), k.to_string()))
+    .chain(
+        // every port at or below c.x's is now outside the range
+        ["a.x", "b.x", "c.x", "d.x"]
+            .iter()
+            .filter(|vm| {
+                reg.allocated(CN, Kind::Ssh).unwrap()[**vm].as_u64() <= Some(u64::from(ssh))
+            })
+            .map(|vm| (vm.to_string(), "port_outside_range".to_string())),
+    )
+    .collect();
+    assert_eq!(kinds, want);
+    assert!(kinds.contains(&("c.x".to_string(), "port_outside_range".to_string())));
+    // drift reads only
+    assert_eq!(dump(&reg), before_rows);
+
+    // a narrower network (10.5.0.0/29): the IPs above .7 are outside it,
+    // b.x's (the first handed out) is not
+    let mut narrow = pillar(
+        &Pools {
+            prefix: 29,
+            ..pools
+        },
+        &[CN],
+        &plain_vms(&["b.x"]),
+    );
+    narrow.insert(LXC.to_string(), json!(true));
+    let reg = open_at(&dir, narrow);
+    let (retcode, kinds) = drift_kinds(&reg, Some(CN));
+    assert_eq!(retcode, 2);
+    // (d.x holds 10.5.0.20, no longer declared, and outside too)
+    assert!(
+        kinds.contains(&("d.x".to_string(), "ip_outside_network".to_string())),
+        "{kinds:?}"
+    );
+    assert!(!kinds.iter().any(|(vm, _)| vm == "b.x"), "{kinds:?}");
+
+    // an unknown node is an error; a broken declaration is reported, not checked
+    assert!(reg.drift(Some("ghost.local")).is_err());
+    let mut broken = before.clone();
+    broken.insert(
+        format!("{LXC}.vms.{CN}"),
+        json!({"a.x": {"ip": "not an ip"}}),
+    );
+    let d = open_at(&dir, broken).drift(None).unwrap();
+    assert_eq!(d["retcode"], 1);
+    assert!(
+        d["errors"][CN].as_str().unwrap().contains("not an ip"),
+        "{d}"
+    );
+}

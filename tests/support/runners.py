@@ -19,7 +19,7 @@ import mccloud
 from mccloud import saltsupport
 from mccloud.orchestration import Env, minions, transport
 
-RUNNERS = ("mc_cloud_compute_node", "mc_cloud_controller", "mc_cloud_lxc", "mc_cloud_saltify", "mc_cloud_vm")
+RUNNERS = ("mc_cloud", "mc_cloud_compute_node", "mc_cloud_controller", "mc_cloud_lxc", "mc_cloud_saltify", "mc_cloud_vm")
 
 
 class CountingRegistry:

@@ -1,0 +1,230 @@
+//! Drift between the registry and the pillar, per compute node: what the
+//! store holds that today's declarations no longer ask for, what they ask
+//! for that the store does not hold, and values held outside today's
+//! network and ranges. One finding per discrepancy: its kind, where (node,
+//! VM), what was expected and what was found. Reads only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use serde_json::{json, Value};
+
+use crate::alloc::Kind;
+use crate::error::Result;
+use crate::pools::Pool;
+use crate::settings::{Config, NodePlan};
+use crate::store::Tx;
+
+/// The kinds of finding, each with what it means (`mc_cloud.drift`'s
+/// documentation lists them).
+pub const KINDS: [(&str, &str); 7] = [
+    (
+        "undeclared_vm",
+        "the store holds values for a VM the node no longer declares",
+    ),
+    (
+        "unallocated_vm",
+        "a VM the node declares holds no IP yet (never registered)",
+    ),
+    (
+        "ip_outside_network",
+        "an IP held outside the node's network",
+    ),
+    (
+        "port_outside_range",
+        "an ssh or snmp port held outside its range",
+    ),
+    (
+        "idmap_outside_range",
+        "an id block held outside the node's idmap range",
+    ),
+    (
+        "declared_ip_not_held",
+        "a VM holds another main IP than the one it declares",
+    ),
+    (
+        "declared_mac_not_held",
+        "a VM interface holds another MAC than the one it declares",
+    ),
+];
+
+/// What the store holds for one node.
+#[derive(Debug, Default)]
+pub struct Held {
+    vms: Vec<String>,
+    /// (kind, vm) → main value.
+    numbers: BTreeMap<(Kind, String), u32>,
+    /// (vm, slot, value) of every IP (additional ones too).
+    ips: Vec<(String, String, u32)>,
+    /// (vm, slot, mac) of active MACs.
+    macs: Vec<(String, String, String)>,
+    destroyed: BTreeSet<String>,
+}
+
+impl Held {
+    /// Reads what node `cn` holds, in the caller's transaction.
+    pub fn read(tx: &Tx, cn: &str) -> Result<Held> {
+        let mut numbers = BTreeMap::new();
+        for kind in Kind::ALL {
+            for (vm, v) in tx.numbers(kind.as_str(), cn)? {
+                numbers.insert((kind, vm), v);
+            }
+        }
+        Ok(Held {
+            vms: tx.vms(cn)?,
+            numbers,
+            ips: tx.space(Kind::Ip.as_str(), cn)?,
+            macs: tx.macs(cn)?,
+            destroyed: tx.destroyed(cn)?.into_iter().collect(),
+        })
+    }
+}
+
+/// One discrepancy.
+fn finding(kind: &str, cn: &str, vm: &str, expected: Value, found: Value) -> Value {
+    let what = KINDS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or("", |(_, what)| what);
+    json!({"kind": kind, "node": cn, "vm": vm, "what": what, "expected": expected, "found": found})
+}
+
+/// What a VM holds on the node, for a finding.
+fn holdings(held: &Held, vm: &str) -> Value {
+    let mut out = serde_json::Map::new();
+    for ((kind, v), value) in &held.numbers {
+        if v == vm {
+            out.insert(kind.as_str().to_string(), kind.shown(*value));
+        }
+    }
+    let macs: Vec<&str> = held
+        .macs
+        .iter()
+        .filter(|(v, _, _)| v == vm)
+        .map(|(_, _, m)| m.as_str())
+        .collect();
+    if !macs.is_empty() {
+        out.insert("macs".into(), json!(macs));
+    }
+    Value::Object(out)
+}
+
+/// The findings of node `cn`: against its plan when its declaration is
+/// valid (`node`), else only what the store holds for VMs it does not
+/// declare (`declared`: the names it declares).
+pub fn node(config: &Config, cn: &str, node: Option<&NodePlan>, held: &Held) -> Result<Vec<Value>> {
+    let declared = config.declared()?;
+    let names: BTreeSet<&str> = declared
+        .get(cn)
+        .map(|d| d.vms.iter().map(|v| v.name.as_str()).collect())
+        .unwrap_or_default();
+    let elsewhere = |vm: &str| -> Vec<&str> {
+        declared
+            .iter()
+            .filter(|(other, d)| other.as_str() != cn && d.vms.iter().any(|v| v.name == vm))
+            .map(|(other, _)| other.as_str())
+            .collect()
+    };
+    let mut out = vec![];
+    for vm in &held.vms {
+        if !names.contains(vm.as_str()) {
+            let declared_on = elsewhere(vm);
+            let expected = if declared_on.is_empty() {
+                json!("nothing: declared on no compute node")
+            } else {
+                json!(format!("nothing: declared on {}", declared_on.join(", ")))
+            };
+            out.push(finding(
+                "undeclared_vm",
+                cn,
+                vm,
+                expected,
+                holdings(held, vm),
+            ));
+        }
+    }
+    let Some(node) = node else {
+        return Ok(out);
+    };
+    for plan in &node.vms {
+        let vm = plan.vm.as_str();
+        if held.destroyed.contains(vm) {
+            continue;
+        }
+        let main_ip = held.numbers.get(&(Kind::Ip, vm.to_string())).copied();
+        match (main_ip, plan.ip) {
+            (None, _) => out.push(finding(
+                "unallocated_vm",
+                cn,
+                vm,
+                json!(
+                    "an IP, MACs and ports (the next get_settings_for_vm or deploy allocates them)"
+                ),
+                json!("nothing"),
+            )),
+            (Some(v), Some(want)) if u32::from(want) != v => out.push(finding(
+                "declared_ip_not_held",
+                cn,
+                vm,
+                json!(want.to_string()),
+                json!(Ipv4Addr::from(v).to_string()),
+            )),
+            _ => {}
+        }
+        for req in &plan.macs {
+            let Some(want) = &req.explicit else { continue };
+            let held_mac = held
+                .macs
+                .iter()
+                .find(|(v, s, _)| v == vm && *s == req.slot)
+                .map(|(_, _, m)| m);
+            if let Some(m) = held_mac.filter(|m| *m != want) {
+                out.push(finding(
+                    "declared_mac_not_held",
+                    cn,
+                    vm,
+                    json!(want),
+                    json!(m),
+                ));
+            }
+        }
+    }
+    let network = format!("{}/{}", node.network.network, node.network.prefix);
+    for (vm, slot, v) in &held.ips {
+        let ip = Ipv4Addr::from(*v);
+        if !node.network.includes(ip) {
+            let found = if slot.is_empty() {
+                json!(ip.to_string())
+            } else {
+                json!(format!("{ip} (additional)"))
+            };
+            out.push(finding("ip_outside_network", cn, vm, json!(network), found));
+        }
+    }
+    for ((kind, vm), v) in &held.numbers {
+        let (range, pool): (String, &dyn Pool) = match kind {
+            Kind::Ssh => (
+                format!("ssh {}-{}", node.ssh.start, node.ssh.end),
+                &node.ssh,
+            ),
+            Kind::Snmp => (
+                format!("snmp {}-{}", node.snmp.start, node.snmp.end),
+                &node.snmp,
+            ),
+            Kind::Idmap => (
+                format!("{}-{}", node.idmap.start, node.idmap.end),
+                &node.idmap,
+            ),
+            Kind::Ip => continue,
+        };
+        if !pool.contains(*v) {
+            let kind = if *kind == Kind::Idmap {
+                "idmap_outside_range"
+            } else {
+                "port_outside_range"
+            };
+            out.push(finding(kind, cn, vm, json!(range), json!(v)));
+        }
+    }
+    Ok(out)
+}
