@@ -487,12 +487,10 @@ impl Registry {
         Ok(Value::Object(out))
     }
 
-    /// Drift between the registry and the pillar (see [`views::drift`]) of
-    /// node `target`, or of every node declared or in the store: the nodes
-    /// checked, one finding per discrepancy, the nodes whose declaration is
-    /// broken (not checked) with why, and `retcode`: 0 clean, 2 drift, 1
-    /// when a node could not be checked. Reads only.
-    pub fn drift(&self, target: Option<&str>) -> Result<Value> {
+    /// The nodes to check (`target`, or every node declared or in the
+    /// store), each with its plan (valid declaration), what the store
+    /// holds, its drift findings, or why its declaration is broken.
+    fn check_nodes(&self, target: Option<&str>) -> Result<Vec<NodeCheck>> {
         let declared = self.config.declared()?;
         let stored = self.read(|tx| tx.nodes())?.unwrap_or_default();
         let nodes = match target {
@@ -508,32 +506,56 @@ impl Registry {
             }
             None => views::inventory::nodes(&self.config, stored)?,
         };
-        let mut findings = vec![];
-        let mut errors = Map::new();
-        for cn in &nodes {
-            let plan = match declared.get(cn) {
-                Some(d) if d.error.is_some() => {
-                    errors.insert(cn.clone(), d.error.clone().unwrap_or_default().into());
-                    continue;
-                }
-                Some(_) => match self.config.node_plan(cn) {
-                    Ok(plan) => Some(plan),
-                    Err(e) => {
-                        errors.insert(cn.clone(), e.to_string().into());
-                        continue;
-                    }
-                },
-                None => None,
+        let mut out = vec![];
+        for cn in nodes {
+            let decl = declared.get(&cn);
+            let plan = match decl {
+                Some(d) if d.error.is_some() => Err(d.error.clone().unwrap_or_default()),
+                Some(_) => self
+                    .config
+                    .node_plan(&cn)
+                    .map(Some)
+                    .map_err(|e| e.to_string()),
+                None => Ok(None),
             };
             let held = self
-                .read(|tx| views::drift::Held::read(tx, cn))?
+                .read(|tx| views::drift::Held::read(tx, &cn))?
                 .unwrap_or_default();
-            findings.extend(views::drift::node(
-                &self.config,
+            let (plan, error, findings) = match plan {
+                Ok(plan) => {
+                    let findings = views::drift::node(&self.config, &cn, plan.as_deref(), &held)?;
+                    (plan, None, findings)
+                }
+                Err(e) => (None, Some(e), vec![]),
+            };
+            out.push(NodeCheck {
+                declared: decl.map_or(0, |d| d.vms.len()),
                 cn,
-                plan.as_deref(),
-                &held,
-            )?);
+                plan,
+                held,
+                findings,
+                error,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Drift between the registry and the pillar (see [`views::drift`]) of
+    /// node `target`, or of every node declared or in the store: the nodes
+    /// checked, one finding per discrepancy, the nodes whose declaration is
+    /// broken (not checked) with why, and `retcode`: 0 clean, 2 drift, 1
+    /// when a node could not be checked. Reads only.
+    pub fn drift(&self, target: Option<&str>) -> Result<Value> {
+        let checks = self.check_nodes(target)?;
+        let mut findings = vec![];
+        let mut errors = Map::new();
+        let mut nodes = vec![];
+        for c in checks {
+            nodes.push(c.cn.clone());
+            if let Some(e) = c.error {
+                errors.insert(c.cn, e.into());
+            }
+            findings.extend(c.findings);
         }
         let retcode = if !errors.is_empty() {
             1
@@ -549,6 +571,33 @@ impl Registry {
             "retcode": retcode,
         }))
     }
+
+    /// The registry's figures in the Prometheus text format (see
+    /// [`views::metrics`]), every node declared or in the store. Reads only.
+    pub fn metrics(&self) -> Result<String> {
+        let mut metrics = views::metrics::Metrics::default();
+        for c in self.check_nodes(None)? {
+            metrics.node(
+                &c.cn,
+                c.plan.as_deref(),
+                &c.held,
+                c.declared,
+                &c.findings,
+                c.error.is_some(),
+            );
+        }
+        Ok(metrics.render())
+    }
+}
+
+/// A node as [`Registry::check_nodes`] found it.
+struct NodeCheck {
+    cn: String,
+    plan: Option<Arc<NodePlan>>,
+    held: views::drift::Held,
+    declared: usize,
+    findings: Vec<Value>,
+    error: Option<String>,
 }
 
 #[cfg(test)]

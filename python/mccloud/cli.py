@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -228,6 +229,24 @@ def _pillar_of(args: argparse.Namespace) -> dict[str, Any]:
     return dict(compiled)
 
 
+def _registry_arguments(p: argparse.ArgumentParser) -> None:
+    """The options naming the registry a command reads: its store and the
+    pillar declaring the nodes (see :func:`_registry_of`)."""
+    p.add_argument("--store", help="the store directory, or a PostgreSQL database (postgresql://…); "
+                   "default: as mastersalt-call resolves it")
+    p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
+                   "or /etc/mastersalt)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and VMs "
+                   "(default: the controller's pillar, compiled by Salt from --config)")
+    p.add_argument("--id", default="controller", help="controller minion id")
+
+
+def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
+    """The registry of the options of :func:`_registry_arguments`."""
+    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(_pillar_of(args)))
+    return mccloud.Registry(cfg, store_dir_of(args))
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     """``rows`` under ``header``, in aligned columns."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -238,9 +257,7 @@ def drift(args: argparse.Namespace) -> int:
     """Prints where the registry drifted from the pillar (see
     ``mastersalt-run mc_cloud.drift``): 0 when clean, 2 on drift, 1 when a
     node could not be checked."""
-    pillar = _pillar_of(args)
-    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(pillar))
-    out = mccloud.Registry(cfg, store_dir_of(args)).drift(args.target)
+    out = _registry_of(args).drift(args.target)
     if args.output == "json":
         print(json.dumps(out, indent=2, sort_keys=True))
         return int(out["retcode"])
@@ -258,6 +275,36 @@ def drift(args: argparse.Namespace) -> int:
     print(f"{len(findings)} finding(s) on {checked} compute node(s) checked" if findings
           else f"no drift on {checked} compute node(s) checked", file=sys.stderr)
     return int(out["retcode"])
+
+
+def metrics(args: argparse.Namespace) -> int:
+    """Prints the registry's figures in the Prometheus text format, or
+    writes them to ``--textfile`` for node_exporter's textfile collector
+    (replaced at once: a scrape never reads half a file)."""
+    if args.textfile and not args.textfile.endswith(".prom"):
+        raise mccloud.InvalidInputError(f"--textfile {args.textfile}: node_exporter's textfile collector reads "
+                                        "only files named *.prom")
+    text = _registry_of(args).metrics()
+    if not args.textfile:
+        sys.stdout.write(text)
+        return 0
+    target = os.path.abspath(args.textfile)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".mccloud-", suffix=".tmp", dir=os.path.dirname(target))
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise mccloud.MccloudError(f"cannot write {target}: {exc.strerror}") from None
+    print(f"wrote {target}", file=sys.stderr)
+    return 0
 
 
 def _yaml_file(path: str, yaml: Any) -> dict[str, Any]:
@@ -292,15 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=inventory)
     p = sub.add_parser("drift", help="where the registry drifted from the pillar (exit 0 clean, 2 drift, 1 error)")
     p.add_argument("target", nargs="?", help="one compute node (default: every node declared or in the store)")
-    p.add_argument("--store", help="the store directory, or a PostgreSQL database (postgresql://…); "
-                   "default: as mastersalt-call resolves it")
-    p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
-                   "or /etc/mastersalt)")
-    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and VMs "
-                   "(default: the controller's pillar, compiled by Salt from --config)")
-    p.add_argument("--id", default="controller", help="controller minion id")
+    _registry_arguments(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
     p.set_defaults(func=drift)
+    p = sub.add_parser("metrics", help="the registry's figures in the Prometheus text format")
+    p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "
+                   "instead of printing them")
+    _registry_arguments(p)
+    p.set_defaults(func=metrics)
     store = sub.add_parser("store", help="back up or check the registry store").add_subparsers(
         dest="store_command", required=True)
     for name, func, text in (

@@ -321,6 +321,11 @@ impl Registry {
         out(py, r)
     }
 
+    /// The registry's figures in the Prometheus text format.
+    fn metrics(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| self.inner.metrics()).map_err(to_py)
+    }
+
     /// Drift between the registry and the pillar, of node `target` or of
     /// every node: ``nodes``, ``findings`` (kind, node, vm, what, expected,
     /// found), ``errors`` (nodes not checked) and ``retcode`` (0 clean, 2

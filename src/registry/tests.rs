@@ -1506,3 +1506,44 @@ fn drift_reports_what_the_pillar_no_longer_asks_for_and_what_it_asks_for_anew() 
         "{d}"
     );
 }
+
+#[test]
+fn metrics_count_the_pools_the_vms_and_the_drift() {
+    let pools = Pools::small();
+    let mut p = pillar(&pools, &[CN], &plain_vms(&["a.x", "b.x", "c.x"]));
+    p.insert(LXC.to_string(), json!(true));
+    let (dir, reg) = open(p.clone());
+    reg.register_node(CN, &[]).unwrap();
+    let text = reg.metrics().unwrap();
+    let ips = pools.ips().len();
+    for line in [
+        format!("mccloud_pool_capacity{{node=\"{CN}\",pool=\"ip\"}} {ips}"),
+        format!("mccloud_pool_used{{node=\"{CN}\",pool=\"ip\"}} 3"),
+        format!("mccloud_pool_free{{node=\"{CN}\",pool=\"ip\"}} {}", ips - 3),
+        format!("mccloud_pool_capacity{{node=\"{CN}\",pool=\"ssh\"}} 32"),
+        format!("mccloud_pool_used{{node=\"{CN}\",pool=\"snmp\"}} 3"),
+        format!("mccloud_held_values{{node=\"{CN}\",kind=\"mac\"}} 3"),
+        format!("mccloud_vms{{node=\"{CN}\",state=\"declared\"}} 3"),
+        format!("mccloud_drift_findings{{node=\"{CN}\",kind=\"undeclared_vm\"}} 0"),
+        format!("mccloud_node_declaration_broken{{node=\"{CN}\"}} 0"),
+        "# TYPE mccloud_pool_free gauge".to_string(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+    }
+    // every sample line is `name{labels} value`, each family announced once
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        assert!(
+            value.parse::<u64>().is_ok() && series.ends_with('}'),
+            "{line}"
+        );
+    }
+    p.insert(format!("{LXC}.vms.{CN}"), plain_vms(&["b.x", "c.x"]));
+    let text = open_at(&dir, p).metrics().unwrap();
+    assert!(text.contains(&format!(
+        "mccloud_drift_findings{{node=\"{CN}\",kind=\"undeclared_vm\"}} 1"
+    )));
+    assert!(text.contains(&format!(
+        "mccloud_vms{{node=\"{CN}\",state=\"declared\"}} 2"
+    )));
+}

@@ -80,6 +80,38 @@ impl Held {
     }
 }
 
+impl Held {
+    /// Every IP held (vm, slot, value), additional ones too.
+    pub fn ips(&self) -> impl Iterator<Item = (&str, &str, u32)> {
+        self.ips
+            .iter()
+            .map(|(vm, slot, v)| (vm.as_str(), slot.as_str(), *v))
+    }
+
+    /// The main values of `kind` held.
+    pub fn values(&self, kind: Kind) -> impl Iterator<Item = u32> + '_ {
+        self.numbers
+            .iter()
+            .filter(move |((k, _), _)| *k == kind)
+            .map(|(_, v)| *v)
+    }
+
+    /// How many active MACs are held.
+    pub fn macs_count(&self) -> usize {
+        self.macs.len()
+    }
+
+    /// How many VMs hold anything.
+    pub fn vm_count(&self) -> usize {
+        self.vms.len()
+    }
+
+    /// How many VMs are marked destroyed.
+    pub fn destroyed_count(&self) -> usize {
+        self.destroyed.len()
+    }
+}
+
 /// One discrepancy.
 fn finding(kind: &str, cn: &str, vm: &str, expected: Value, found: Value) -> Value {
     let what = KINDS

@@ -5,6 +5,7 @@
 
 pub mod drift;
 pub mod inventory;
+pub mod metrics;
 pub mod node;
 pub mod out;
 pub mod proxy;

@@ -1,0 +1,162 @@
+//! The registry's figures in the Prometheus text exposition format
+//! (version 0.0.4): per compute node, the size, use and free room of each
+//! pool, the values held by kind, the VMs by state, and the drift findings
+//! by kind. Gauges only: each is what the registry holds when read.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use crate::alloc::Kind;
+use crate::pools::Pool;
+use crate::settings::NodePlan;
+
+use super::drift::{Held, KINDS};
+
+/// A metric family: its name, help and samples (labels, value).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(Vec<(&'static str, String)>, u64)>,
+}
+
+/// A label value as the format writes it: `\`, `"` and newlines escaped.
+fn escaped(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The families, filled node by node.
+pub struct Metrics {
+    families: Vec<Family>,
+}
+
+const POOL_CAPACITY: usize = 0;
+const POOL_USED: usize = 1;
+const POOL_FREE: usize = 2;
+const HELD: usize = 3;
+const VMS: usize = 4;
+const DRIFT: usize = 5;
+const BROKEN: usize = 6;
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let family = |name, help| Family {
+            name,
+            help,
+            samples: vec![],
+        };
+        Metrics {
+            families: vec![
+                family("mccloud_pool_capacity", "Values a pool of a compute node holds (IPs, ports, id blocks)."),
+                family("mccloud_pool_used", "Values of a pool held by VMs."),
+                family("mccloud_pool_free", "Values of a pool left to allocate."),
+                family("mccloud_held_values", "Values the registry holds on a compute node, by kind (additional IPs and active MACs included)."),
+                family("mccloud_vms", "VMs of a compute node: declared, holding values (allocated), marked destroyed."),
+                family("mccloud_drift_findings", "Drift findings between the registry and the pillar (mc_cloud.drift), by kind."),
+                family("mccloud_node_declaration_broken", "1 when the node's declaration is broken (not checked), else 0."),
+            ],
+        }
+    }
+}
+
+impl Metrics {
+    fn add(&mut self, family: usize, labels: Vec<(&'static str, String)>, value: u64) {
+        if let Some(f) = self.families.get_mut(family) {
+            f.samples.push((labels, value));
+        }
+    }
+
+    /// Adds node `cn`: its plan when its declaration is valid, what the
+    /// store holds, how many VMs it declares, its drift findings, and
+    /// whether its declaration is broken.
+    pub fn node(
+        &mut self,
+        cn: &str,
+        plan: Option<&NodePlan>,
+        held: &Held,
+        declared: usize,
+        findings: &[Value],
+        broken: bool,
+    ) {
+        let node = || ("node", cn.to_string());
+        if let Some(plan) = plan {
+            let ips: Vec<u32> = held.ips().map(|(_, _, v)| v).collect();
+            let pools: [(&str, &dyn Pool, Vec<u32>); 4] = [
+                ("ip", &plan.network, ips),
+                ("ssh", &plan.ssh, held.values(Kind::Ssh).collect()),
+                ("snmp", &plan.snmp, held.values(Kind::Snmp).collect()),
+                ("idmap", &plan.idmap, held.values(Kind::Idmap).collect()),
+            ];
+            for (name, pool, values) in pools {
+                let labels = || vec![node(), ("pool", name.to_string())];
+                let capacity = pool.capacity();
+                let used = values.iter().filter(|v| pool.contains(**v)).count() as u64;
+                self.add(POOL_CAPACITY, labels(), capacity);
+                self.add(POOL_USED, labels(), used);
+                self.add(POOL_FREE, labels(), capacity.saturating_sub(used));
+            }
+        }
+        let held_kinds = [
+            ("ip", held.ips().count()),
+            ("ssh", held.values(Kind::Ssh).count()),
+            ("snmp", held.values(Kind::Snmp).count()),
+            ("idmap", held.values(Kind::Idmap).count()),
+            ("mac", held.macs_count()),
+        ];
+        for (kind, n) in held_kinds {
+            self.add(HELD, vec![node(), ("kind", kind.to_string())], n as u64);
+        }
+        for (state, n) in [
+            ("declared", declared),
+            ("allocated", held.vm_count()),
+            ("destroyed", held.destroyed_count()),
+        ] {
+            self.add(VMS, vec![node(), ("state", state.to_string())], n as u64);
+        }
+        let mut by_kind: BTreeMap<&str, u64> = KINDS.iter().map(|(k, _)| (*k, 0)).collect();
+        for f in findings {
+            if let Some(n) = f
+                .get("kind")
+                .and_then(Value::as_str)
+                .and_then(|k| by_kind.get_mut(k))
+            {
+                *n += 1;
+            }
+        }
+        if !broken {
+            for (kind, n) in by_kind {
+                self.add(DRIFT, vec![node(), ("kind", kind.to_string())], n);
+            }
+        }
+        self.add(BROKEN, vec![node()], u64::from(broken));
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for f in &self.families {
+            let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+            let _ = writeln!(out, "# TYPE {} gauge", f.name);
+            for (labels, value) in &f.samples {
+                let labels: Vec<String> = labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{}\"", escaped(v)))
+                    .collect();
+                let _ = writeln!(out, "{}{{{}}} {value}", f.name, labels.join(","));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn label_values_are_escaped_as_the_format_asks() {
+        assert_eq!(super::escaped("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

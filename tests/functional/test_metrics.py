@@ -1,0 +1,84 @@
+"""``mccloud metrics``: the registry's figures in the Prometheus text
+format, read back with the Prometheus client library's own parser, on the
+sample pillar as deployments carry it (enable flags), before and after the
+pillar drifts; the node_exporter textfile is replaced whole."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.pillars import FLAGS
+from tests.support.saltenv import CN, SaltEnv
+
+SEED_KEY = f"makina-states.services.cloud.lxc.targets.{CN}"
+
+
+def mccloud(salt_env: SaltEnv, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MASTERSALT_CONFIG_DIR": str(salt_env.conf)}
+    env.pop("MCCLOUD_STORE_DIR", None)
+    return subprocess.run(["mccloud", "metrics", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample, by name and sorted labels; every family a gauge with
+    help, named as Prometheus' conventions ask (a ``mccloud_`` prefix,
+    snake case)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        assert family.type == "gauge" and family.documentation, family
+        assert family.name.startswith("mccloud_") and family.name == family.name.lower(), family.name
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def of(figures: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return figures[(name, tuple(sorted({"node": CN, **labels}.items())))]
+
+
+def test_metrics_show_the_pools_the_vms_and_the_drift(salt_env: SaltEnv, sample: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    pillar = {**sample, **FLAGS}
+    salt_env.set_pillar(pillar)
+    vms = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)["vms"]
+    p = mccloud(salt_env)
+    assert p.returncode == 0, p.stderr
+    m = samples(p.stdout)
+    for pool in ("ip", "ssh", "snmp"):
+        assert of(m, "mccloud_pool_used", pool=pool) == len(vms)
+        assert of(m, "mccloud_pool_free", pool=pool) + len(vms) == of(m, "mccloud_pool_capacity", pool=pool)
+    assert of(m, "mccloud_pool_capacity", pool="ssh") == 10001  # 40000-50000
+    assert of(m, "mccloud_held_values", kind="mac") == len(vms)
+    assert of(m, "mccloud_vms", state="declared") == of(m, "mccloud_vms", state="allocated") == len(vms)
+    assert of(m, "mccloud_drift_findings", kind="undeclared_vm") == 0
+    assert of(m, "mccloud_node_declaration_broken") == 0
+
+    # the pillar drifts: a VM removed, one added
+    changed = copy.deepcopy(pillar)
+    del changed[SEED_KEY]["mysupertest3.foo.com"]
+    changed[SEED_KEY]["newvm.foo.com"] = {}
+    salt_env.set_pillar(changed)
+    collector = tmp_path / "textfile-collector"
+    collector.mkdir()
+    textfile = collector / "mccloud.prom"
+    textfile.write_text("stale\n")
+    p = mccloud(salt_env, "--textfile", str(textfile))
+    assert p.returncode == 0 and p.stdout == "", p.stdout + p.stderr
+    m = samples(textfile.read_text())
+    assert of(m, "mccloud_drift_findings", kind="undeclared_vm") == 1
+    assert of(m, "mccloud_drift_findings", kind="unallocated_vm") == 1
+    assert of(m, "mccloud_vms", state="allocated") == len(vms)
+    assert oct(textfile.stat().st_mode & 0o777) == "0o644"
+    assert [f.name for f in collector.iterdir()] == ["mccloud.prom"]  # no temporary file left
+
+    # bad output files are refused clearly, the old file untouched
+    for bad, why in ((collector / "mccloud.txt", "*.prom"), (collector / "missing" / "m.prom", "cannot write")):
+        p = mccloud(salt_env, "--textfile", str(bad))
+        assert p.returncode == 1 and why in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "stale" not in textfile.read_text()
