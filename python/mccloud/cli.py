@@ -229,13 +229,15 @@ def _pillar_of(args: argparse.Namespace) -> dict[str, Any]:
     return dict(compiled)
 
 
-def _registry_arguments(p: argparse.ArgumentParser) -> None:
-    """The options naming the registry a command reads: its store and the
-    pillar declaring the nodes (see :func:`_registry_of`)."""
+def _registry_arguments(p: argparse.ArgumentParser, pillar: bool = True) -> None:
+    """The options naming the registry a command reads: its store and, when
+    ``pillar``, the pillar declaring the nodes (see :func:`_registry_of`)."""
     p.add_argument("--store", help="the store directory, or a PostgreSQL database (postgresql://…); "
                    "default: as mastersalt-call resolves it")
     p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
                    "or /etc/mastersalt)")
+    if not pillar:
+        return
     p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and VMs "
                    "(default: the controller's pillar, compiled by Salt from --config)")
     p.add_argument("--id", default="controller", help="controller minion id")
@@ -356,10 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p = store.add_parser(name, help=text)
         if name == "backup":
             p.add_argument("dest", help="the backup file to write (must not exist)")
-        p.add_argument("--store", help="the store directory, or a PostgreSQL database (postgresql://…); "
-                       "default: as mastersalt-call resolves it")
-        p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
-                       "or /etc/mastersalt)")
+        _registry_arguments(p, pillar=False)
         p.set_defaults(func=func)
     p = store.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly")
     p.add_argument("--to", required=True, help="the PostgreSQL database (postgresql://user@host/db, or libpq "

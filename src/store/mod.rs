@@ -410,6 +410,17 @@ fn new_identity() -> Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// Creates the new file `path`, readable by its owner only (0600), which
+/// must not exist yet.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map(drop)
+}
+
 /// Creates a new store at `path`: built complete under a temporary name,
 /// then linked into place, so no process ever sees a half-made store; when
 /// another process created it first, its store is kept.
@@ -420,11 +431,7 @@ fn create(dir: &Path, path: &Path) -> Result<()> {
         new_identity()?
     ));
     let result = (|| {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
+        create_private(&tmp)
             .map_err(|e| io_err(dir, "cannot create the store file in this directory", &e))?;
         let conn = Connection::open_with_flags(&tmp, OpenFlags::SQLITE_OPEN_READ_WRITE).at(&tmp)?;
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA journal_mode=DELETE;")
@@ -469,12 +476,7 @@ fn write_backup(dest: &Path, fill: impl FnOnce(&mut Connection) -> Result<()>) -
         .unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".mccloud-backup-{}", new_identity()?));
     let result = (|| {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io_err(dest, "cannot create the backup file", &e))?;
+        create_private(&tmp).map_err(|e| io_err(dest, "cannot create the backup file", &e))?;
         let mut conn = Connection::open(&tmp).at(dest)?;
         fill(&mut conn)?;
         conn.execute_batch("PRAGMA journal_mode=DELETE;").at(dest)?;

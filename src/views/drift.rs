@@ -141,9 +141,9 @@ fn holdings(held: &Held, vm: &str) -> Value {
     Value::Object(out)
 }
 
-/// The findings of node `cn`: against its plan when its declaration is
-/// valid (`node`), else only what the store holds for VMs it does not
-/// declare (`declared`: the names it declares).
+/// The findings of node `cn`: against its plan when it declares VMs
+/// (`node`), else (a node only the store knows) every VM it holds values
+/// for, none of which it declares.
 pub fn node(config: &Config, cn: &str, node: Option<&NodePlan>, held: &Held) -> Result<Vec<Value>> {
     let declared = config.declared()?;
     let names: BTreeSet<&str> = declared
