@@ -20,6 +20,7 @@ use crate::pillar::names::validate;
 use crate::pools::ipam::parse_ip;
 use crate::settings::vm::not_declared;
 use crate::settings::{Config, NodePlan, VmAllocation};
+use crate::store::journal::{self, Journaled};
 use crate::store::pg::PgStore;
 use crate::store::{Store, Tx, FILE_NAME};
 use crate::views;
@@ -35,6 +36,8 @@ pub struct Registry {
     dir: PathBuf,
     /// The PostgreSQL connection string, when the store is PostgreSQL.
     postgres: Option<String>,
+    /// Who calls (minion, runner, user), as the audit journal names it.
+    caller: String,
 }
 
 /// An open store of either kind.
@@ -45,10 +48,18 @@ enum Backend {
 }
 
 impl Backend {
-    fn write<T>(&mut self, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
+    /// A write transaction whose changes `caller` made: each is noted in
+    /// the audit journal, in the same transaction.
+    fn write<T>(&mut self, caller: &str, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
+        let journaled = |tx: &Tx| {
+            let j = Journaled::new(tx);
+            let out = f(&j)?;
+            j.finish(caller)?;
+            Ok(out)
+        };
         match self {
-            Backend::Sqlite(s) => s.write(f),
-            Backend::Postgres(p) => p.write(|tx| f(tx)),
+            Backend::Sqlite(s) => s.write(journaled),
+            Backend::Postgres(p) => p.write(|tx| journaled(tx)),
         }
     }
 
@@ -93,6 +104,7 @@ impl Registry {
                 postgres: Some(location.into_owned()),
                 config,
                 store: Mutex::new(None),
+                caller: "unknown".into(),
             });
         }
         Ok(Registry {
@@ -100,7 +112,16 @@ impl Registry {
             postgres: None,
             config,
             store: Mutex::new(None),
+            caller: "unknown".into(),
         })
+    }
+
+    /// The same registry, its changes journaled as made by `caller`.
+    pub fn with_caller(mut self, caller: &str) -> Self {
+        if !caller.trim().is_empty() {
+            self.caller = caller.trim().to_string();
+        }
+        self
     }
 
     /// Where a historical (msgpack) store may lie: the SQLite store's
@@ -136,17 +157,18 @@ impl Registry {
 
     /// A write transaction, creating the store when there is none.
     fn write<T>(&self, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
-        self.with_store(true, |s| s.write(f))?.ok_or_else(|| {
-            Error::store(
-                &self.dir.join(FILE_NAME),
-                "the store could not be created: check the directory and retry",
-            )
-        })
+        self.with_store(true, |s| s.write(&self.caller, f))?
+            .ok_or_else(|| {
+                Error::store(
+                    &self.dir.join(FILE_NAME),
+                    "the store could not be created: check the directory and retry",
+                )
+            })
     }
 
     /// A write transaction on an existing store (`None` without one).
     fn write_existing<T>(&self, f: impl Fn(&Tx) -> Result<T>) -> Result<Option<T>> {
-        self.with_store(false, |s| s.write(f))
+        self.with_store(false, |s| s.write(&self.caller, f))
     }
 
     /// A read transaction on an existing store (`None` without one).
@@ -587,6 +609,41 @@ impl Registry {
             );
         }
         Ok(metrics.render())
+    }
+
+    /// The audit journal's entries `query` selects, oldest first (none
+    /// without a store). Reads only.
+    pub fn audit(&self, query: &journal::Query) -> Result<Vec<Value>> {
+        query.check()?;
+        let entries = self.read(|tx| tx.journal(query))?.unwrap_or_default();
+        Ok(entries.iter().map(journal::Entry::to_json).collect())
+    }
+
+    /// Notes in the audit journal a change made outside the store (a
+    /// minion key seeded or deleted, a repair), by this registry's caller.
+    /// `kind` is one of [`journal::KINDS`]; values are shown as given, so
+    /// never pass a secret.
+    pub fn record(
+        &self,
+        kind: &str,
+        node: &str,
+        vm: &str,
+        what: &str,
+        before: &str,
+        after: &str,
+    ) -> Result<()> {
+        let kind = journal::KINDS
+            .iter()
+            .find(|k| **k == kind)
+            .copied()
+            .ok_or_else(|| {
+                Error::Argument(format!(
+                    "record: unknown kind {kind:?}: use one of {}",
+                    journal::KINDS.join(", ")
+                ))
+            })?;
+        let event = journal::Event::new(kind, node, vm, what, before, after);
+        self.write(|tx| tx.note(event.clone()))
     }
 }
 

@@ -246,7 +246,7 @@ def _registry_arguments(p: argparse.ArgumentParser, pillar: bool = True) -> None
 def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
     """The registry of the options of :func:`_registry_arguments`."""
     cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(_pillar_of(args)))
-    return mccloud.Registry(cfg, store_dir_of(args))
+    return mccloud.Registry(cfg, store_dir_of(args), saltsupport.caller({}, f"mccloud {args.command}"))
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -277,6 +277,23 @@ def drift(args: argparse.Namespace) -> int:
     print(f"{len(findings)} finding(s) on {checked} compute node(s) checked" if findings
           else f"no drift on {checked} compute node(s) checked", file=sys.stderr)
     return int(out["retcode"])
+
+
+def audit(args: argparse.Namespace) -> int:
+    """Prints the audit journal's entries (see ``mastersalt-run
+    mc_cloud.audit``), oldest first: every allocation, free, move, secret
+    created or forgotten (never its value), key seeded or deleted, repair."""
+    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args))
+    entries = reg.audit(vm=args.vm, node=args.node, kind=args.kind, since=args.since, limit=args.limit)
+    if args.output == "json":
+        print(json.dumps(entries, indent=2, sort_keys=True))
+        return 0
+    if entries:
+        print(_table([[e["at"], e["caller"], e["kind"], e["node"], e["vm"], e["what"],
+                       e["before"] or "", e["after"] or ""] for e in entries],
+                     ["AT", "CALLER", "KIND", "NODE", "VM", "WHAT", "BEFORE", "AFTER"]))
+    print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", file=sys.stderr)
+    return 0
 
 
 def metrics(args: argparse.Namespace) -> int:
@@ -344,6 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _registry_arguments(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
     p.set_defaults(func=drift)
+    p = sub.add_parser("audit", help="the audit journal: who changed what in the registry, and when")
+    p.add_argument("--vm", help="entries of this VM")
+    p.add_argument("--node", help="entries on this compute node")
+    p.add_argument("--kind", help="entries of this kind (allocated, freed, moved, secret_created, key_seeded, …)")
+    p.add_argument("--since", help="entries at or after this UTC date or time (2026-11-26, 2026-11-26T10:00Z)")
+    p.add_argument("--limit", type=int, help="only the newest N entries")
+    _registry_arguments(p, pillar=False)
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
+    p.set_defaults(func=audit)
     p = sub.add_parser("metrics", help="the registry's figures in the Prometheus text format")
     p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "
                    "instead of printing them")

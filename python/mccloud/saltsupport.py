@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import getpass
 import os
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
@@ -180,9 +181,24 @@ def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Regi
     return registry_for(opts, config(opts, pillar))
 
 
-def registry_for(opts: Mapping[str, Any], cfg: mccloud.Config) -> mccloud.Registry:
-    """The registry over ``cfg`` (a configuration already built)."""
-    return mccloud.Registry(cfg, store_location(opts, cfg))
+def registry_for(opts: Mapping[str, Any], cfg: mccloud.Config, via: str | None = None) -> mccloud.Registry:
+    """The registry over ``cfg`` (a configuration already built), its
+    changes journaled as made by :func:`caller`."""
+    return mccloud.Registry(cfg, store_location(opts, cfg), caller(opts, via))
+
+
+def caller(opts: Mapping[str, Any], via: str | None = None) -> str:
+    """Who makes the registry's changes, as the audit journal names it: the
+    program (``via``, else ``salt-run`` on a master and ``salt-call`` on a
+    minion), the user running it and the Salt id, as in
+    ``salt-run mc_cloud_lxc (alice@controller.local)``."""
+    program = via or ("salt-run" if opts.get("__role") == "master" else "salt-call")
+    try:
+        user = os.environ.get("SUDO_USER") or getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid
+        user = str(os.getuid())
+    ident = opts.get("id")
+    return f"{program} ({user}@{ident})" if ident else f"{program} ({user})"
 
 
 def share_ca(opts: Mapping[str, Any], cfg: mccloud.Config, ssl_dir: str) -> None:

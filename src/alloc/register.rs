@@ -66,7 +66,7 @@ pub fn node(
     let here: HashSet<&str> = node.vms.iter().map(|p| p.vm.as_str()).collect();
     for (vm, other) in tx.held_elsewhere(cn)? {
         if here.contains(vm.as_str()) && !skip.contains(&vm) {
-            retire_moved_from(tx, config, &other, &vm)?;
+            retire_moved_from(tx, config, cn, &other, &vm)?;
         }
     }
     let ips: HashMap<String, u32> = tx.numbers(Kind::Ip.as_str(), cn)?.into_iter().collect();
@@ -143,18 +143,21 @@ pub fn node(
 /// node's cleanup calls).
 fn retire_moved(tx: &Tx, config: &Config, cn: &str, vm: &str) -> Result<()> {
     for other in tx.other_nodes_of(vm, cn)? {
-        retire_moved_from(tx, config, &other, vm)?;
+        retire_moved_from(tx, config, cn, &other, vm)?;
     }
     Ok(())
 }
 
 /// [`retire_moved`] for one other node.
-fn retire_moved_from(tx: &Tx, config: &Config, other: &str, vm: &str) -> Result<()> {
+fn retire_moved_from(tx: &Tx, config: &Config, cn: &str, other: &str, vm: &str) -> Result<()> {
     let still_declared = config
         .declared()?
         .get(other)
         .is_some_and(|n| n.vms.iter().any(|d| d.name == vm));
     if !still_declared {
+        tx.note(crate::store::journal::Event::new(
+            "moved", cn, vm, "vm", other, cn,
+        ))?;
         tx.retire_macs(other, vm)?;
         tx.remove_password(other, vm)?;
     }

@@ -216,13 +216,23 @@ pub struct Registry {
 
 #[pymethods]
 impl Registry {
+    /// `caller` names who makes the changes in the audit journal (a
+    /// minion, a runner, a user).
     #[new]
-    fn new(py: Python<'_>, config: &Config, store_dir: &str) -> PyResult<Self> {
+    #[pyo3(signature = (config, store_dir, caller=None))]
+    fn new(
+        py: Python<'_>,
+        config: &Config,
+        store_dir: &str,
+        caller: Option<&str>,
+    ) -> PyResult<Self> {
         let cfg = config.inner.clone();
         let inner = py
             .detach(|| crate::Registry::open(cfg, std::path::Path::new(store_dir)))
             .map_err(to_py)?;
-        Ok(Registry { inner })
+        Ok(Registry {
+            inner: inner.with_caller(caller.unwrap_or_default()),
+        })
     }
 
     #[getter]
@@ -319,6 +329,46 @@ impl Registry {
     fn inventory(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.inventory());
         out(py, r)
+    }
+
+    /// The audit journal's entries, oldest first, filtered by VM, node,
+    /// kind and time (`since`: a UTC date or time); the newest `limit`.
+    #[pyo3(signature = (vm=None, node=None, kind=None, since=None, limit=None))]
+    fn audit(
+        &self,
+        py: Python<'_>,
+        vm: Option<String>,
+        node: Option<String>,
+        kind: Option<String>,
+        since: Option<String>,
+        limit: Option<u32>,
+    ) -> PyResult<Py<PyAny>> {
+        let q = crate::store::journal::Query {
+            vm,
+            node,
+            kind,
+            since,
+            limit,
+        };
+        let r = py.detach(|| self.inner.audit(&q));
+        out(py, r)
+    }
+
+    /// Notes a change made outside the store (a key seeded or deleted, a
+    /// repair) in the audit journal. Never pass a secret.
+    #[pyo3(signature = (kind, node, vm="", what="", before="", after=""))]
+    fn record(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        node: &str,
+        vm: &str,
+        what: &str,
+        before: &str,
+        after: &str,
+    ) -> PyResult<()> {
+        py.detach(|| self.inner.record(kind, node, vm, what, before, after))
+            .map_err(to_py)
     }
 
     /// The registry's figures in the Prometheus text format.

@@ -125,6 +125,7 @@ fn dump(reg: &Registry) -> Vec<String> {
         "salts",
         "destroyed",
         "hints",
+        "journal",
     ] {
         let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
         let columns = st.column_count();
@@ -1546,4 +1547,139 @@ fn metrics_count_the_pools_the_vms_and_the_drift() {
     assert!(text.contains(&format!(
         "mccloud_vms{{node=\"{CN}\",state=\"declared\"}} 2"
     )));
+}
+
+/// `(kind, vm, what, before, after)` of the journal entries `q` selects.
+fn journal_rows(reg: &Registry, q: &journal::Query) -> Vec<(String, String, String, Value, Value)> {
+    reg.audit(q)
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (
+                s("kind"),
+                s("vm"),
+                s("what"),
+                e["before"].clone(),
+                e["after"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_journal_records_every_change_with_its_caller_and_never_a_secret() {
+    let vms = plain_vms(&["a.test", "b.test"]);
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms)).with_caller("salt-call (ctl)");
+    let a = seen(&reg, CN, "a.test");
+    let all = journal::Query::default();
+    let first = journal_rows(&reg, &all);
+    let of_a: Vec<_> = first.iter().filter(|r| r.1 == "a.test").collect();
+    let kinds: BTreeSet<(&str, &str)> = of_a.iter().map(|r| (r.0.as_str(), r.2.as_str())).collect();
+    for expected in [
+        ("allocated", "ip"),
+        ("allocated", "ssh"),
+        ("allocated", "snmp"),
+        ("allocated", "idmap"),
+        ("mac_allocated", "mac"),
+        ("secret_created", "password"),
+        ("secret_created", "salt"),
+    ] {
+        assert!(
+            kinds.contains(&expected),
+            "{expected:?} missing from {of_a:?}"
+        );
+    }
+    let ip = of_a.iter().find(|r| r.2 == "ip").unwrap();
+    assert_eq!((&ip.3, &ip.4), (&Value::Null, &a["ip"]));
+    let entries = reg.audit(&all).unwrap();
+    let text = serde_json::to_string(&entries).unwrap();
+    assert!(
+        !text.contains(a["password"].as_str().unwrap()),
+        "a password in the journal"
+    );
+    assert!(entries.iter().all(|e| e["caller"] == "salt-call (ctl)"));
+    // Asking again changes nothing, so notes nothing.
+    seen(&reg, CN, "a.test");
+    assert_eq!(journal_rows(&reg, &all), first);
+    // A refused change leaves no entry.
+    let before = dump(&reg);
+    assert!(reg
+        .set_allocated_ip(CN, "b.test", a["ip"].as_str().unwrap())
+        .is_err());
+    assert_eq!(dump(&reg), before);
+    // A destruction frees, retires and forgets, each noted.
+    reg.destroy_vm(CN, "a.test").unwrap();
+    let q = journal::Query {
+        vm: Some("a.test".into()),
+        since: Some("2000-01-01".into()),
+        ..Default::default()
+    };
+    let rows = journal_rows(&reg, &q);
+    let tail: BTreeSet<(&str, &str)> = rows[of_a.len()..]
+        .iter()
+        .map(|r| (r.0.as_str(), r.2.as_str()))
+        .collect();
+    for expected in [
+        ("freed", "ip"),
+        ("freed", "ssh"),
+        ("destroyed", "vm"),
+        ("mac_retired", "mac"),
+        ("secret_forgotten", "password"),
+    ] {
+        assert!(
+            tail.contains(&expected),
+            "{expected:?} missing from {tail:?}"
+        );
+    }
+    let freed = rows.iter().find(|r| r.0 == "freed" && r.2 == "ip").unwrap();
+    assert_eq!(freed.3, a["ip"]);
+    // Filters: kind, node, the newest n; a future `since` selects nothing.
+    let q = |kind: Option<&str>, limit: Option<u32>, since: Option<&str>| journal::Query {
+        kind: kind.map(String::from),
+        node: Some(CN.into()),
+        limit,
+        since: since.map(String::from),
+        ..Default::default()
+    };
+    assert_eq!(
+        journal_rows(&reg, &q(Some("destroyed"), None, None)).len(),
+        1
+    );
+    let last = journal_rows(&reg, &q(None, Some(2), None));
+    assert_eq!(last.as_slice(), &rows[rows.len() - 2..]);
+    assert!(journal_rows(&reg, &q(None, None, Some("2999-01-01"))).is_empty());
+    assert!(reg.audit(&q(Some("nonsense"), None, None)).is_err());
+    // Changes made outside the store are recorded by name.
+    reg.record("key_deleted", CN, "a.test", "minion key", "a.test", "")
+        .unwrap();
+    let last = journal_rows(&reg, &q(None, Some(1), None));
+    assert_eq!(last[0].0, "key_deleted");
+    assert!(reg.record("rm -rf", CN, "", "", "", "").is_err());
+}
+
+#[test]
+fn a_vm_that_moved_is_noted_as_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(
+        &dir,
+        pillar(&Pools::small(), &[CN], &plain_vms(&["a.test"])),
+    );
+    seen(&reg, CN, "a.test");
+    let mut p = pillar(&Pools::small(), &[CN2], &plain_vms(&["a.test"]));
+    p.insert(format!("{LXC}.vms.{CN}"), json!({}));
+    let reg = open_at(&dir, p);
+    seen(&reg, CN2, "a.test");
+    let q = journal::Query {
+        kind: Some("moved".into()),
+        ..Default::default()
+    };
+    let moved = reg.audit(&q).unwrap();
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert_eq!(
+        (&moved[0]["node"], &moved[0]["before"], &moved[0]["after"]),
+        (&json!(CN2), &json!(CN), &json!(CN2))
+    );
+    assert_eq!(moved[0]["caller"], "unknown");
 }

@@ -57,6 +57,20 @@ pub const TABLES: &[(&str, &[(&str, Col)])] = &[
         "hints",
         &[("pool", Col::Text), ("cn", Col::Text), ("value", Col::Int)],
     ),
+    (
+        "journal",
+        &[
+            ("id", Col::Int),
+            ("at", Col::Text),
+            ("caller", Col::Text),
+            ("kind", Col::Text),
+            ("cn", Col::Text),
+            ("vm", Col::Text),
+            ("what", Col::Text),
+            ("before_value", Col::Text),
+            ("after_value", Col::Text),
+        ],
+    ),
 ];
 
 /// `SELECT <every column> FROM <table>`.

@@ -24,6 +24,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 use crate::error::{Error, Result};
 
 pub mod dump;
+pub mod journal;
 pub mod legacy;
 pub mod pg;
 mod pg_cache;
@@ -52,7 +53,7 @@ pub const FILE_NAME: &str = "registry.sqlite";
 /// The store's format, recorded in its identity record.
 pub const FORMAT: &str = "mccloud-registry";
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 const SCHEMA: &str = "
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE numbers(
@@ -75,6 +76,15 @@ CREATE TABLE IF NOT EXISTS hints(
     pool TEXT NOT NULL, cn TEXT NOT NULL, value INTEGER NOT NULL,
     PRIMARY KEY(pool, cn)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS macs_by_vm ON macs(vm) WHERE retired = 0;
+";
+/// The audit journal (schema version 4), see [`journal`].
+const JOURNAL: &str = "
+CREATE TABLE IF NOT EXISTS journal(
+    id INTEGER PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
+    cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
+    before_value TEXT NOT NULL DEFAULT '', after_value TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS journal_by_vm ON journal(vm, id);
+CREATE INDEX IF NOT EXISTS journal_by_cn ON journal(cn, id);
 ";
 /// Version 2 stores (before additional IPs, shared port space, salts and
 /// the identity record) are upgraded in place.
@@ -437,7 +447,7 @@ fn create(dir: &Path, path: &Path) -> Result<()> {
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA journal_mode=DELETE;")
             .at(path)?;
         conn.execute_batch(&format!(
-            "BEGIN; {SCHEMA} INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('identity', '{}');
+            "BEGIN; {SCHEMA} {JOURNAL} INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('identity', '{}');
              PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
             new_identity()?
         ))
@@ -656,18 +666,21 @@ impl Store {
             if v == SCHEMA_VERSION {
                 return Ok(());
             }
-            tx.conn.execute_batch(UPGRADE_FROM_2).map_err(|e| {
-                Error::store(
-                    tx.path,
-                    format!(
-                        "cannot upgrade the store to schema version {SCHEMA_VERSION} ({e}): a port is \
-                         probably held both as an ssh and an snmp port on one node; it was left \
-                         unchanged: free one of them with the previous mccloud version, then retry"
-                    ),
-                )
-            })?;
-            tx.set_meta("format", FORMAT)?;
-            tx.set_meta("identity", &identity)?;
+            if v < 3 {
+                tx.conn.execute_batch(UPGRADE_FROM_2).map_err(|e| {
+                    Error::store(
+                        tx.path,
+                        format!(
+                            "cannot upgrade the store to schema version {SCHEMA_VERSION} ({e}): a port is \
+                             probably held both as an ssh and an snmp port on one node; it was left \
+                             unchanged: free one of them with the previous mccloud version, then retry"
+                        ),
+                    )
+                })?;
+                tx.set_meta("format", FORMAT)?;
+                tx.set_meta("identity", &identity)?;
+            }
+            tx.conn.execute_batch(JOURNAL).at(tx.path)?;
             tx.conn
                 .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
                 .at(tx.path)
@@ -861,8 +874,10 @@ impl Store {
     pub fn create_from(dest: &Path, rows: &dump::Dump) -> Result<()> {
         write_backup(dest, |conn| {
             let tx = conn.transaction().at(dest)?;
-            tx.execute_batch(&format!("{SCHEMA} PRAGMA user_version = {SCHEMA_VERSION};"))
-                .at(dest)?;
+            tx.execute_batch(&format!(
+                "{SCHEMA} {JOURNAL} PRAGMA user_version = {SCHEMA_VERSION};"
+            ))
+            .at(dest)?;
             for (table, cols) in dump::TABLES {
                 let sql = dump::insert_sql(table, cols, '?');
                 let mut s = tx.prepare(&sql).at(dest)?;
@@ -1013,6 +1028,18 @@ pub trait TxOps {
 
     /// Sets a metadata value.
     fn set_meta(&self, key: &str, value: &str) -> Result<()>;
+
+    /// Notes a change made outside the store's rows (a move, a key seeded)
+    /// in the journal of a journaled transaction; nothing otherwise.
+    fn note(&self, _event: journal::Event) -> Result<()> {
+        Ok(())
+    }
+
+    /// Appends entries to the audit journal, at `at`, by `caller`.
+    fn append_journal(&self, at: &str, caller: &str, events: &[journal::Event]) -> Result<()>;
+
+    /// The journal entries `query` selects, oldest first.
+    fn journal(&self, query: &journal::Query) -> Result<Vec<journal::Entry>>;
 }
 
 /// A transaction of the store (see [`TxOps`]).
@@ -1378,6 +1405,51 @@ impl TxOps for SqliteTx<'_> {
             .and_then(|mut s| s.execute(params![key, value]))
             .at(self.path)?;
         Ok(())
+    }
+
+    fn append_journal(&self, at: &str, caller: &str, events: &[journal::Event]) -> Result<()> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO journal(at, caller, kind, cn, vm, what, before_value, after_value)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .at(self.path)?;
+        for e in events {
+            s.execute(params![
+                at, caller, e.kind, e.node, e.vm, e.what, e.before, e.after
+            ])
+            .at(self.path)?;
+        }
+        Ok(())
+    }
+
+    fn journal(&self, q: &journal::Query) -> Result<Vec<journal::Entry>> {
+        let limit = q.limit.map_or(-1, i64::from);
+        let mut out = self.rows(
+            "SELECT id, at, caller, kind, cn, vm, what, before_value, after_value FROM journal
+             WHERE (?1 IS NULL OR vm = ?1) AND (?2 IS NULL OR cn = ?2) AND (?3 IS NULL OR kind = ?3)
+               AND (?4 IS NULL OR at >= ?4)
+             ORDER BY id DESC LIMIT ?5",
+            params![q.vm, q.node, q.kind, q.since_bound(), limit],
+            |r| {
+                Ok(journal::Entry {
+                    id: r.get(0)?,
+                    at: r.get(1)?,
+                    caller: r.get(2)?,
+                    event: journal::Event {
+                        kind: journal::kind_of(&r.get::<_, String>(3)?),
+                        node: r.get(4)?,
+                        vm: r.get(5)?,
+                        what: r.get(6)?,
+                        before: r.get(7)?,
+                        after: r.get(8)?,
+                    },
+                })
+            },
+        )?;
+        out.reverse();
+        Ok(out)
     }
 }
 

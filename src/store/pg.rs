@@ -69,7 +69,13 @@ CREATE TABLE IF NOT EXISTS hints(
     pool TEXT NOT NULL, cn TEXT NOT NULL, value BIGINT NOT NULL, PRIMARY KEY(pool, cn));
 CREATE INDEX IF NOT EXISTS numbers_by_vm ON numbers(cn, vm);
 CREATE INDEX IF NOT EXISTS hints_by_cn ON hints(cn);
-CREATE OR REPLACE FUNCTION mccloud_apply_v1(changes TEXT) RETURNS void LANGUAGE plpgsql AS $apply$
+CREATE TABLE IF NOT EXISTS journal(
+    id BIGSERIAL PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
+    cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
+    before_value TEXT NOT NULL DEFAULT '', after_value TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS journal_by_vm ON journal(vm, id);
+CREATE INDEX IF NOT EXISTS journal_by_cn ON journal(cn, id);
+CREATE OR REPLACE FUNCTION mccloud_apply_v2(changes TEXT) RETURNS void LANGUAGE plpgsql AS $apply$
 DECLARE c jsonb := changes::jsonb;
 BEGIN
     DELETE FROM numbers t USING jsonb_to_recordset(c->'numbers_gone') AS d(kind TEXT, cn TEXT, vm TEXT, slot TEXT)
@@ -93,6 +99,10 @@ BEGIN
     INSERT INTO hints(pool, cn, value) SELECT pool, cn, value
         FROM jsonb_to_recordset(c->'hints') AS r(pool TEXT, cn TEXT, value BIGINT)
         ON CONFLICT(pool, cn) DO UPDATE SET value = excluded.value;
+    INSERT INTO journal(at, caller, kind, cn, vm, what, before_value, after_value)
+        SELECT at, caller, kind, cn, vm, what, before_value, after_value
+        FROM jsonb_to_recordset(c->'journal') AS r(at TEXT, caller TEXT, kind TEXT, cn TEXT, vm TEXT,
+                                                   what TEXT, before_value TEXT, after_value TEXT);
 END
 $apply$;
 ";
@@ -485,6 +495,7 @@ impl PgStore {
             locking: mode == Mode::Write,
             locked: RefCell::new(BTreeSet::new()),
             again: Cell::new(None),
+            journal: RefCell::new(Vec::new()),
         };
         let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
         let again = scope.again.get();
@@ -569,6 +580,10 @@ impl PgStore {
                     tx.checked(r)?;
                 }
             }
+            tx.exec(
+                "SELECT setval(pg_get_serial_sequence('journal', 'id'), COALESCE(max(id), 0) + 1, false) FROM journal",
+                &[],
+            )?;
             if let Some(diff) = rows.differences(&tx.dump()?) {
                 return Err(Error::store(
                     tx.label,
@@ -660,6 +675,8 @@ pub struct PgTx<'a> {
     locked: RefCell<BTreeSet<String>>,
     /// Why the statement that failed may succeed in a new try.
     again: Cell<Option<Again>>,
+    /// Journal entries not written yet (sent with the other changes).
+    journal: RefCell<Vec<serde_json::Value>>,
 }
 
 fn u32_of(label: &Path, v: i64) -> Result<u32> {
@@ -728,11 +745,15 @@ impl PgTx<'_> {
     /// statement: before the database is asked anything the transaction
     /// does not know, and before the commit.
     fn write_changes(&self) -> Result<()> {
-        if self.cache.borrow().clean() {
+        let journal = std::mem::take(&mut *self.journal.borrow_mut());
+        if self.cache.borrow().clean() && journal.is_empty() {
             return Ok(());
         }
-        let changes = self.cache.borrow_mut().take_changes().to_string();
-        self.query("SELECT mccloud_apply_v1($1)", &[&changes])?;
+        let mut changes = self.cache.borrow_mut().take_changes();
+        if let Some(c) = changes.as_object_mut() {
+            c.insert("journal".into(), serde_json::Value::Array(journal));
+        }
+        self.query("SELECT mccloud_apply_v2($1)", &[&changes.to_string()])?;
         Ok(())
     }
 
@@ -1128,6 +1149,52 @@ impl TxOps for PgTx<'_> {
             &[&key, &value],
         )?;
         Ok(())
+    }
+
+    fn append_journal(
+        &self,
+        at: &str,
+        caller: &str,
+        events: &[super::journal::Event],
+    ) -> Result<()> {
+        let mut pending = self.journal.borrow_mut();
+        for e in events {
+            pending.push(serde_json::json!({
+                "at": at, "caller": caller, "kind": e.kind, "cn": e.node, "vm": e.vm,
+                "what": e.what, "before_value": e.before, "after_value": e.after,
+            }));
+        }
+        Ok(())
+    }
+
+    fn journal(&self, q: &super::journal::Query) -> Result<Vec<super::journal::Entry>> {
+        self.write_changes()?;
+        let limit = q.limit.map(i64::from);
+        let since = q.since_bound();
+        let rows = self.query(
+            "SELECT id, at, caller, kind, cn, vm, what, before_value, after_value FROM journal
+             WHERE ($1::TEXT IS NULL OR vm = $1) AND ($2::TEXT IS NULL OR cn = $2)
+               AND ($3::TEXT IS NULL OR kind = $3) AND ($4::TEXT IS NULL OR at >= $4)
+             ORDER BY id DESC LIMIT $5",
+            &[&q.vm, &q.node, &q.kind, &since, &limit],
+        )?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows.iter().rev() {
+            out.push(super::journal::Entry {
+                id: self.col(r, 0)?,
+                at: self.col(r, 1)?,
+                caller: self.col(r, 2)?,
+                event: super::journal::Event {
+                    kind: super::journal::kind_of(self.col(r, 3)?),
+                    node: self.col(r, 4)?,
+                    vm: self.col(r, 5)?,
+                    what: self.col(r, 6)?,
+                    before: self.col(r, 7)?,
+                    after: self.col(r, 8)?,
+                },
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -297,6 +297,50 @@ fn postgresql_refuses_duplicates_and_keeps_nothing_of_a_failed_write() {
 }
 
 #[test]
+fn the_journal_is_written_with_its_change_or_not_at_all() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let info = server.conninfo("journal");
+    let mut pg = PgStore::connect(&info).unwrap();
+    let event = |vm: &str| journal::Event::new("allocated", "cn", vm, "ip", "", "10.0.0.7");
+    pg.write(|tx| {
+        tx.put_number("ip", "cn", "a", 7)?;
+        tx.append_journal("2026-11-26T10:00:00.000Z", "me", &[event("a")])
+    })
+    .unwrap();
+    let r: Result<()> = pg.write(|tx| {
+        tx.append_journal("2026-11-26T10:00:01.000Z", "me", &[event("b")])?;
+        tx.put_number("ip", "cn", "b", 7)
+    });
+    assert!(r.is_err(), "a duplicate IP is refused");
+    let all = pg
+        .read(|tx| tx.journal(&journal::Query::default()))
+        .unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!((all[0].caller.as_str(), &all[0].event), ("me", &event("a")));
+    // A migrated journal keeps its ids, and new entries follow them.
+    let dir = tempfile::tempdir().unwrap();
+    let mut lite = Store::open(dir.path()).unwrap();
+    lite.write(|tx| {
+        tx.append_journal("2026-11-26T09:00:00.000Z", "old", &[event("x"), event("y")])
+    })
+    .unwrap();
+    let mut target = PgStore::connect(&server.conninfo("journal_migrated")).unwrap();
+    target.load(&lite.dump().unwrap()).unwrap();
+    target
+        .write(|tx| tx.append_journal("2026-11-26T11:00:00.000Z", "new", &[event("z")]))
+        .unwrap();
+    let ids: Vec<(i64, String)> = target
+        .read(|tx| tx.journal(&journal::Query::default()))
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.id, e.event.vm))
+        .collect();
+    assert_eq!(ids, [(1, "x".into()), (2, "y".into()), (3, "z".into())]);
+}
+
+#[test]
 fn the_connection_string_never_shows_its_password() {
     assert_eq!(
         shown("postgresql://reg:s3cret@db.example.net:5432/mccloud"),

@@ -272,6 +272,35 @@ fn version_2_stores_are_reported_by_check_and_upgraded_by_a_write() {
 }
 
 #[test]
+fn version_3_stores_get_the_journal_and_keep_their_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    let identity = s.check().unwrap().identity;
+    drop(s);
+    let old = Connection::open(dir.path().join(FILE_NAME)).unwrap();
+    old.execute_batch("DROP TABLE journal; PRAGMA user_version = 3;")
+        .unwrap();
+    drop(old);
+    let mut s = Store::open(dir.path()).unwrap();
+    let event = journal::Event::new("freed", "cn", "a", "ip", "0.0.0.7", "");
+    s.write(|tx| {
+        tx.append_journal(
+            "2026-11-26T10:00:00.000Z",
+            "me",
+            std::slice::from_ref(&event),
+        )
+    })
+    .unwrap();
+    let r = s.check().unwrap();
+    assert_eq!((r.schema_version, r.identity), (SCHEMA_VERSION, identity));
+    assert_eq!(s.read(|tx| tx.number("ip", "cn", "a")).unwrap(), Some(7));
+    let entries = s.read(|tx| tx.journal(&journal::Query::default())).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].event, event);
+}
+
+#[test]
 fn backups_are_consistent_while_others_write() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(dir.path()).unwrap();

@@ -156,6 +156,7 @@ def saltify(env: Env, name: str) -> Outcome:
             return out.fail(f"saltify {name}: the target has no Salt and {problem}: "
                             "run mc_cloud_controller.wheelhouse")
     minion = minions.seed(env.opts, name, t)
+    env.registry.record("key_seeded", name, name, "minion key", "", f"accepted on the {minion['mode']} master")
     out.add("key", {"result": True, "comment": f"key of {name} generated and accepted on the {minion['mode']} master",
                     "changes": {"accepted": minion["mode"]}})
     remote, preamble = remote_command(t, str(minion["script_args"]))

@@ -481,8 +481,9 @@ def bootstrap_data(env: Env, vm: str, cn: str) -> dict[str, Any]:
     master's public key, its configuration, the script and its arguments)
     and the node's ``wheelhouse``."""
     _, data = env.vm_data(vm, cn)
-    return {**data, "minion": minions.seed(env.opts, vm, data["vm"]),
-            "wheelhouse": str(minions.wheelhouse_dir(env.opts))}
+    minion = minions.seed(env.opts, vm, data["vm"])
+    env.registry.record("key_seeded", cn, vm, "minion key", "", f"accepted on the {minion['mode']} master")
+    return {**data, "minion": minion, "wheelhouse": str(minions.wheelhouse_dir(env.opts))}
 
 
 #: A highstate with nothing assigned to the minion (Salt answers it as an error).
@@ -550,6 +551,8 @@ def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) ->
         freed = {}
     env.forget(cn, vm)
     keys = minions.forget(env.opts, vm)
+    for mode in keys:
+        env.registry.record("key_deleted", cn, vm, "minion key", f"accepted on the {mode} master", "")
     out.add("minion key", {"result": True, "comment": f"key of {vm} deleted from the {', '.join(keys)} master"
                            if keys else f"{vm} had no key on a master", "changes": {"deleted": keys} if keys else {}})
     out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",

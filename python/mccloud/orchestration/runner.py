@@ -146,6 +146,7 @@ class Env:
         # parallel orchestration's threads see the same objects.
         self.opts, self.functions, self.context = _resolved(opts), _resolved(functions), _resolved(context)
         self.progress = make_progress(jid_event, name)
+        self.name = name
         #: What :meth:`batch` hands its jobs to instead of the node (an
         #: orchestration gathering its VMs' first jobs), if anything.
         self.batcher: Callable[[str, Sequence[tuple[str, str]], Mapping[str, Any]], list[tuple[str, Step]]] | None = None
@@ -177,7 +178,7 @@ class Env:
         """The controller's registry. One object serves every thread: it is
         a frozen class whose store sits behind a lock."""
         def make() -> mccloud.Registry:
-            return mccloud.Registry(self.config, saltsupport.store_location(self.opts, self.config))
+            return saltsupport.registry_for(self.opts, self.config, f"salt-run {self.name}")
         return cast(mccloud.Registry, self._cached("mccloud.registry", make))
 
     @property

@@ -1,5 +1,6 @@
 """The cloud as a whole: where it drifted from what the pillar declares."""
 
+import mccloud
 import mccloud.orchestration as _o
 
 __virtualname__ = "mc_cloud"
@@ -44,3 +45,31 @@ def drift(target=None, **kwargs):
     if out.get("retcode"):
         env.context["retcode"] = out["retcode"]
     return out
+
+
+def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
+    """The audit journal: every change of the registry, oldest first, with
+    when (``at``, UTC), by whom (``caller``: program, user and Salt id),
+    ``kind``, ``node``, ``vm``, ``what``, ``before`` and ``after``. Secrets
+    are noted (``secret_created``, ``secret_forgotten``), never their value.
+
+    Filters: ``vm``, ``node``, ``kind`` (``allocated``, ``reallocated``,
+    ``freed``, ``mac_allocated``, ``mac_retired``, ``mac_forgotten``,
+    ``secret_created``, ``secret_replaced``, ``secret_forgotten``,
+    ``destroyed``, ``provisioned``, ``moved``, ``key_seeded``,
+    ``key_deleted``, ``repaired``), ``since`` (a UTC date or time) and
+    ``limit`` (the newest entries only).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.audit vm=web1.example.com
+        mastersalt-run mc_cloud.audit kind=freed since=2026-11-01 --out json
+    """
+    def body(env):
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise mccloud.ArgumentError(f"limit={limit!r}: give a number of entries (limit=20)")
+        return env.registry.audit(*(None if v is None else str(v) for v in (vm, node, kind, since)), limit)
+
+    return _o.answer("audit", body, _env(), **kwargs)

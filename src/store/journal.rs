@@ -1,0 +1,512 @@
+//! The audit journal: one row per change of the registry, written in the
+//! transaction that makes the change (so a change is never without its
+//! entry, nor an entry without its change). Every write transaction of the
+//! registry runs through [`Journaled`], which forwards each operation to
+//! the store and notes what a changing one did: when, by whom (the
+//! registry's caller), what (kind, node, VM, value), before and after.
+//! Secrets are noted, never their value.
+
+use std::cell::RefCell;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use super::{space_of, MacOwner, NumberOwner, TxOps};
+use crate::error::{Error, Result};
+
+/// The kinds of entry, as `mccloud audit --kind` names them.
+pub const KINDS: &[&str] = &[
+    "allocated",
+    "reallocated",
+    "freed",
+    "mac_allocated",
+    "mac_retired",
+    "mac_forgotten",
+    "secret_created",
+    "secret_replaced",
+    "secret_forgotten",
+    "destroyed",
+    "provisioned",
+    "moved",
+    "key_seeded",
+    "key_deleted",
+    "repaired",
+];
+
+/// One change, before its time and caller are known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// One of [`KINDS`].
+    pub kind: &'static str,
+    /// The compute node.
+    pub node: String,
+    /// The VM (empty for a node-wide change).
+    pub vm: String,
+    /// What changed: `ip`, `ssh`, `snmp`, `idmap`, `mac`, `password`, `salt`,
+    /// with the slot when not the main one (`ip/10.5.0.20`, `mac/eth1`).
+    pub what: String,
+    /// The value before (never a secret); empty when none.
+    pub before: String,
+    /// The value after (never a secret); empty when none.
+    pub after: String,
+}
+
+impl Event {
+    /// An event; `before`/`after` empty when there is no value to show.
+    pub fn new(
+        kind: &'static str,
+        node: &str,
+        vm: &str,
+        what: &str,
+        before: &str,
+        after: &str,
+    ) -> Event {
+        Event {
+            kind,
+            node: node.into(),
+            vm: vm.into(),
+            what: what.into(),
+            before: before.into(),
+            after: after.into(),
+        }
+    }
+}
+
+/// A journal entry as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Increasing with the order of commits on one store.
+    pub id: i64,
+    /// When, UTC, RFC 3339 with milliseconds.
+    pub at: String,
+    /// Who: the registry's caller (minion, runner, user).
+    pub caller: String,
+    /// The change.
+    pub event: Event,
+}
+
+impl Entry {
+    /// The entry as `mc_cloud.audit` shows it.
+    pub fn to_json(&self) -> Value {
+        // Ports and id blocks are numbers, as in the VM's settings.
+        let shown = |s: &str| match s.parse::<u64>() {
+            _ if s.is_empty() => Value::Null,
+            Ok(n) => json!(n),
+            Err(_) => json!(s),
+        };
+        json!({
+            "id": self.id,
+            "at": self.at,
+            "caller": self.caller,
+            "kind": self.event.kind,
+            "node": self.event.node,
+            "vm": self.event.vm,
+            "what": self.event.what,
+            "before": shown(&self.event.before),
+            "after": shown(&self.event.after),
+        })
+    }
+}
+
+/// The static name of a stored kind (an unknown one, from a newer
+/// version, reads as `other`).
+pub fn kind_of(stored: &str) -> &'static str {
+    KINDS
+        .iter()
+        .find(|k| **k == stored)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// Which entries to read (every filter optional; the newest `limit`).
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    /// Entries of this VM.
+    pub vm: Option<String>,
+    /// Entries on this node.
+    pub node: Option<String>,
+    /// Entries of this kind (one of [`KINDS`]).
+    pub kind: Option<String>,
+    /// Entries at or after this time (RFC 3339, UTC, or a date).
+    pub since: Option<String>,
+    /// At most this many, the newest.
+    pub limit: Option<u32>,
+}
+
+impl Query {
+    /// Checks the filters: a clear error for an unknown kind or a
+    /// malformed time.
+    pub fn check(&self) -> Result<()> {
+        if let Some(k) = &self.kind {
+            if !KINDS.contains(&k.as_str()) {
+                return Err(Error::Argument(format!(
+                    "audit: unknown kind {k:?}: use one of {}",
+                    KINDS.join(", ")
+                )));
+            }
+        }
+        if let Some(s) = &self.since {
+            if !valid_since(s) {
+                return Err(Error::Argument(format!(
+                    "audit: since {s:?} is not a UTC time: write 2026-11-26 or 2026-11-26T10:00:00Z"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `since` bound in the stored format (entries compare as text).
+    pub fn since_bound(&self) -> Option<String> {
+        self.since
+            .as_ref()
+            .map(|s| s.trim_end_matches('Z').replace(' ', "T"))
+    }
+}
+
+/// `YYYY-MM-DD`, optionally followed by `THH:MM[:SS[.fff]]` and `Z`.
+fn valid_since(s: &str) -> bool {
+    let s = s.strip_suffix('Z').unwrap_or(s);
+    let (date, time) = match s.split_once(['T', ' ']) {
+        Some((d, t)) => (d, Some(t)),
+        None => (s, None),
+    };
+    let digits = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_digit());
+    let d: Vec<&str> = date.split('-').collect();
+    let date_ok =
+        matches!(d.as_slice(), [y, m, day] if digits(y, 4) && digits(m, 2) && digits(day, 2));
+    let time_ok = time.is_none_or(|t| {
+        let (hms, frac) = t.split_once('.').unwrap_or((t, "000"));
+        let p: Vec<&str> = hms.split(':').collect();
+        (2..=3).contains(&p.len())
+            && p.iter().all(|x| digits(x, 2))
+            && !frac.is_empty()
+            && frac.bytes().all(|b| b.is_ascii_digit())
+    });
+    date_ok && time_ok
+}
+
+/// Now, UTC, as the journal stores it: `2026-11-26T22:57:01.123Z`.
+pub fn now() -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format_utc(d.as_secs(), d.subsec_millis())
+}
+
+/// Seconds since the epoch as an RFC 3339 UTC time with milliseconds.
+pub fn format_utc(secs: u64, millis: u32) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A number as users see it: an IP dotted, a port or id as a number.
+fn shown(kind: &str, v: u32) -> String {
+    if space_of(kind) == "ip" {
+        Ipv4Addr::from(v).to_string()
+    } else {
+        v.to_string()
+    }
+}
+
+/// `kind` or `kind/slot`.
+fn what(kind: &str, slot: &str) -> String {
+    if slot.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}/{slot}")
+    }
+}
+
+/// A transaction that notes every change it forwards (see the module).
+pub struct Journaled<'a> {
+    inner: &'a (dyn TxOps + 'a),
+    events: RefCell<Vec<Event>>,
+}
+
+impl<'a> Journaled<'a> {
+    /// Wraps a transaction of the store.
+    pub fn new(inner: &'a (dyn TxOps + 'a)) -> Self {
+        Journaled {
+            inner,
+            events: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Appends what was noted to the store's journal, in the transaction,
+    /// under `caller`.
+    pub fn finish(self, caller: &str) -> Result<()> {
+        let events = self.events.into_inner();
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.inner.append_journal(&now(), caller, &events)
+    }
+
+    fn push(&self, e: Event) {
+        self.events.borrow_mut().push(e);
+    }
+
+    /// The value a VM's slot holds.
+    fn slot_value(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        if slot.is_empty() {
+            return self.inner.number(kind, cn, vm);
+        }
+        if space_of(kind) != "ip" {
+            return Ok(None);
+        }
+        Ok(self
+            .inner
+            .extra_ips(cn, vm)?
+            .into_iter()
+            .find(|(s, _)| s == slot)
+            .map(|(_, v)| v))
+    }
+
+    fn retired(&self, cn: &str, vm: &str, macs: &[String]) {
+        for mac in macs {
+            self.push(Event::new("mac_retired", cn, vm, "mac", mac, ""));
+        }
+    }
+}
+
+impl TxOps for Journaled<'_> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+        self.inner.number(kind, cn, vm)
+    }
+    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+        self.inner.owner(kind, cn, value)
+    }
+    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
+        self.inner.numbers(kind, cn)
+    }
+    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
+        self.inner.space(kind, cn)
+    }
+    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        let before = self.slot_value(kind, cn, vm, slot)?;
+        self.inner.put_slot(kind, cn, vm, slot, value)?;
+        match before {
+            Some(b) if b == value => {}
+            Some(b) => self.push(Event::new(
+                "reallocated",
+                cn,
+                vm,
+                &what(kind, slot),
+                &shown(kind, b),
+                &shown(kind, value),
+            )),
+            None => self.push(Event::new(
+                "allocated",
+                cn,
+                vm,
+                &what(kind, slot),
+                "",
+                &shown(kind, value),
+            )),
+        }
+        Ok(())
+    }
+    fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
+        self.inner.extra_ips(cn, vm)
+    }
+    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        let freed = self.inner.remove_slot(kind, cn, vm, slot)?;
+        if let Some(v) = freed {
+            self.push(Event::new(
+                "freed",
+                cn,
+                vm,
+                &what(kind, slot),
+                &shown(kind, v),
+                "",
+            ));
+        }
+        Ok(freed)
+    }
+    fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
+        self.inner.hint(pool, cn)
+    }
+    fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()> {
+        self.inner.set_hint(pool, cn, value)
+    }
+    fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>> {
+        self.inner.mac(cn, vm, slot)
+    }
+    fn mac_owner(&self, mac: &str) -> Result<Option<MacOwner>> {
+        self.inner.mac_owner(mac)
+    }
+    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
+        let before = self.inner.mac(cn, vm, slot)?.unwrap_or_default();
+        self.inner.put_mac(cn, vm, slot, mac)?;
+        if before != mac {
+            self.push(Event::new(
+                "mac_allocated",
+                cn,
+                vm,
+                &what("mac", slot),
+                &before,
+                mac,
+            ));
+        }
+        Ok(())
+    }
+    fn forget_mac(&self, mac: &str) -> Result<()> {
+        let owner = self.inner.mac_owner(mac)?;
+        self.inner.forget_mac(mac)?;
+        if let Some(o) = owner {
+            self.push(Event::new(
+                "mac_forgotten",
+                &o.cn,
+                &o.vm,
+                &what("mac", &o.slot),
+                mac,
+                "",
+            ));
+        }
+        Ok(())
+    }
+    fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
+        self.inner.macs(cn)
+    }
+    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+        let retired = self.inner.retire_macs_except(cn, vm, keep)?;
+        self.retired(cn, vm, &retired);
+        Ok(retired)
+    }
+    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        self.inner.password(cn, vm)
+    }
+    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+        let had = self.inner.password(cn, vm)?.is_some();
+        self.inner.put_password(cn, vm, password)?;
+        let kind = if had {
+            "secret_replaced"
+        } else {
+            "secret_created"
+        };
+        self.push(Event::new(kind, cn, vm, "password", "", ""));
+        Ok(())
+    }
+    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        self.inner.salt(cn, vm)
+    }
+    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+        let had = self.inner.salt(cn, vm)?.is_some();
+        self.inner.put_salt(cn, vm, salt)?;
+        let kind = if had {
+            "secret_replaced"
+        } else {
+            "secret_created"
+        };
+        self.push(Event::new(kind, cn, vm, "salt", "", ""));
+        Ok(())
+    }
+    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+        let had = self.inner.remove_password(cn, vm)?;
+        if had {
+            self.push(Event::new("secret_forgotten", cn, vm, "password", "", ""));
+        }
+        Ok(had)
+    }
+    fn vms(&self, cn: &str) -> Result<Vec<String>> {
+        self.inner.vms(cn)
+    }
+    fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
+        self.inner.held_elsewhere(cn)
+    }
+    fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
+        self.inner.other_nodes_of(vm, cn)
+    }
+    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+        let was = self.inner.destroyed(cn)?.iter().any(|v| v == vm);
+        self.inner.set_destroyed(cn, vm, destroyed)?;
+        if was != destroyed {
+            let kind = if destroyed {
+                "destroyed"
+            } else {
+                "provisioned"
+            };
+            self.push(Event::new(kind, cn, vm, "vm", "", ""));
+        }
+        Ok(())
+    }
+    fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
+        self.inner.destroyed(cn)
+    }
+    fn nodes(&self) -> Result<Vec<String>> {
+        self.inner.nodes()
+    }
+    fn meta(&self, key: &str) -> Result<Option<String>> {
+        self.inner.meta(key)
+    }
+    fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.inner.set_meta(key, value)
+    }
+    fn note(&self, event: Event) -> Result<()> {
+        self.push(event);
+        Ok(())
+    }
+    fn append_journal(&self, at: &str, caller: &str, events: &[Event]) -> Result<()> {
+        self.inner.append_journal(at, caller, events)
+    }
+    fn journal(&self, query: &Query) -> Result<Vec<Entry>> {
+        self.inner.journal(query)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(format_utc(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_utc(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(format_utc(1_795_733_821, 123), "2026-11-26T22:57:01.123Z");
+    }
+
+    #[test]
+    fn checks_filters() {
+        let q = |kind: Option<&str>, since: Option<&str>| Query {
+            kind: kind.map(String::from),
+            since: since.map(String::from),
+            ..Query::default()
+        };
+        assert!(q(Some("allocated"), Some("2026-11-26")).check().is_ok());
+        assert!(q(None, Some("2026-11-26T10:00Z")).check().is_ok());
+        assert!(q(None, Some("2026-11-26 10:00:01.5")).check().is_ok());
+        let e = q(Some("alloc"), None).check().unwrap_err().to_string();
+        assert!(
+            e.contains("unknown kind \"alloc\"") && e.contains("allocated"),
+            "{e}"
+        );
+        let e = q(None, Some("yesterday")).check().unwrap_err().to_string();
+        assert!(e.contains("2026-11-26T10:00:00Z"), "{e}");
+        assert!(q(None, Some("2026-1-26")).check().is_err());
+        assert_eq!(
+            q(None, Some("2026-11-26 10:00Z")).since_bound().as_deref(),
+            Some("2026-11-26T10:00")
+        );
+    }
+}
