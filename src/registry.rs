@@ -642,8 +642,9 @@ impl Registry {
                     journal::KINDS.join(", ")
                 ))
             })?;
-        let event = journal::Event::new(kind, node, vm, what, before, after);
-        self.write(|tx| tx.note(event.clone()))
+        let shown = |v: &str| (!v.is_empty()).then(|| Value::from(v));
+        let change = journal::Change::new(kind, node, vm, what, shown(before), shown(after));
+        self.write(|tx| tx.note(change.clone()))
     }
 }
 

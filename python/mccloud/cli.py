@@ -289,8 +289,11 @@ def audit(args: argparse.Namespace) -> int:
         print(json.dumps(entries, indent=2, sort_keys=True))
         return 0
     if entries:
-        print(_table([[e["at"], e["caller"], e["kind"], e["node"], e["vm"], e["what"],
-                       e["before"] or "", e["after"] or ""] for e in entries],
+        def shown(values: dict[str, Any] | None) -> str:
+            return " ".join(f"{k}={v}" for k, v in (values or {}).items())
+
+        print(_table([[e["at"], e["caller"], e["kind"], e["node"], e["vm"], ",".join(e["what"]),
+                       shown(e["before"]), shown(e["after"])] for e in entries],
                      ["AT", "CALLER", "KIND", "NODE", "VM", "WHAT", "BEFORE", "AFTER"]))
     print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", file=sys.stderr)
     return 0

@@ -155,8 +155,14 @@ fn retire_moved_from(tx: &Tx, config: &Config, cn: &str, other: &str, vm: &str) 
         .get(other)
         .is_some_and(|n| n.vms.iter().any(|d| d.name == vm));
     if !still_declared {
-        tx.note(crate::store::journal::Event::new(
-            "moved", cn, vm, "vm", other, cn,
+        let node = |n: &str| Some(serde_json::Value::from(n));
+        tx.note(crate::store::journal::Change::new(
+            "moved",
+            cn,
+            vm,
+            "node",
+            node(other),
+            node(cn),
         ))?;
         tx.retire_macs(other, vm)?;
         tx.remove_password(other, vm)?;

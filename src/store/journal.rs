@@ -7,11 +7,12 @@
 //! Secrets are noted, never their value.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::{space_of, MacOwner, NumberOwner, TxOps};
 use crate::error::{Error, Result};
@@ -21,7 +22,6 @@ pub const KINDS: &[&str] = &[
     "allocated",
     "reallocated",
     "freed",
-    "mac_allocated",
     "mac_retired",
     "mac_forgotten",
     "secret_created",
@@ -35,7 +35,47 @@ pub const KINDS: &[&str] = &[
     "repaired",
 ];
 
-/// One change, before its time and caller are known.
+/// One change, as [`Journaled`] notes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// One of [`KINDS`].
+    pub kind: &'static str,
+    /// The compute node.
+    pub node: String,
+    /// The VM (empty for a node-wide change).
+    pub vm: String,
+    /// What changed: `ip`, `ssh`, `snmp`, `idmap`, `mac`, `password`, `salt`,
+    /// `vm`, with the slot when not the main one (`ip/10.5.0.20`, `mac/eth1`).
+    pub what: String,
+    /// The value before (never a secret).
+    pub before: Option<Value>,
+    /// The value after (never a secret).
+    pub after: Option<Value>,
+}
+
+impl Change {
+    /// A change of `what` on a VM.
+    pub fn new(
+        kind: &'static str,
+        node: &str,
+        vm: &str,
+        what: &str,
+        before: Option<Value>,
+        after: Option<Value>,
+    ) -> Change {
+        Change {
+            kind,
+            node: node.into(),
+            vm: vm.into(),
+            what: what.into(),
+            before,
+            after,
+        }
+    }
+}
+
+/// One journal row: the changes of one kind a transaction made to one VM
+/// (allocating a VM's IP, ports and MAC is one `allocated` entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     /// One of [`KINDS`].
@@ -44,58 +84,80 @@ pub struct Event {
     pub node: String,
     /// The VM (empty for a node-wide change).
     pub vm: String,
-    /// What changed: `ip`, `ssh`, `snmp`, `idmap`, `mac`, `password`, `salt`,
-    /// with the slot when not the main one (`ip/10.5.0.20`, `mac/eth1`).
+    /// What changed, comma-separated, in the order it changed.
     pub what: String,
-    /// The value before (never a secret); empty when none.
+    /// The values before, by what (a JSON object); empty when none.
     pub before: String,
-    /// The value after (never a secret); empty when none.
+    /// The values after, by what (a JSON object); empty when none.
     pub after: String,
 }
 
-impl Event {
-    /// An event; `before`/`after` empty when there is no value to show.
-    pub fn new(
-        kind: &'static str,
-        node: &str,
-        vm: &str,
-        what: &str,
-        before: &str,
-        after: &str,
-    ) -> Event {
-        Event {
-            kind,
-            node: node.into(),
-            vm: vm.into(),
-            what: what.into(),
-            before: before.into(),
-            after: after.into(),
+/// The changes of a transaction as journal rows: one per kind and VM, in
+/// the order each first changed.
+pub fn coalesce(changes: Vec<Change>) -> Vec<Event> {
+    type Row = (Change, Vec<String>, Map<String, Value>, Map<String, Value>);
+    let mut rows: Vec<Row> = vec![];
+    let mut index: HashMap<(&'static str, String, String), usize> = HashMap::new();
+    for c in changes {
+        let key = (c.kind, c.node.clone(), c.vm.clone());
+        let i = *index.entry(key).or_insert_with(|| {
+            rows.push((c.clone(), vec![], Map::new(), Map::new()));
+            rows.len() - 1
+        });
+        let Some((_, what, before, after)) = rows.get_mut(i) else {
+            continue;
+        };
+        what.push(c.what.clone());
+        if let Some(b) = c.before {
+            before.insert(c.what.clone(), b);
+        }
+        if let Some(a) = c.after {
+            after.insert(c.what, a);
         }
     }
+    let text = |m: Map<String, Value>| {
+        if m.is_empty() {
+            String::new()
+        } else {
+            Value::Object(m).to_string()
+        }
+    };
+    rows.into_iter()
+        .map(|(c, what, before, after)| Event {
+            kind: c.kind,
+            node: c.node,
+            vm: c.vm,
+            what: what.join(","),
+            before: text(before),
+            after: text(after),
+        })
+        .collect()
 }
 
 /// A journal entry as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    /// Increasing with the order of commits on one store.
+    /// Increasing in the order entries were written.
     pub id: i64,
     /// When, UTC, RFC 3339 with milliseconds.
     pub at: String,
-    /// Who: the registry's caller (minion, runner, user).
+    /// Who: the registry's caller (program, user, Salt id).
     pub caller: String,
     /// The change.
     pub event: Event,
 }
 
 impl Entry {
-    /// The entry as `mc_cloud.audit` shows it.
+    /// The entry as `mc_cloud.audit` shows it: `what` a list, `before`
+    /// and `after` mappings by what (or null).
     pub fn to_json(&self) -> Value {
-        // Ports and id blocks are numbers, as in the VM's settings.
-        let shown = |s: &str| match s.parse::<u64>() {
-            _ if s.is_empty() => Value::Null,
-            Ok(n) => json!(n),
-            Err(_) => json!(s),
-        };
+        let values = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
+        let what: Vec<&str> = self
+            .event
+            .what
+            .split(',')
+            .filter(|w| !w.is_empty())
+            .collect();
         json!({
             "id": self.id,
             "at": self.at,
@@ -103,9 +165,9 @@ impl Entry {
             "kind": self.event.kind,
             "node": self.event.node,
             "vm": self.event.vm,
-            "what": self.event.what,
-            "before": shown(&self.event.before),
-            "after": shown(&self.event.after),
+            "what": what,
+            "before": values(&self.event.before),
+            "after": values(&self.event.after),
         })
     }
 }
@@ -218,12 +280,12 @@ pub fn format_utc(secs: u64, millis: u32) -> String {
 }
 
 /// A number as users see it: an IP dotted, a port or id as a number.
-fn shown(kind: &str, v: u32) -> String {
-    if space_of(kind) == "ip" {
-        Ipv4Addr::from(v).to_string()
+fn shown(kind: &str, v: u32) -> Option<Value> {
+    Some(if space_of(kind) == "ip" {
+        json!(Ipv4Addr::from(v).to_string())
     } else {
-        v.to_string()
-    }
+        json!(v)
+    })
 }
 
 /// `kind` or `kind/slot`.
@@ -238,7 +300,7 @@ fn what(kind: &str, slot: &str) -> String {
 /// A transaction that notes every change it forwards (see the module).
 pub struct Journaled<'a> {
     inner: &'a (dyn TxOps + 'a),
-    events: RefCell<Vec<Event>>,
+    changes: RefCell<Vec<Change>>,
 }
 
 impl<'a> Journaled<'a> {
@@ -246,22 +308,34 @@ impl<'a> Journaled<'a> {
     pub fn new(inner: &'a (dyn TxOps + 'a)) -> Self {
         Journaled {
             inner,
-            events: RefCell::new(Vec::new()),
+            changes: RefCell::new(Vec::new()),
         }
     }
 
     /// Appends what was noted to the store's journal, in the transaction,
     /// under `caller`.
     pub fn finish(self, caller: &str) -> Result<()> {
-        let events = self.events.into_inner();
-        if events.is_empty() {
+        let changes = self.changes.into_inner();
+        if changes.is_empty() {
             return Ok(());
         }
-        self.inner.append_journal(&now(), caller, &events)
+        self.inner
+            .append_journal(&now(), caller, &coalesce(changes))
     }
 
-    fn push(&self, e: Event) {
-        self.events.borrow_mut().push(e);
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &self,
+        kind: &'static str,
+        cn: &str,
+        vm: &str,
+        what: &str,
+        before: Option<Value>,
+        after: Option<Value>,
+    ) {
+        self.changes
+            .borrow_mut()
+            .push(Change::new(kind, cn, vm, what, before, after));
     }
 
     /// The value a VM's slot holds.
@@ -282,7 +356,7 @@ impl<'a> Journaled<'a> {
 
     fn retired(&self, cn: &str, vm: &str, macs: &[String]) {
         for mac in macs {
-            self.push(Event::new("mac_retired", cn, vm, "mac", mac, ""));
+            self.push("mac_retired", cn, vm, "mac", Some(json!(mac)), None);
         }
     }
 }
@@ -308,22 +382,22 @@ impl TxOps for Journaled<'_> {
         self.inner.put_slot(kind, cn, vm, slot, value)?;
         match before {
             Some(b) if b == value => {}
-            Some(b) => self.push(Event::new(
+            Some(b) => self.push(
                 "reallocated",
                 cn,
                 vm,
                 &what(kind, slot),
-                &shown(kind, b),
-                &shown(kind, value),
-            )),
-            None => self.push(Event::new(
+                shown(kind, b),
+                shown(kind, value),
+            ),
+            None => self.push(
                 "allocated",
                 cn,
                 vm,
                 &what(kind, slot),
-                "",
-                &shown(kind, value),
-            )),
+                None,
+                shown(kind, value),
+            ),
         }
         Ok(())
     }
@@ -333,14 +407,7 @@ impl TxOps for Journaled<'_> {
     fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
         let freed = self.inner.remove_slot(kind, cn, vm, slot)?;
         if let Some(v) = freed {
-            self.push(Event::new(
-                "freed",
-                cn,
-                vm,
-                &what(kind, slot),
-                &shown(kind, v),
-                "",
-            ));
+            self.push("freed", cn, vm, &what(kind, slot), shown(kind, v), None);
         }
         Ok(freed)
     }
@@ -357,17 +424,23 @@ impl TxOps for Journaled<'_> {
         self.inner.mac_owner(mac)
     }
     fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
-        let before = self.inner.mac(cn, vm, slot)?.unwrap_or_default();
+        let before = self.inner.mac(cn, vm, slot)?;
         self.inner.put_mac(cn, vm, slot, mac)?;
-        if before != mac {
-            self.push(Event::new(
-                "mac_allocated",
+        if before.as_deref() != Some(mac) {
+            let kind = if before.is_some() {
+                "reallocated"
+            } else {
+                "allocated"
+            };
+            let what = what("mac", slot);
+            self.push(
+                kind,
                 cn,
                 vm,
-                &what("mac", slot),
-                &before,
-                mac,
-            ));
+                &what,
+                before.map(Value::from),
+                Some(json!(mac)),
+            );
         }
         Ok(())
     }
@@ -375,14 +448,8 @@ impl TxOps for Journaled<'_> {
         let owner = self.inner.mac_owner(mac)?;
         self.inner.forget_mac(mac)?;
         if let Some(o) = owner {
-            self.push(Event::new(
-                "mac_forgotten",
-                &o.cn,
-                &o.vm,
-                &what("mac", &o.slot),
-                mac,
-                "",
-            ));
+            let what = what("mac", &o.slot);
+            self.push("mac_forgotten", &o.cn, &o.vm, &what, Some(json!(mac)), None);
         }
         Ok(())
     }
@@ -405,7 +472,7 @@ impl TxOps for Journaled<'_> {
         } else {
             "secret_created"
         };
-        self.push(Event::new(kind, cn, vm, "password", "", ""));
+        self.push(kind, cn, vm, "password", None, None);
         Ok(())
     }
     fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
@@ -419,13 +486,13 @@ impl TxOps for Journaled<'_> {
         } else {
             "secret_created"
         };
-        self.push(Event::new(kind, cn, vm, "salt", "", ""));
+        self.push(kind, cn, vm, "salt", None, None);
         Ok(())
     }
     fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
         let had = self.inner.remove_password(cn, vm)?;
         if had {
-            self.push(Event::new("secret_forgotten", cn, vm, "password", "", ""));
+            self.push("secret_forgotten", cn, vm, "password", None, None);
         }
         Ok(had)
     }
@@ -447,7 +514,7 @@ impl TxOps for Journaled<'_> {
             } else {
                 "provisioned"
             };
-            self.push(Event::new(kind, cn, vm, "vm", "", ""));
+            self.push(kind, cn, vm, "vm", None, None);
         }
         Ok(())
     }
@@ -463,8 +530,8 @@ impl TxOps for Journaled<'_> {
     fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         self.inner.set_meta(key, value)
     }
-    fn note(&self, event: Event) -> Result<()> {
-        self.push(event);
+    fn note(&self, change: Change) -> Result<()> {
+        self.changes.borrow_mut().push(change);
         Ok(())
     }
     fn append_journal(&self, at: &str, caller: &str, events: &[Event]) -> Result<()> {

@@ -83,8 +83,6 @@ CREATE TABLE IF NOT EXISTS journal(
     id INTEGER PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
     before_value TEXT NOT NULL DEFAULT '', after_value TEXT NOT NULL DEFAULT '');
-CREATE INDEX IF NOT EXISTS journal_by_vm ON journal(vm, id);
-CREATE INDEX IF NOT EXISTS journal_by_cn ON journal(cn, id);
 ";
 /// Version 2 stores (before additional IPs, shared port space, salts and
 /// the identity record) are upgraded in place.
@@ -1031,7 +1029,7 @@ pub trait TxOps {
 
     /// Notes a change made outside the store's rows (a move, a key seeded)
     /// in the journal of a journaled transaction; nothing otherwise.
-    fn note(&self, _event: journal::Event) -> Result<()> {
+    fn note(&self, _change: journal::Change) -> Result<()> {
         Ok(())
     }
 

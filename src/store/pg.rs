@@ -73,8 +73,6 @@ CREATE TABLE IF NOT EXISTS journal(
     id BIGSERIAL PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
     before_value TEXT NOT NULL DEFAULT '', after_value TEXT NOT NULL DEFAULT '');
-CREATE INDEX IF NOT EXISTS journal_by_vm ON journal(vm, id);
-CREATE INDEX IF NOT EXISTS journal_by_cn ON journal(cn, id);
 CREATE OR REPLACE FUNCTION mccloud_apply_v2(changes TEXT) RETURNS void LANGUAGE plpgsql AS $apply$
 DECLARE c jsonb := changes::jsonb;
 BEGIN

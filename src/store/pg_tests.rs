@@ -303,7 +303,10 @@ fn the_journal_is_written_with_its_change_or_not_at_all() {
     };
     let info = server.conninfo("journal");
     let mut pg = PgStore::connect(&info).unwrap();
-    let event = |vm: &str| journal::Event::new("allocated", "cn", vm, "ip", "", "10.0.0.7");
+    let event = |vm: &str| {
+        let c = journal::Change::new("allocated", "cn", vm, "ip", None, Some("10.0.0.7".into()));
+        journal::coalesce(vec![c]).remove(0)
+    };
     pg.write(|tx| {
         tx.put_number("ip", "cn", "a", 7)?;
         tx.append_journal("2026-11-26T10:00:00.000Z", "me", &[event("a")])

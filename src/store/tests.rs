@@ -283,7 +283,8 @@ fn version_3_stores_get_the_journal_and_keep_their_identity() {
         .unwrap();
     drop(old);
     let mut s = Store::open(dir.path()).unwrap();
-    let event = journal::Event::new("freed", "cn", "a", "ip", "0.0.0.7", "");
+    let freed = journal::Change::new("freed", "cn", "a", "ip", Some("0.0.0.7".into()), None);
+    let event = journal::coalesce(vec![freed]).remove(0);
     s.write(|tx| {
         tx.append_journal(
             "2026-11-26T10:00:00.000Z",

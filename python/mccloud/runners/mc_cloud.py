@@ -48,13 +48,16 @@ def drift(target=None, **kwargs):
 
 
 def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
-    """The audit journal: every change of the registry, oldest first, with
-    when (``at``, UTC), by whom (``caller``: program, user and Salt id),
-    ``kind``, ``node``, ``vm``, ``what``, ``before`` and ``after``. Secrets
-    are noted (``secret_created``, ``secret_forgotten``), never their value.
+    """The audit journal: every change of the registry, oldest first, one
+    entry per kind of change a transaction made to a VM, with when (``at``,
+    UTC), by whom (``caller``: program, user and Salt id), ``kind``,
+    ``node``, ``vm``, ``what`` (the values changed: ``ip``, ``ssh``,
+    ``snmp``, ``idmap``, ``mac``, ``password``…) and ``before`` and ``after``
+    (those values by what, or null). Secrets are noted (``secret_created``,
+    ``secret_forgotten``), never their value.
 
     Filters: ``vm``, ``node``, ``kind`` (``allocated``, ``reallocated``,
-    ``freed``, ``mac_allocated``, ``mac_retired``, ``mac_forgotten``,
+    ``freed``, ``mac_retired``, ``mac_forgotten``,
     ``secret_created``, ``secret_replaced``, ``secret_forgotten``,
     ``destroyed``, ``provisioned``, ``moved``, ``key_seeded``,
     ``key_deleted``, ``repaired``), ``since`` (a UTC date or time) and
