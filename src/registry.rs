@@ -498,12 +498,21 @@ impl Registry {
     /// access information, and the free capacity left. Does not allocate.
     pub fn inventory(&self) -> Result<Value> {
         let stored = self.read(|tx| tx.nodes())?.unwrap_or_default();
+        let placements: BTreeMap<String, String> = self
+            .read(|tx| tx.placements())?
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let usage = self.config.usage(&placements)?;
         let mut out = Map::new();
         for cn in views::inventory::nodes(&self.config, stored)? {
             let held = self
                 .read(|tx| views::inventory::Held::read(tx, &cn))?
                 .unwrap_or_default();
-            let entry = views::inventory::node(&self.config, &cn, held)?;
+            let mut entry = views::inventory::node(&self.config, &cn, held)?;
+            if let (Some(u), Some(m)) = (usage.iter().find(|u| u.cn == cn), entry.as_object_mut()) {
+                m.insert("capacity".into(), u.room_json());
+            }
             out.insert(cn, entry);
         }
         Ok(Value::Object(out))
@@ -609,6 +618,128 @@ impl Registry {
             );
         }
         Ok(metrics.render())
+    }
+
+    /// Places the VMs declared without a compute node that are not placed
+    /// yet (see [`crate::settings::placement`]), in one transaction that
+    /// excludes other placements: `placed` (every placement, VM → node,
+    /// those made before included) and `unplaced` (VM → why it fits
+    /// nowhere). Nothing is opened when no VM is declared without a node.
+    pub fn place_all(&self) -> Result<Value> {
+        if self.config.anywhere()?.is_empty() {
+            return Ok(serde_json::json!({"placed": {}, "unplaced": {}}));
+        }
+        let (placed, unplaced, _) = self.write(|tx| self.placing(tx, None))?;
+        Ok(serde_json::json!({"placed": placed, "unplaced": unplaced}))
+    }
+
+    /// Places VM `vm`, declared without a compute node, or tells where it
+    /// is: `vm`, `node`, `policy`, `placed_now` (whether this call placed
+    /// it); with `explain`, `scores`: every node with a capacity, whether
+    /// the VM fits there and why not, its score (the share of room left
+    /// once the VM is added) and the node's capacity and use. A VM that
+    /// fits nowhere is an error naming each node's reason.
+    pub fn place(&self, vm: &str, explain: bool) -> Result<Value> {
+        validate("VM", vm)?;
+        if !self.config.anywhere()?.contains_key(vm) {
+            let node = self.config.node_of(vm)?;
+            return Ok(serde_json::json!({
+                "vm": vm, "node": node, "policy": null, "placed_now": false,
+                "declared": format!("declared on compute node {node} in pillar: not placed by policy"),
+            }));
+        }
+        let before = self.read(|tx| tx.placements())?.unwrap_or_default();
+        let was = before
+            .iter()
+            .find(|(v, _)| v == vm)
+            .map(|(_, cn)| cn.clone());
+        let (placed, unplaced, scores) = self.write(|tx| self.placing(tx, Some(vm)))?;
+        if let Some(why) = unplaced.get(vm) {
+            return Err(Error::Exhausted(format!("VM {vm} cannot be placed: {why}")));
+        }
+        let node = placed.get(vm).cloned().unwrap_or_default();
+        let mut out = serde_json::json!({
+            "vm": vm,
+            "node": node,
+            "policy": self.config.placement_policy()?.as_str(),
+            "placed_now": was.is_none(),
+        });
+        if let (true, Some(m)) = (explain, out.as_object_mut()) {
+            m.insert("scores".into(), Value::Array(scores));
+        }
+        Ok(out)
+    }
+
+    /// See [`Registry::place_all`]; `only`: place that VM alone (and
+    /// return every node's score for it).
+    #[allow(clippy::type_complexity)]
+    fn placing(
+        &self,
+        tx: &Tx,
+        only: Option<&str>,
+    ) -> Result<(
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+        Vec<Value>,
+    )> {
+        use crate::settings::placement;
+        tx.lock_placements()?;
+        let mut placed: BTreeMap<String, String> = tx.placements()?.into_iter().collect();
+        let anywhere = self.config.anywhere()?;
+        let policy = self.config.placement_policy()?;
+        let mut unplaced = BTreeMap::new();
+        let mut scores = vec![];
+        // What every node holds, the VM asked about left out (its scores
+        // are those of a node without it).
+        let mut others = placed.clone();
+        if let Some(vm) = only {
+            others.remove(vm);
+        }
+        let mut usage = self.config.usage(&others)?;
+        for (vm, d) in anywhere
+            .iter()
+            .filter(|(v, _)| only.is_none_or(|o| o == v.as_str()))
+        {
+            let size = self.config.vm_size(d)?;
+            if only.is_some() {
+                scores = placement::explain(&usage, &size);
+            }
+            if placed.contains_key(vm) {
+                continue;
+            }
+            if usage.is_empty() {
+                unplaced.insert(
+                    vm.clone(),
+                    format!(
+                        "no compute node declares a capacity: add pillar key \
+                         {}.capacity.<compute node> (such as {{vms: 20, memory: 64G}})",
+                        crate::settings::COMPUTE_NODE
+                    ),
+                );
+                continue;
+            }
+            match placement::choose(&usage, &size, policy).map(|u| u.cn.clone()) {
+                Some(cn) => {
+                    tx.put_placement(vm, &cn)?;
+                    if let Some(u) = usage.iter_mut().find(|u| u.cn == cn) {
+                        u.add(&size);
+                    }
+                    placed.insert(vm.clone(), cn);
+                }
+                None => {
+                    let why: Vec<String> = usage
+                        .iter()
+                        .filter_map(|u| u.fits(&size).err().map(|w| format!("{} ({w})", u.cn)))
+                        .collect();
+                    unplaced.insert(
+                        vm.clone(),
+                        format!("it fits on no compute node: {}", why.join("; ")),
+                    );
+                }
+            }
+        }
+        placed.retain(|vm, _| anywhere.contains_key(vm));
+        Ok((placed, unplaced, scores))
     }
 
     /// The audit journal's entries `query` selects, oldest first (none

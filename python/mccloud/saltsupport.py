@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import getpass
+import logging
 import os
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
@@ -19,6 +20,8 @@ from mccloud import ArgumentError, MccloudError
 
 if TYPE_CHECKING:
     from mccloud._native import NodeData
+
+log = logging.getLogger(__name__)
 
 #: Environment variable overriding the store directory.
 STORE_ENV = "MCCLOUD_STORE_DIR"
@@ -108,8 +111,44 @@ def cloud_pillar(pillar: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
-    """A :class:`mccloud.Config` over Salt's opts and pillar."""
+    """A :class:`mccloud.Config` over Salt's opts and pillar. VMs declared
+    without a compute node (``makina-states.cloud.<vt>.anywhere``) are
+    placed first (:func:`placed`) and declared on their node."""
+    return placed(opts, unplaced_config(opts, pillar))
+
+
+def unplaced_config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
+    """A :class:`mccloud.Config` over Salt's opts and pillar whose VMs
+    declared without a node are not on any node (what placement starts
+    from)."""
     return mccloud.Config(context(opts, pillar), cloud_pillar(pillar))
+
+
+def place(opts: Mapping[str, Any], pillar: Mapping[str, Any], vm: Any, explain: Any = False,
+          via: str | None = None) -> dict[str, Any]:
+    """Places ``vm`` (declared without a compute node) by policy, or tells
+    where it is; see ``mc_cloud.place``."""
+    if not isinstance(explain, bool):
+        raise ArgumentError(f"explain={explain!r}: give True or False")
+    return registry_for(opts, unplaced_config(opts, pillar), via).place(str(vm), explain)
+
+
+def placed(opts: Mapping[str, Any], cfg: mccloud.Config, via: str | None = None) -> mccloud.Config:
+    """``cfg`` with its VMs declared without a node on the nodes the store
+    places them on, placing those not placed yet (by policy, once: a
+    placement never moves by itself). A VM that fits nowhere, or a
+    placement that fails, stays unplaced: the calls about it say so (and
+    ``mc_cloud.place <vm>`` why); the others go on."""
+    try:
+        if not cfg.anywhere_vms():
+            return cfg
+        done = registry_for(opts, cfg, via).place_all()
+    except MccloudError as exc:
+        log.warning("mccloud: VMs declared without a compute node are not placed: %s", exc)
+        return cfg
+    for vm, why in sorted(done["unplaced"].items()):
+        log.warning("mccloud: VM %s is not placed: %s", vm, why)
+    return cfg.with_placements(done["placed"])
 
 
 def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:

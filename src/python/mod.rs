@@ -154,13 +154,37 @@ pub struct Config {
 
 #[pymethods]
 impl Config {
+    /// `placements`: where the VMs declared without a node were placed
+    /// (VM → node, as `Registry.place_all` answers).
     #[new]
-    fn new(context: &Bound<'_, PyDict>, pillar: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (context, pillar, placements=None))]
+    fn new(
+        context: &Bound<'_, PyDict>,
+        pillar: &Bound<'_, PyAny>,
+        placements: Option<std::collections::BTreeMap<String, String>>,
+    ) -> PyResult<Self> {
         let ctx: crate::Context = input("context", context.as_any())?;
         let pillar: Map<String, Value> = input("pillar", pillar)?;
+        let inner = crate::Config::new(ctx, pillar);
         Ok(Config {
-            inner: crate::Config::new(ctx, pillar),
+            inner: match placements {
+                Some(p) if !p.is_empty() => inner.with_placements(p),
+                _ => inner,
+            },
         })
+    }
+
+    /// The same configuration with the VMs declared without a node on the
+    /// nodes `placements` names (VM → node).
+    fn with_placements(&self, placements: std::collections::BTreeMap<String, String>) -> Config {
+        Config {
+            inner: self.inner.with_placements(placements),
+        }
+    }
+
+    /// The names of the VMs declared without a compute node.
+    fn anywhere_vms(&self) -> PyResult<Vec<String>> {
+        Ok(self.inner.anywhere().map_err(to_py)?.into_keys().collect())
     }
 
     fn cloud_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -328,6 +352,21 @@ impl Registry {
 
     fn inventory(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.inventory());
+        out(py, r)
+    }
+
+    /// Places the VMs declared without a compute node not placed yet:
+    /// ``placed`` (VM → node, every placement) and ``unplaced`` (VM → why).
+    fn place_all(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.place_all());
+        out(py, r)
+    }
+
+    /// Places VM `vm` (declared without a node) or tells where it is; with
+    /// `explain`, every node's score.
+    #[pyo3(signature = (vm, explain=false))]
+    fn place(&self, py: Python<'_>, vm: &str, explain: bool) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.place(vm, explain));
         out(py, r)
     }
 

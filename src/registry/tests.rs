@@ -125,6 +125,7 @@ fn dump(reg: &Registry) -> Vec<String> {
         "salts",
         "destroyed",
         "hints",
+        "placements",
         "journal",
     ] {
         let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
@@ -1689,4 +1690,101 @@ fn a_vm_that_moved_is_noted_as_moved() {
         (&json!(CN2), &json!({"node": CN}), &json!({"node": CN2}))
     );
     assert_eq!(moved[0]["caller"], "unknown");
+}
+
+/// Two nodes taking 2 VMs each, `cn1` declaring `fixed.test`; `a`…`d`
+/// declared without a node.
+fn placement_pillar(cap1: u64) -> Map<String, Value> {
+    let mut p = pillar(&Pools::small(), &[CN2], &json!({}));
+    p.insert(format!("{LXC}.vms.{CN}"), json!({"fixed.test": {}}));
+    p.insert(
+        format!("{COMPUTE_NODE}.capacity"),
+        json!({CN: {"vms": cap1}, CN2: {"vms": 2, "memory": "1G"}}),
+    );
+    p.insert(
+        format!("{LXC}.anywhere"),
+        json!({"a.test": {}, "b.test": {"memory": "512M"}, "c.test": {}, "d.test": {}}),
+    );
+    p
+}
+
+#[test]
+fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(&dir, placement_pillar(2));
+    // Nothing is placed, and nothing opened, before it is asked for.
+    failed(
+        reg.config().node_of("a.test"),
+        Error::NotFound,
+        &["mc_cloud.place a.test"],
+    );
+    let out = reg.place_all().unwrap();
+    // spread: a to the emptier cn2; b ties (1 VM each), by name to cn1;
+    // c to cn2; d fits nowhere.
+    assert_eq!(
+        out["placed"],
+        json!({"a.test": CN2, "b.test": CN, "c.test": CN2})
+    );
+    let why = out["unplaced"]["d.test"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("{CN} (vms: needs 1, 0 of 2 free)")),
+        "{why}"
+    );
+    // The placed VMs are declared on their node for every other call.
+    let placed: BTreeMap<String, String> = serde_json::from_value(out["placed"].clone()).unwrap();
+    let cfg = reg.config().with_placements(placed);
+    assert_eq!(cfg.node_of("a.test").unwrap(), CN2);
+    let reg = Registry::open(cfg, dir.path()).unwrap();
+    assert_eq!(seen(&reg, CN2, "a.test")["ip"], "10.5.0.2");
+    failed(
+        reg.place("d.test", false),
+        Error::Exhausted,
+        &["d.test", CN, CN2, "vms: needs 1"],
+    );
+    let a = reg.place("a.test", true).unwrap();
+    assert_eq!(
+        (&a["node"], &a["placed_now"], &a["policy"]),
+        (&json!(CN2), &json!(false), &json!("spread"))
+    );
+    let scores = a["scores"].as_array().unwrap();
+    assert_eq!(scores.len(), 2);
+    assert_eq!(
+        scores[1]["used"],
+        json!({"vms": 1, "cpus": 0, "memory": 0, "disk": 10240})
+    );
+    // More room on cn1 places d there; nothing placed moves.
+    let reg = open_at(&dir, placement_pillar(10));
+    let out = reg.place("d.test", false).unwrap();
+    assert_eq!(
+        (&out["node"], &out["placed_now"]),
+        (&json!(CN), &json!(true))
+    );
+    assert_eq!(
+        reg.place_all().unwrap()["placed"],
+        json!({"a.test": CN2, "b.test": CN, "c.test": CN2, "d.test": CN})
+    );
+    let q = journal::Query {
+        kind: Some("placed".into()),
+        ..Default::default()
+    };
+    assert_eq!(reg.audit(&q).unwrap().len(), 4);
+    // The inventory shows each node's room.
+    let inv = reg.inventory().unwrap();
+    assert_eq!(
+        inv[CN2]["capacity"]["free"],
+        json!({"vms": 0, "memory": 1024})
+    );
+    assert_eq!(inv[CN]["capacity"]["used"]["vms"], json!(3));
+    // A VM declared on a node is not placed; a bad capacity is named.
+    assert_eq!(reg.place("fixed.test", false).unwrap()["node"], json!(CN));
+    let mut bad = placement_pillar(2);
+    bad.insert(
+        format!("{COMPUTE_NODE}.capacity"),
+        json!({CN: {"memory": "lots"}}),
+    );
+    failed(
+        open_at(&dir, bad).place_all(),
+        Error::Invalid,
+        &["capacity", "lots", "64G"],
+    );
 }

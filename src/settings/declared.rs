@@ -194,7 +194,9 @@ impl Config {
             let Some((vt, tail)) = rest.split_once('.') else {
                 continue;
             };
-            let declares = tail == "vms" || tail.starts_with("vms.");
+            let declares = ["vms", "anywhere"]
+                .iter()
+                .any(|w| tail == *w || tail.starts_with(&format!("{w}.")));
             if declares && vt != lxc::VT && drivers::is_type_name(vt) {
                 other.insert(vt);
             }
@@ -210,6 +212,17 @@ impl Config {
         for vt in self.declaring_types() {
             for prefix in vm_prefixes(&vt) {
                 self.collect_prefix(&mut nodes, &vt, &prefix)?;
+            }
+        }
+        if !self.placements().is_empty() {
+            for (vm, d) in self.anywhere()? {
+                let Some(cn) = self.placements().get(&vm) else {
+                    continue;
+                };
+                let node = nodes.entry(cn.clone()).or_default();
+                node.types.insert(d.vt.clone());
+                let key = format!("{} (placed on {cn})", d.key);
+                node.add(&d.vt, &vm, &Value::Object(d.pillar), &key);
             }
         }
         Ok(nodes
@@ -334,6 +347,10 @@ impl Config {
             .collect();
         match nodes.as_slice() {
             [cn] => Ok((*cn).clone()),
+            [] if self.anywhere().is_ok_and(|a| a.contains_key(vm)) => Err(Error::NotFound(format!(
+                "VM {vm} is declared without a compute node and is not placed yet: place it with \
+                 mastersalt-run mc_cloud.place {vm} (explain=True shows why it fits where)"
+            ))),
             [] => Err(Error::NotFound(format!(
                 "VM {vm} is declared on no compute node: add it under pillar key {}.vms.<compute node>",
                 lxc::LXC

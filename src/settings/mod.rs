@@ -17,6 +17,7 @@ use crate::pillar::values::{self, as_int, check_mode, kind_of, mapping_mut, trut
 pub mod conf;
 pub mod declared;
 pub mod node;
+pub mod placement;
 pub mod saltify;
 pub mod types;
 pub mod vm;
@@ -72,6 +73,9 @@ pub struct Config {
     types: OnceLock<BTreeMap<String, Value>>,
     minions: OnceLock<BTreeMap<String, String>>,
     plans: Arc<Mutex<HashMap<String, Arc<NodePlan>>>>,
+    /// Where the VMs declared without a node were placed (VM → node), as
+    /// the store holds it; see [`placement`].
+    placements: BTreeMap<String, String>,
 }
 
 impl Config {
@@ -86,7 +90,22 @@ impl Config {
             types: OnceLock::new(),
             minions: OnceLock::new(),
             plans: Arc::default(),
+            placements: BTreeMap::new(),
         }
+    }
+
+    /// The same configuration, with the VMs declared without a node on
+    /// the nodes `placements` names (VM → node): they are then declared
+    /// there as any other VM.
+    pub fn with_placements(&self, placements: BTreeMap<String, String>) -> Self {
+        let mut c = Config::new(self.ctx.clone(), self.pillar.clone());
+        c.placements = placements;
+        c
+    }
+
+    /// Where the VMs declared without a node were placed.
+    pub fn placements(&self) -> &BTreeMap<String, String> {
+        &self.placements
     }
 
     /// The context this configuration was built with.

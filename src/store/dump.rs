@@ -57,6 +57,7 @@ pub const TABLES: &[(&str, &[(&str, Col)])] = &[
         "hints",
         &[("pool", Col::Text), ("cn", Col::Text), ("value", Col::Int)],
     ),
+    ("placements", &[("vm", Col::Text), ("cn", Col::Text)]),
     (
         "journal",
         &[

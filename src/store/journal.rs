@@ -30,6 +30,7 @@ pub const KINDS: &[&str] = &[
     "destroyed",
     "provisioned",
     "moved",
+    "placed",
     "key_seeded",
     "key_deleted",
     "repaired",
@@ -506,7 +507,7 @@ impl TxOps for Journaled<'_> {
         self.inner.other_nodes_of(vm, cn)
     }
     fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
-        let was = self.inner.destroyed(cn)?.iter().any(|v| v == vm);
+        let was = self.inner.is_destroyed(cn, vm)?;
         self.inner.set_destroyed(cn, vm, destroyed)?;
         if was != destroyed {
             let kind = if destroyed {
@@ -521,6 +522,9 @@ impl TxOps for Journaled<'_> {
     fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
         self.inner.destroyed(cn)
     }
+    fn is_destroyed(&self, cn: &str, vm: &str) -> Result<bool> {
+        self.inner.is_destroyed(cn, vm)
+    }
     fn nodes(&self) -> Result<Vec<String>> {
         self.inner.nodes()
     }
@@ -529,6 +533,17 @@ impl TxOps for Journaled<'_> {
     }
     fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         self.inner.set_meta(key, value)
+    }
+    fn placements(&self) -> Result<Vec<(String, String)>> {
+        self.inner.placements()
+    }
+    fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {
+        self.inner.put_placement(vm, cn)?;
+        self.push("placed", cn, vm, "node", None, Some(json!(cn)));
+        Ok(())
+    }
+    fn lock_placements(&self) -> Result<()> {
+        self.inner.lock_placements()
     }
     fn note(&self, change: Change) -> Result<()> {
         self.changes.borrow_mut().push(change);

@@ -77,8 +77,10 @@ CREATE TABLE IF NOT EXISTS hints(
     PRIMARY KEY(pool, cn)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS macs_by_vm ON macs(vm) WHERE retired = 0;
 ";
-/// The audit journal (schema version 4), see [`journal`].
+/// The audit journal and the placements of VMs declared without a node
+/// (schema version 4), see [`journal`].
 const JOURNAL: &str = "
+CREATE TABLE IF NOT EXISTS placements(vm TEXT PRIMARY KEY, cn TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal(
     id INTEGER PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
@@ -1018,6 +1020,11 @@ pub trait TxOps {
     /// VMs of a node marked destroyed.
     fn destroyed(&self, cn: &str) -> Result<Vec<String>>;
 
+    /// Whether a VM of a node is marked destroyed.
+    fn is_destroyed(&self, cn: &str, vm: &str) -> Result<bool> {
+        Ok(self.destroyed(cn)?.iter().any(|v| v == vm))
+    }
+
     /// Compute nodes the store knows of.
     fn nodes(&self) -> Result<Vec<String>>;
 
@@ -1030,6 +1037,19 @@ pub trait TxOps {
     /// Notes a change made outside the store's rows (a move, a key seeded)
     /// in the journal of a journaled transaction; nothing otherwise.
     fn note(&self, _change: journal::Change) -> Result<()> {
+        Ok(())
+    }
+
+    /// Where the VMs declared without a node were placed: `(vm, node)`.
+    fn placements(&self) -> Result<Vec<(String, String)>>;
+
+    /// Records where a VM declared without a node was placed (refused when
+    /// it already is).
+    fn put_placement(&self, vm: &str, cn: &str) -> Result<()>;
+
+    /// Keeps other writers from placing VMs until the transaction ends (a
+    /// SQLite write transaction excludes every other writer already).
+    fn lock_placements(&self) -> Result<()> {
         Ok(())
     }
 
@@ -1378,6 +1398,13 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
+    fn is_destroyed(&self, cn: &str, vm: &str) -> Result<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM destroyed WHERE cn=?1 AND vm=?2")
+            .and_then(|mut s| s.exists(params![cn, vm]))
+            .at(self.path)
+    }
+
     fn nodes(&self) -> Result<Vec<String>> {
         self.rows(
             "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0
@@ -1401,6 +1428,20 @@ impl TxOps for SqliteTx<'_> {
                  ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             )
             .and_then(|mut s| s.execute(params![key, value]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn placements(&self) -> Result<Vec<(String, String)>> {
+        self.rows("SELECT vm, cn FROM placements ORDER BY vm", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+    }
+
+    fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("INSERT INTO placements(vm, cn) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![vm, cn]))
             .at(self.path)?;
         Ok(())
     }

@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS hints(
     pool TEXT NOT NULL, cn TEXT NOT NULL, value BIGINT NOT NULL, PRIMARY KEY(pool, cn));
 CREATE INDEX IF NOT EXISTS numbers_by_vm ON numbers(cn, vm);
 CREATE INDEX IF NOT EXISTS hints_by_cn ON hints(cn);
+CREATE TABLE IF NOT EXISTS placements(vm TEXT PRIMARY KEY, cn TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS journal(
     id BIGSERIAL PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
@@ -1126,6 +1127,12 @@ impl TxOps for PgTx<'_> {
         Ok(self.cache.borrow().destroyed(cn))
     }
 
+    fn is_destroyed(&self, cn: &str, vm: &str) -> Result<bool> {
+        // What set_destroyed loads next: the VM's rows come with the base.
+        self.node(cn, Need::Vm(vm))?;
+        Ok(self.cache.borrow().destroyed(cn).iter().any(|v| v == vm))
+    }
+
     fn nodes(&self) -> Result<Vec<String>> {
         self.strings(
             "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0 UNION SELECT cn FROM passwords ORDER BY 1",
@@ -1146,6 +1153,26 @@ impl TxOps for PgTx<'_> {
             "INSERT INTO meta(key, value) VALUES ($1, $2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             &[&key, &value],
         )?;
+        Ok(())
+    }
+
+    fn placements(&self) -> Result<Vec<(String, String)>> {
+        let rows = self.query("SELECT vm, cn FROM placements ORDER BY vm", &[])?;
+        rows.iter()
+            .map(|r| Ok((self.col(r, 0)?, self.col(r, 1)?)))
+            .collect()
+    }
+
+    fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {
+        self.exec(
+            "INSERT INTO placements(vm, cn) VALUES ($1, $2)",
+            &[&vm, &cn],
+        )?;
+        Ok(())
+    }
+
+    fn lock_placements(&self) -> Result<()> {
+        self.query("SELECT pg_advisory_xact_lock($1)", &[&PLACEMENTS_LOCK])?;
         Ok(())
     }
 
@@ -1195,6 +1222,9 @@ impl TxOps for PgTx<'_> {
         Ok(out)
     }
 }
+
+/// The advisory lock of placements ("mccloud place").
+const PLACEMENTS_LOCK: i64 = 0x6d63_636c_706c_6163;
 
 /// The advisory lock of the files controllers share ("mccloud pki").
 const FILES_LOCK: i64 = 0x6d63_636c_6f75_646b;

@@ -31,6 +31,24 @@ def settings():
     return _ms.config(__opts__, __pillar__).compute_node_settings()
 
 
+@_ms.salt_errors
+def place(vm, explain=False):
+    """*Allocating.* Places ``vm``, declared without a compute node
+    (``makina-states.cloud.<vt>.anywhere``), on a node with room by the
+    placement policy, or tells where it is; the placement is kept and never
+    moves by itself. With ``explain=True``, every node's score. A VM that
+    fits nowhere is an error naming each node's reason. See
+    ``mastersalt-run mc_cloud.place``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.place web3.example.com explain=True
+    """
+    return _ms.place(__opts__, __pillar__, vm, explain)
+
+
 #: makina-states' virtualisation types (``get_vts``); those with a driver
 #: here are ``supported``.
 KNOWN_VTS = ("docker", "xen", "lxc", "kvm")

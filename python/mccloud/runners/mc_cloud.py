@@ -2,6 +2,7 @@
 
 import mccloud
 import mccloud.orchestration as _o
+from mccloud import saltsupport
 
 __virtualname__ = "mc_cloud"
 
@@ -76,3 +77,34 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
         return env.registry.audit(*(None if v is None else str(v) for v in (vm, node, kind, since)), limit)
 
     return _o.answer("audit", body, _env(), **kwargs)
+
+
+def place(vm, explain=False, **kwargs):
+    """Places ``vm``, declared without a compute node, on a node with room,
+    or tells where it is: ``vm``, ``node``, ``policy``, ``placed_now``; with
+    ``explain=True``, ``scores``: every node declaring a capacity, whether
+    the VM fits there (``why`` not), its ``score`` (the share of room left
+    once the VM is added, by its fullest dimension) and the node's
+    ``capacity`` and ``used`` room (``vms``, ``cpus``, ``memory`` and
+    ``disk``, sizes in MiB).
+
+    A VM is declared without a node under
+    ``makina-states.cloud.lxc.anywhere: {<vm>: {...}}``; a node takes
+    placed VMs when it declares its capacity under
+    ``makina-states.cloud.compute_node.capacity.<cn>: {vms: 20, cpus: 16,
+    memory: 64G, disk: 2T}`` (any of them). The policy,
+    ``makina-states.cloud.compute_node.placement``, is ``spread`` (the
+    node with the most room left, the default) or ``pack`` (the least room
+    left that still fits). Every call through the registry places the VMs
+    not placed yet the same way; a placement is kept in the store and never
+    moves by itself. A VM that fits nowhere is an error naming each node's
+    reason.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.place web3.example.com explain=True
+    """
+    return _o.answer("place", lambda env: saltsupport.place(env.opts, env.pillar, vm, explain,
+                                                              f"salt-run {__virtualname__}"), _env(), **kwargs)
