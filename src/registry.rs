@@ -791,5 +791,6 @@ struct NodeCheck {
 
 #[cfg(test)]
 mod pillar_props;
+mod repair;
 #[cfg(test)]
 mod tests;

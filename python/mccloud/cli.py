@@ -279,6 +279,31 @@ def drift(args: argparse.Namespace) -> int:
     return int(out["retcode"])
 
 
+def repair(args: argparse.Namespace) -> int:
+    """Plans (with ``--apply``, carries out) the repair of the drift between
+    the registry and the pillar (see ``mastersalt-run mc_cloud.repair``;
+    minion keys need the master: use the runner for them): 0 when nothing is
+    left to do, 2 when steps wait or were only planned, 1 on an error."""
+    out = _registry_of(args).repair(args.target, args.apply, args.force, args.after)
+    if args.output == "json":
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return int(out["retcode"])
+    steps = out["steps"]
+    if steps:
+        def done(s: dict[str, Any]) -> str:
+            d = s.get("done")
+            return "" if d is None else d if isinstance(d, str) else json.dumps(d, sort_keys=True)
+
+        print(_table([[s["node"], s["vm"], s["kind"], s["action"], f"{s['seen']}/{out['after']}",
+                       "yes" if s["ready"] else "no", done(s)] for s in steps],
+                     ["NODE", "VM", "KIND", "ACTION", "SEEN", "READY", "DONE"]))
+    for cn, why in sorted(out["errors"].items()):
+        print(f"compute node {cn} not checked: {why}", file=sys.stderr)
+    what = "applied" if out["applied"] else "planned (--apply carries it out)"
+    print(f"{len(steps)} step(s) {what}" if steps else "nothing to repair", file=sys.stderr)
+    return int(out["retcode"])
+
+
 def audit(args: argparse.Namespace) -> int:
     """Prints the audit journal's entries (see ``mastersalt-run
     mc_cloud.audit``), oldest first: every allocation, free, move, secret
@@ -364,6 +389,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     _registry_arguments(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
     p.set_defaults(func=drift)
+    p = sub.add_parser("repair", help="plan (--apply: carry out) the repair of the drift between the registry "
+                       "and the pillar")
+    p.add_argument("target", nargs="?", help="one compute node (default: every node declared or in the store)")
+    p.add_argument("--apply", action="store_true", help="carry the plan out (default: show it)")
+    p.add_argument("--force", action="store_true", help="free leaked allocations now, without waiting for "
+                   "consecutive checks")
+    p.add_argument("--after", type=int, default=3, help="consecutive checks that must find a leaked allocation "
+                   "before it is freed (default: %(default)s)")
+    _registry_arguments(p)
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
+    p.set_defaults(func=repair)
     p = sub.add_parser("audit", help="the audit journal: who changed what in the registry, and when")
     p.add_argument("--vm", help="entries of this VM")
     p.add_argument("--node", help="entries on this compute node")

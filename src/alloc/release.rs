@@ -60,6 +60,14 @@ pub fn cleanup(
 /// ports return to their pools, the password is forgotten, MACs are
 /// retired; the VM is marked destroyed. Empty when it held nothing.
 pub fn destroy(tx: &Tx, cn: &str, vm: &str) -> Result<Freed> {
+    tx.set_destroyed(cn, vm, true)?;
+    forget(tx, cn, vm)
+}
+
+/// Frees everything VM `vm` holds on `cn`, as [`destroy`] does, without
+/// marking it destroyed (a VM no longer declared there). Empty when it
+/// held nothing.
+pub fn forget(tx: &Tx, cn: &str, vm: &str) -> Result<Freed> {
     let mut f = Freed::new();
     for kind in Kind::ALL {
         if let Some(v) = tx.remove_number(kind.as_str(), cn, vm)? {
@@ -78,7 +86,6 @@ pub fn destroy(tx: &Tx, cn: &str, vm: &str) -> Result<Freed> {
     if !extra.is_empty() {
         f.insert("additional_ips".into(), json!(extra));
     }
-    tx.set_destroyed(cn, vm, true)?;
     let macs = tx.retire_macs(cn, vm)?;
     if !macs.is_empty() {
         f.insert("retired_macs".into(), json!(macs));

@@ -355,6 +355,21 @@ impl Registry {
         out(py, r)
     }
 
+    /// Plans (and with `apply`, carries out) the repair of the drift of
+    /// node `target` or of every node; see `mc_cloud.repair`.
+    #[pyo3(signature = (target=None, apply=false, force=false, after=None))]
+    fn repair(
+        &self,
+        py: Python<'_>,
+        target: Option<String>,
+        apply: bool,
+        force: bool,
+        after: Option<u32>,
+    ) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.repair(target.as_deref(), apply, force, after));
+        out(py, r)
+    }
+
     /// Places the VMs declared without a compute node not placed yet:
     /// ``placed`` (VM → node, every placement) and ``unplaced`` (VM → why).
     fn place_all(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -396,6 +411,7 @@ impl Registry {
     /// Notes a change made outside the store (a key seeded or deleted, a
     /// repair) in the audit journal. Never pass a secret.
     #[pyo3(signature = (kind, node, vm="", what="", before="", after=""))]
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
         py: Python<'_>,

@@ -1632,10 +1632,10 @@ fn the_journal_records_every_change_with_its_caller_and_never_a_secret() {
     let tail: Vec<&str> = rows[of_a.len()..].iter().map(|r| r.0.as_str()).collect();
     assert_eq!(
         tail,
-        ["freed", "destroyed", "mac_retired", "secret_forgotten"],
+        ["destroyed", "freed", "mac_retired", "secret_forgotten"],
         "{rows:?}"
     );
-    let freed = &rows[of_a.len()];
+    let freed = &rows[of_a.len() + 1];
     assert_eq!(
         (&freed.3["ip"], &freed.3["ssh"], &freed.4),
         (&a["ip"], &a["ssh_reverse_proxy_port"], &Value::Null)
@@ -1786,5 +1786,129 @@ fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
         open_at(&dir, bad).place_all(),
         Error::Invalid,
         &["capacity", "lots", "64G"],
+    );
+}
+
+/// `(vm, action, ready, seen, done)` of a repair's steps.
+fn steps(out: &Value) -> Vec<(String, String, bool, u64, Value)> {
+    out["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["vm"].as_str().unwrap().to_string(),
+                s["action"].as_str().unwrap().to_string(),
+                s["ready"].as_bool().unwrap(),
+                s["seen"].as_u64().unwrap(),
+                s.get("done").cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn repair_frees_a_leak_only_after_consecutive_checks_or_when_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(
+        &dir,
+        pillar(
+            &Pools::small(),
+            &[CN],
+            &plain_vms(&["a.test", "b.test", "c.test"]),
+        ),
+    );
+    reg.target_settings(CN, &[]).unwrap();
+    let c_ip = ip_map(&reg, CN)["c.test"].clone();
+    // c leaves the pillar, d arrives.
+    let reg = open_at(
+        &dir,
+        pillar(
+            &Pools::small(),
+            &[CN],
+            &plain_vms(&["a.test", "b.test", "d.test"]),
+        ),
+    );
+    let plan = reg.repair(None, false, false, None).unwrap();
+    assert_eq!(
+        steps(&plan),
+        [
+            ("c.test".into(), "free".into(), false, 1, Value::Null),
+            ("d.test".into(), "register".into(), true, 1, Value::Null),
+        ]
+    );
+    assert_eq!(
+        (&plan["retcode"], &plan["applied"]),
+        (&json!(2), &json!(false))
+    );
+    assert!(plan["steps"][0]["plan"]
+        .as_str()
+        .unwrap()
+        .contains("1 of the 3"));
+    assert_eq!(ip_map(&reg, CN)["c.test"], c_ip, "a plan changes nothing");
+    // The second check applies what is ready: d is registered, c waits.
+    let out = reg.repair(Some(CN), true, false, None).unwrap();
+    let s = steps(&out);
+    assert_eq!((s[0].2, s[0].3, &s[0].4), (false, 2, &Value::Null));
+    assert_eq!(
+        (s[1].1.as_str(), &s[1].4),
+        ("register", &json!("registered"))
+    );
+    assert_eq!(out["retcode"], 2);
+    assert!(ip_map(&reg, CN).contains_key("d.test"));
+    // The third consecutive check frees c; then drift is clean.
+    let out = reg.repair(Some(CN), true, false, None).unwrap();
+    let s = steps(&out);
+    assert_eq!(s.len(), 1);
+    assert_eq!((s[0].3, &s[0].4["freed"]["ip"]), (3, &c_ip));
+    assert_eq!(out["retcode"], 0);
+    assert_eq!(reg.drift(None).unwrap()["retcode"], 0);
+    assert_eq!(
+        reg.repair(None, true, false, None).unwrap()["steps"],
+        json!([])
+    );
+    // A finding that goes away starts over; force frees at once.
+    let reg = open_at(
+        &dir,
+        pillar(&Pools::small(), &[CN], &plain_vms(&["a.test", "d.test"])),
+    );
+    assert_eq!(
+        steps(&reg.repair(None, false, false, Some(2)).unwrap())[0].3,
+        1
+    );
+    let back = open_at(
+        &dir,
+        pillar(
+            &Pools::small(),
+            &[CN],
+            &plain_vms(&["a.test", "b.test", "d.test"]),
+        ),
+    );
+    assert_eq!(
+        back.repair(None, false, false, Some(2)).unwrap()["retcode"],
+        0
+    );
+    assert_eq!(
+        steps(&reg.repair(None, false, false, Some(2)).unwrap())[0].3,
+        1
+    );
+    let out = reg.repair(None, true, true, None).unwrap();
+    assert!(steps(&out)[0].4["freed"]["ip"].is_string(), "{out}");
+    assert!(!ip_map(&reg, CN).contains_key("b.test"));
+    let q = journal::Query {
+        kind: Some("repaired".into()),
+        ..Default::default()
+    };
+    let repaired: Vec<Value> = reg
+        .audit(&q)
+        .unwrap()
+        .iter()
+        .map(|e| e["vm"].clone())
+        .collect();
+    assert_eq!(repaired, [json!("c.test"), json!("b.test")]);
+    failed(
+        reg.repair(None, false, false, Some(0)),
+        Error::Argument,
+        &["after=0"],
     );
 }

@@ -59,6 +59,16 @@ pub const TABLES: &[(&str, &[(&str, Col)])] = &[
     ),
     ("placements", &[("vm", Col::Text), ("cn", Col::Text)]),
     (
+        "sightings",
+        &[
+            ("kind", Col::Text),
+            ("cn", Col::Text),
+            ("vm", Col::Text),
+            ("seen", Col::Int),
+            ("since", Col::Text),
+        ],
+    ),
+    (
         "journal",
         &[
             ("id", Col::Int),

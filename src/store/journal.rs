@@ -545,6 +545,14 @@ impl TxOps for Journaled<'_> {
     fn lock_placements(&self) -> Result<()> {
         self.inner.lock_placements()
     }
+    fn sighted(
+        &self,
+        cn: &str,
+        found: &[(String, String)],
+        at: &str,
+    ) -> Result<Vec<(String, String, u32, String)>> {
+        self.inner.sighted(cn, found, at)
+    }
     fn note(&self, change: Change) -> Result<()> {
         self.changes.borrow_mut().push(change);
         Ok(())

@@ -81,6 +81,9 @@ CREATE INDEX IF NOT EXISTS macs_by_vm ON macs(vm) WHERE retired = 0;
 /// (schema version 4), see [`journal`].
 const JOURNAL: &str = "
 CREATE TABLE IF NOT EXISTS placements(vm TEXT PRIMARY KEY, cn TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sightings(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, seen INTEGER NOT NULL, since TEXT NOT NULL,
+    PRIMARY KEY(kind, cn, vm)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal(
     id INTEGER PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
@@ -1053,6 +1056,16 @@ pub trait TxOps {
         Ok(())
     }
 
+    /// Counts one more check of node `cn` finding each of `found` (`(kind,
+    /// vm)`), and forgets what the check no longer finds there: returns
+    /// how many consecutive checks found each, and since when.
+    fn sighted(
+        &self,
+        cn: &str,
+        found: &[(String, String)],
+        at: &str,
+    ) -> Result<Vec<(String, String, u32, String)>>;
+
     /// Appends entries to the audit journal, at `at`, by `caller`.
     fn append_journal(&self, at: &str, caller: &str, events: &[journal::Event]) -> Result<()>;
 
@@ -1436,6 +1449,41 @@ impl TxOps for SqliteTx<'_> {
         self.rows("SELECT vm, cn FROM placements ORDER BY vm", [], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
+    }
+
+    fn sighted(
+        &self,
+        cn: &str,
+        found: &[(String, String)],
+        at: &str,
+    ) -> Result<Vec<(String, String, u32, String)>> {
+        let before: Vec<(String, String)> = self.rows(
+            "SELECT kind, vm FROM sightings WHERE cn = ?1",
+            params![cn],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        for (kind, vm) in before.iter().filter(|k| !found.contains(k)) {
+            self.conn
+                .prepare_cached("DELETE FROM sightings WHERE kind = ?1 AND cn = ?2 AND vm = ?3")
+                .and_then(|mut s| s.execute(params![kind, cn, vm]))
+                .at(self.path)?;
+        }
+        let mut out = vec![];
+        for (kind, vm) in found {
+            let (seen, since): (u32, String) = self
+                .conn
+                .prepare_cached(
+                    "INSERT INTO sightings(kind, cn, vm, seen, since) VALUES (?1, ?2, ?3, 1, ?4)
+                     ON CONFLICT(kind, cn, vm) DO UPDATE SET seen = seen + 1
+                     RETURNING seen, since",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![kind, cn, vm, at], |r| Ok((r.get(0)?, r.get(1)?)))
+                })
+                .at(self.path)?;
+            out.push((kind.clone(), vm.clone(), seen, since));
+        }
+        Ok(out)
     }
 
     fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {

@@ -70,6 +70,9 @@ CREATE TABLE IF NOT EXISTS hints(
 CREATE INDEX IF NOT EXISTS numbers_by_vm ON numbers(cn, vm);
 CREATE INDEX IF NOT EXISTS hints_by_cn ON hints(cn);
 CREATE TABLE IF NOT EXISTS placements(vm TEXT PRIMARY KEY, cn TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sightings(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, seen BIGINT NOT NULL, since TEXT NOT NULL,
+    PRIMARY KEY(kind, cn, vm));
 CREATE TABLE IF NOT EXISTS journal(
     id BIGSERIAL PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
@@ -1169,6 +1172,45 @@ impl TxOps for PgTx<'_> {
             &[&vm, &cn],
         )?;
         Ok(())
+    }
+
+    fn sighted(
+        &self,
+        cn: &str,
+        found: &[(String, String)],
+        at: &str,
+    ) -> Result<Vec<(String, String, u32, String)>> {
+        self.write_changes()?;
+        let before = self.query("SELECT kind, vm FROM sightings WHERE cn = $1", &[&cn])?;
+        for r in &before {
+            let key: (String, String) = (self.col(r, 0)?, self.col(r, 1)?);
+            if !found.contains(&key) {
+                self.exec(
+                    "DELETE FROM sightings WHERE kind = $1 AND cn = $2 AND vm = $3",
+                    &[&key.0, &cn, &key.1],
+                )?;
+            }
+        }
+        let mut out = vec![];
+        for (kind, vm) in found {
+            let rows = self.query(
+                "INSERT INTO sightings(kind, cn, vm, seen, since) VALUES ($1, $2, $3, 1, $4)
+                 ON CONFLICT(kind, cn, vm) DO UPDATE SET seen = sightings.seen + 1
+                 RETURNING seen, since",
+                &[kind, &cn, vm, &at],
+            )?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Error::store(self.label, "a sighting was not returned"))?;
+            let seen: i64 = self.col(row, 0)?;
+            out.push((
+                kind.clone(),
+                vm.clone(),
+                u32_of(self.label, seen)?,
+                self.col(row, 1)?,
+            ));
+        }
+        Ok(out)
     }
 
     fn lock_placements(&self) -> Result<()> {

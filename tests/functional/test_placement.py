@@ -31,6 +31,11 @@ def test_concurrent_placements_never_overfill_a_node(salt_env: SaltEnv, sample: 
         "makina-states.cloud.lxc.anywhere": {vm: {"memory": "1G"} for vm in ANYWHERE},
     }
     salt_env.set_pillar(pillar)
+    # A first call makes Salt's own directories (salt-call processes
+    # started together race to create them: Salt's, not mccloud's).
+    # (test.true: a call that places nothing).
+    assert salt_env.ok("test.true") is True
+    assert not salt_env.store_file.exists()
     cmd = ["salt-call", "-c", str(salt_env.conf), "--local", "--out=json", "mc_cloud_compute_node.place"]
     procs = [subprocess.Popen([*cmd, vm], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=salt_env._env()) for vm in ANYWHERE]

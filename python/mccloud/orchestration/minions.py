@@ -244,6 +244,33 @@ def forget(opts: Mapping[str, Any], minion: str) -> list[str]:
     return gone
 
 
+def key_findings(opts: Mapping[str, Any], expected: set[str]) -> list[dict[str, Any]]:
+    """Drift between the keys mccloud made on the masters and the minions
+    that should exist (``expected``: the declared VMs and saltify
+    targets): ``orphan_minion_key``, a key mccloud made for a minion no
+    longer declared (still accepted); ``missing_minion_key``, a declared
+    minion mccloud made a key for whose key the master no longer holds
+    (deleted by hand). Keys mccloud did not make are never reported."""
+    found = []
+    for mode in MODES:
+        try:
+            mopts = master_opts(opts, mode)
+        except mccloud.NotFoundError:
+            continue
+        where = f"accepted on the {mode} master"
+        if not (Path(str(mopts["pki_dir"])) / "minions").is_dir():
+            continue  # a master never started holds no key
+        for minion in sorted(wheel(mopts, "key.list")("accepted").get("minions", [])):
+            if minion not in expected and _record(mopts, minion).is_file() and ours(mopts, minion):
+                found.append({"kind": "orphan_minion_key", "node": mode, "vm": minion, "what": "minion key",
+                              "expected": None, "found": where})
+        for minion in sorted(expected):
+            if _record(mopts, minion).is_file() and _held(mopts, minion) is None:
+                found.append({"kind": "missing_minion_key", "node": mode, "vm": minion, "what": "minion key",
+                              "expected": where, "found": None})
+    return found
+
+
 def accepted(opts: Mapping[str, Any], minion: str, mode: str) -> bool:
     """Whether the master of ``mode`` accepted ``minion``'s key."""
     return minion in wheel(master_opts(opts, mode), "key.list")("accepted").get("minions", [])

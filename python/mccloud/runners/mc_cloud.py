@@ -3,6 +3,7 @@
 import mccloud
 import mccloud.orchestration as _o
 from mccloud import saltsupport
+from mccloud.orchestration import minions
 
 __virtualname__ = "mc_cloud"
 
@@ -15,21 +16,45 @@ def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
 
 
+def _expected_minions(env):
+    """The minions that should exist: every declared VM, every saltify
+    target, the controller."""
+    targets = env.config.compute_node_settings().get("targets") or {}
+    vms = {vm for node in targets.values() for vm in (node.get("vms") or {})}
+    saltify = set((env.config.saltify_settings().get("targets") or {}).keys())
+    return vms | saltify | {env.controller}
+
+
+def _key_findings(env, target):
+    """Key drift (see ``minions.key_findings``), for every node only: keys
+    belong to the masters, not to one compute node."""
+    if target is not None:
+        return []
+    return minions.key_findings(env.opts, _expected_minions(env))
+
+
 def drift(target=None, **kwargs):
-    """Where the registry drifted from the pillar, for compute node
-    ``target`` or every node (declared or known to the store). Reads only.
+    """Where the cloud drifted from what the pillar declares, for compute
+    node ``target`` or every node (declared or known to the store). Reads
+    only.
 
     One finding per discrepancy (``kind``, ``node``, ``vm``, ``what``,
     ``expected``, ``found``); the kinds:
 
     - ``undeclared_vm``: the store holds values for a VM the node no longer
-      declares (freed by ``mc_cloud_compute_node.cleanup_*`` or a destroy);
+      declares (freed by ``mc_cloud.repair``, ``mc_cloud_compute_node.cleanup_*``
+      or a destroy);
     - ``unallocated_vm``: a declared VM holds no IP yet (never registered);
     - ``ip_outside_network``, ``port_outside_range``,
       ``idmap_outside_range``: a value held outside today's network or
       ranges;
     - ``declared_ip_not_held``, ``declared_mac_not_held``: a VM holds
-      another IP or MAC than the one it declares.
+      another IP or MAC than the one it declares;
+    - ``orphan_minion_key`` (every node only): a key mccloud made, still
+      accepted, for a minion no longer declared (``node``: the master's
+      mode);
+    - ``missing_minion_key`` (every node only): a declared minion whose key
+      mccloud made is gone from its master.
 
     ``retcode`` is 0 when clean, 2 when there is drift (``salt-run`` exits
     non-zero), 1 when a node could not be checked (``errors`` says why).
@@ -42,7 +67,83 @@ def drift(target=None, **kwargs):
         mastersalt-run mc_cloud.drift devhost10.local --out json
     """
     env = _env()
-    out = _o.answer("drift", lambda env: env.registry.drift(None if target is None else str(target)), env, **kwargs)
+
+    def body(env):
+        out = env.registry.drift(None if target is None else str(target))
+        keys = _key_findings(env, target)
+        out["findings"].extend(keys)
+        if keys and out["retcode"] == 0:
+            out["retcode"] = 2
+        return out
+
+    out = _o.answer("drift", body, env, **kwargs)
+    if out.get("retcode"):
+        env.context["retcode"] = out["retcode"]
+    return out
+
+
+def repair(target=None, apply=False, force=False, after=3, **kwargs):
+    """Repairs the drift ``mc_cloud.drift`` finds, for compute node
+    ``target`` or every node: shows the plan, and carries it out only with
+    ``apply=True``. One step per finding, with its ``action``, whether it is
+    ``ready``, ``seen`` (the consecutive repair checks that found it) and,
+    once applied, ``done`` (what it did):
+
+    - ``free`` (``undeclared_vm``, a leaked allocation): frees what the VM
+      holds on the node, only once ``after`` consecutive checks (default 3;
+      each repair call, planned or applied, is a check) found it, or at once
+      with ``force=True``: a VM between two pillar edits is never freed by
+      one look;
+    - ``register`` (``unallocated_vm``, ``declared_ip_not_held``,
+      ``declared_mac_not_held``): registers the node, allocating what its
+      declarations ask for;
+    - ``delete_key`` (``orphan_minion_key``): deletes the key mccloud made
+      for a minion no longer declared (never a key it did not make);
+    - ``manual`` (values outside today's ranges, a missing minion key): left
+      to the operator, with what to do (a running VM is never renumbered).
+
+    Each step is idempotent; every change is in the audit journal.
+    ``retcode``: 0 when nothing is left to do, 2 when steps wait (or were
+    only planned), 1 on an error.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.repair
+        mastersalt-run mc_cloud.repair devhost10.local apply=True
+        mastersalt-run mc_cloud.repair apply=True force=True
+    """
+    env = _env()
+
+    def body(env):
+        for name, value in (("apply", apply), ("force", force)):
+            if not isinstance(value, bool):
+                raise mccloud.ArgumentError(f"{name}={value!r}: give True or False")
+        if isinstance(after, bool) or not isinstance(after, int) or after < 1:
+            raise mccloud.ArgumentError(f"after={after!r}: give the number of consecutive checks (after=3)")
+        out = env.registry.repair(None if target is None else str(target), apply, force, after)
+        for f in _key_findings(env, target):
+            step = {**f, "seen": 1, "since": None}
+            if f["kind"] == "orphan_minion_key":
+                step.update(action="delete_key", ready=True,
+                            plan=f"delete the key mccloud made for {f['vm']} from the {f['node']} master")
+                if apply:
+                    gone = minions.forget(env.opts, f["vm"])
+                    for mode in gone:
+                        env.registry.record("key_deleted", mode, f["vm"], "minion key",
+                                            f"accepted on the {mode} master", "")
+                    step["done"] = f"deleted from the {', '.join(gone)} master" if gone else "no key left to delete"
+            else:
+                step.update(action="manual", ready=False,
+                            plan=f"provision {f['vm']} again (mastersalt-run mc_cloud_vm.provision, or "
+                                 f"mc_cloud_saltify.saltify for a target): its minion needs a new key")
+            out["steps"].append(step)
+        if any(s.get("done") is None for s in out["steps"]) and out["retcode"] == 0:
+            out["retcode"] = 2
+        return out
+
+    out = _o.answer("repair", body, env, **kwargs)
     if out.get("retcode"):
         env.context["retcode"] = out["retcode"]
     return out
