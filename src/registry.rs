@@ -617,6 +617,22 @@ impl Registry {
                 c.error.is_some(),
             );
         }
+        let counts = self.read(|tx| tx.journal_counts())?.unwrap_or_default();
+        let mut runs = vec![];
+        for kind in [
+            "provision_finished",
+            "provision_failed",
+            "deploy_finished",
+            "deploy_failed",
+        ] {
+            let q = journal::Query {
+                kind: Some(kind.into()),
+                ..Default::default()
+            };
+            runs.extend(self.read(|tx| tx.journal(&q))?.unwrap_or_default());
+        }
+        runs.sort_by_key(|e| e.id);
+        metrics.journal(&counts, &runs);
         Ok(metrics.render())
     }
 

@@ -136,12 +136,15 @@ def place(opts: Mapping[str, Any], pillar: Mapping[str, Any], vm: Any, explain: 
 def placed(opts: Mapping[str, Any], cfg: mccloud.Config, via: str | None = None) -> mccloud.Config:
     """``cfg`` with its VMs declared without a node on the nodes the store
     places them on, placing those not placed yet (by policy, once: a
-    placement never moves by itself). A VM that fits nowhere, or a
+    placement never moves by itself); on the controller only (its runners
+    and its own minion), which holds the store. A VM that fits nowhere, or a
     placement that fails, stays unplaced: the calls about it say so (and
     ``mc_cloud.place <vm>`` why); the others go on."""
     try:
         if not cfg.anywhere_vms():
             return cfg
+        if opts.get("__role") != "master" and opts.get("id") != cfg.cloud_settings().get("master"):
+            return cfg  # only the controller places (it holds the store)
         done = registry_for(opts, cfg, via).place_all()
     except MccloudError as exc:
         log.warning("mccloud: VMs declared without a compute node are not placed: %s", exc)

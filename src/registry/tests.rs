@@ -1912,3 +1912,33 @@ fn repair_frees_a_leak_only_after_consecutive_checks_or_when_forced() {
         &["after=0"],
     );
 }
+
+#[test]
+fn metrics_count_the_changes_and_show_the_last_durations() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(
+        &dir,
+        pillar(&Pools::small(), &[CN], &plain_vms(&["a.test", "b.test"])),
+    );
+    reg.target_settings(CN, &[]).unwrap();
+    reg.record("provision_failed", CN, "a.test", "seconds", "", "3.5")
+        .unwrap();
+    reg.record("provision_finished", CN, "a.test", "seconds", "", "12.25")
+        .unwrap();
+    reg.record("deploy_finished", CN, "", "seconds", "", "40")
+        .unwrap();
+    let text = reg.metrics().unwrap();
+    for line in [
+        "# TYPE mccloud_changes_total counter",
+        "mccloud_changes_total{kind=\"allocated\"} 2",
+        "mccloud_changes_total{kind=\"provision_failed\"} 1",
+        &format!("mccloud_last_provision_duration_seconds{{node=\"{CN}\",vm=\"a.test\",result=\"ok\"}} 12.25"),
+        &format!("mccloud_last_deploy_duration_seconds{{node=\"{CN}\",result=\"ok\"}} 40"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} missing from:\n{text}");
+    }
+    assert!(
+        !text.contains("result=\"failed\""),
+        "only the last provision shows:\n{text}"
+    );
+}

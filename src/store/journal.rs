@@ -34,6 +34,10 @@ pub const KINDS: &[&str] = &[
     "key_seeded",
     "key_deleted",
     "repaired",
+    "provision_finished",
+    "provision_failed",
+    "deploy_finished",
+    "deploy_failed",
 ];
 
 /// One change, as [`Journaled`] notes it.
@@ -562,6 +566,9 @@ impl TxOps for Journaled<'_> {
     }
     fn journal(&self, query: &Query) -> Result<Vec<Entry>> {
         self.inner.journal(query)
+    }
+    fn journal_counts(&self) -> Result<Vec<(String, u64)>> {
+        self.inner.journal_counts()
     }
 }
 

@@ -1071,6 +1071,9 @@ pub trait TxOps {
 
     /// The journal entries `query` selects, oldest first.
     fn journal(&self, query: &journal::Query) -> Result<Vec<journal::Entry>>;
+
+    /// How many journal entries there are of each kind.
+    fn journal_counts(&self) -> Result<Vec<(String, u64)>>;
 }
 
 /// A transaction of the store (see [`TxOps`]).
@@ -1509,6 +1512,14 @@ impl TxOps for SqliteTx<'_> {
             .at(self.path)?;
         }
         Ok(())
+    }
+
+    fn journal_counts(&self) -> Result<Vec<(String, u64)>> {
+        self.rows(
+            "SELECT kind, count(*) FROM journal GROUP BY kind ORDER BY kind",
+            [],
+            |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.unsigned_abs())),
+        )
     }
 
     fn journal(&self, q: &journal::Query) -> Result<Vec<journal::Entry>> {

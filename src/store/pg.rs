@@ -1234,6 +1234,17 @@ impl TxOps for PgTx<'_> {
         Ok(())
     }
 
+    fn journal_counts(&self) -> Result<Vec<(String, u64)>> {
+        self.write_changes()?;
+        let rows = self.query(
+            "SELECT kind, count(*) FROM journal GROUP BY kind ORDER BY kind",
+            &[],
+        )?;
+        rows.iter()
+            .map(|r| Ok((self.col(r, 0)?, self.col::<i64>(r, 1)?.unsigned_abs())))
+            .collect()
+    }
+
     fn journal(&self, q: &super::journal::Query) -> Result<Vec<super::journal::Entry>> {
         self.write_changes()?;
         let limit = q.limit.map(i64::from);

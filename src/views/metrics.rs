@@ -14,11 +14,12 @@ use crate::settings::NodePlan;
 
 use super::drift::{Held, KINDS};
 
-/// A metric family: its name, help and samples (labels, value).
+/// A metric family: its name, type, help and samples (labels, value).
 struct Family {
     name: &'static str,
+    kind: &'static str,
     help: &'static str,
-    samples: Vec<(Vec<(&'static str, String)>, u64)>,
+    samples: Vec<(Vec<(&'static str, String)>, f64)>,
 }
 
 /// A label value as the format writes it: `\`, `"` and newlines escaped.
@@ -41,11 +42,15 @@ const HELD: usize = 3;
 const VMS: usize = 4;
 const DRIFT: usize = 5;
 const BROKEN: usize = 6;
+const CHANGES: usize = 7;
+const PROVISION: usize = 8;
+const DEPLOY: usize = 9;
 
 impl Default for Metrics {
     fn default() -> Self {
         let family = |name, help| Family {
             name,
+            kind: "gauge",
             help,
             samples: vec![],
         };
@@ -58,6 +63,12 @@ impl Default for Metrics {
                 family("mccloud_vms", "VMs of a compute node: declared, holding values (allocated), marked destroyed."),
                 family("mccloud_drift_findings", "Drift findings between the registry and the pillar (mc_cloud.drift), by kind."),
                 family("mccloud_node_declaration_broken", "1 when the node's declaration is broken (not checked), else 0."),
+                Family {
+                    kind: "counter",
+                    ..family("mccloud_changes_total", "Changes of the registry since its store was made, by kind (its audit journal's entries).")
+                },
+                family("mccloud_last_provision_duration_seconds", "How long the last provision of a VM took, and whether it succeeded."),
+                family("mccloud_last_deploy_duration_seconds", "How long the last deploy of a compute node took, and whether it succeeded."),
             ],
         }
     }
@@ -65,8 +76,51 @@ impl Default for Metrics {
 
 impl Metrics {
     fn add(&mut self, family: usize, labels: Vec<(&'static str, String)>, value: u64) {
+        self.add_f(family, labels, value as f64);
+    }
+
+    fn add_f(&mut self, family: usize, labels: Vec<(&'static str, String)>, value: f64) {
         if let Some(f) = self.families.get_mut(family) {
             f.samples.push((labels, value));
+        }
+    }
+
+    /// Adds what the audit journal tells: the changes by kind (`counts`),
+    /// and the last provision of each VM and deploy of each node (journal
+    /// entries of kinds `provision_finished`/`_failed`,
+    /// `deploy_finished`/`_failed`, their `after` holding `seconds`).
+    pub fn journal(&mut self, counts: &[(String, u64)], runs: &[crate::store::journal::Entry]) {
+        for (kind, n) in counts {
+            self.add(CHANGES, vec![("kind", kind.clone())], *n);
+        }
+        let mut last: BTreeMap<(usize, String, String), (String, f64)> = BTreeMap::new();
+        for e in runs {
+            let (family, result) = match e.event.kind {
+                "provision_finished" => (PROVISION, "ok"),
+                "provision_failed" => (PROVISION, "failed"),
+                "deploy_finished" => (DEPLOY, "ok"),
+                "deploy_failed" => (DEPLOY, "failed"),
+                _ => continue,
+            };
+            let seconds = serde_json::from_str::<Value>(&e.event.after)
+                .ok()
+                .and_then(|v| {
+                    v.get("seconds")
+                        .and_then(|s| s.as_str().and_then(|t| t.parse().ok()).or(s.as_f64()))
+                })
+                .unwrap_or(0.0);
+            last.insert(
+                (family, e.event.node.clone(), e.event.vm.clone()),
+                (result.to_string(), seconds),
+            );
+        }
+        for ((family, node, vm), (result, seconds)) in last {
+            let mut labels = vec![("node", node)];
+            if family == PROVISION {
+                labels.push(("vm", vm));
+            }
+            labels.push(("result", result));
+            self.add_f(family, labels, seconds);
         }
     }
 
@@ -140,7 +194,7 @@ impl Metrics {
         let mut out = String::new();
         for f in &self.families {
             let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
-            let _ = writeln!(out, "# TYPE {} gauge", f.name);
+            let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
             for (labels, value) in &f.samples {
                 let labels: Vec<String> = labels
                     .iter()

@@ -67,6 +67,14 @@ def test_drift_is_clean_then_reports_each_change_of_the_pillar(salt_env: SaltEnv
     assert held["expected"] == "10.5.10.30" and held["found"] == "10.5.10.16" and held["node"] == CN, held
     assert salt_env.dump_store() == before  # drift reads only
 
+    # Without --out, salt-run prints the findings as a table.
+    p = subprocess.run(["salt-run", "-c", str(salt_env.conf), "mc_cloud.drift", CN], capture_output=True,
+                       text=True, env=salt_env._env(), timeout=300)
+    assert p.returncode != 0, p.stdout + p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.strip().startswith("|")]
+    assert "Kind" in rows[0] and "Vm" in rows[0], p.stdout
+    assert any("undeclared_vm" in r and "mysupertest3.foo.com" in r for r in rows), p.stdout
+
     # The command line answers the same, from the same configuration's
     # pillar (compiled by Salt), as a table or as JSON.
     p = mccloud(salt_env, "--output", "json")

@@ -26,12 +26,13 @@ def mccloud(salt_env: SaltEnv, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample, by name and sorted labels; every family a gauge with
-    help, named as Prometheus' conventions ask (a ``mccloud_`` prefix,
-    snake case)."""
+    """Every sample, by name and sorted labels; every family a gauge (a
+    counter for the changes, named ``_total``) with help, named as
+    Prometheus' conventions ask (a ``mccloud_`` prefix, snake case)."""
     out = {}
     for family in text_string_to_metric_families(text):
-        assert family.type == "gauge" and family.documentation, family
+        want = "counter" if family.name == "mccloud_changes" else "gauge"
+        assert family.type == want and family.documentation, family
         assert family.name.startswith("mccloud_") and family.name == family.name.lower(), family.name
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
@@ -58,6 +59,8 @@ def test_metrics_show_the_pools_the_vms_and_the_drift(salt_env: SaltEnv, sample:
     assert of(m, "mccloud_vms", state="declared") == of(m, "mccloud_vms", state="allocated") == len(vms)
     assert of(m, "mccloud_drift_findings", kind="undeclared_vm") == 0
     assert of(m, "mccloud_node_declaration_broken") == 0
+    # The changes so far, from the audit journal: each VM allocated once.
+    assert m[("mccloud_changes_total", (("kind", "allocated"),))] == len(vms)
 
     # the pillar drifts: a VM removed, one added
     changed = copy.deepcopy(pillar)

@@ -366,6 +366,44 @@ def check_secret_kept(cloud: PgCloud) -> None:
     assert [f for f in files if SECRET.encode() in f.read_bytes()] == []
 
 
+def drift_kinds(cloud: Cloud, fun: str, *args: str) -> tuple[int, set[tuple[str, str]], dict[str, Any]]:
+    rc, data, out = cloud.run(fun, *args, "nodes=True", f"target={cloud.node}")
+    assert data and "Traceback" not in out, out
+    return rc, {(f["vm"], f["kind"]) for f in data.get("findings", data.get("steps", []))}, data
+
+
+def check_lxc_drift(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]]) -> None:
+    """Drift on a node of real containers: clean once provisioned; then a
+    container stopped by hand, one started that nobody declared and a DNAT
+    rule deleted are found; repair restores the rule and leaves the
+    containers to the operator."""
+    rc, found, data = drift_kinds(cloud, "mc_cloud.drift")
+    assert rc == 0 and found == set(), data
+    stopped, dnat = VMS[1], VMS[0]
+    assert sh("lxc-stop", "-P", str(lxc), "-n", stopped).returncode == 0
+    assert sh("lxc-create", "-P", str(lxc), "-n", "stray-e2e", "-t", "none").returncode == 0
+    rule = ["-p", "udp", "--dport", str(seen[dnat]["snmp_reverse_proxy_port"]), "-j", "DNAT",
+            "--to-destination", f"{seen[dnat]['ip']}:161"]
+    assert sh("iptables", "-t", "nat", "-D", CHAIN, *rule).returncode == 0
+    try:
+        rc, found, data = drift_kinds(cloud, "mc_cloud.drift")
+        assert data["retcode"] == 2 and found == {(stopped, "guest_stopped"), ("stray-e2e", "stray_guest"),
+                                                  ("", "node_config_drift")}, data
+        rc, found, data = drift_kinds(cloud, "mc_cloud.repair", "apply=True")
+        done = [s for s in data["steps"] if s["action"] == "render"]
+        assert done and all(s["done"] == "node SLS applied" for s in done), data
+        assert f"{seen[dnat]['ip']}:161" in sh("iptables", "-t", "nat", "-S", CHAIN).stdout
+        assert sh("lxc-ls", "-P", str(lxc)).stdout.count("stray-e2e") == 1  # never touched
+        rc, found, data = drift_kinds(cloud, "mc_cloud.drift")
+        assert found == {(stopped, "guest_stopped"), ("stray-e2e", "stray_guest")}, data
+    finally:
+        sh("lxc-destroy", "-P", str(lxc), "-n", "stray-e2e")
+        sh("lxc-start", "-P", str(lxc), "-n", stopped)
+    assert answers(master_of(cloud, stopped), stopped), f"{stopped} does not answer after its restart"
+    rc, found, data = drift_kinds(cloud, "mc_cloud.drift")
+    assert rc == 0 and found == set(), data
+
+
 def test_a_container_end_to_end(e2e: tuple[PgCloud, Path, dict[str, float]]) -> None:
     cloud, lxc, phases = e2e
     timed(phases, "controller deploy", cloud, "mc_cloud_controller.deploy")
@@ -417,6 +455,7 @@ def test_a_container_end_to_end(e2e: tuple[PgCloud, Path, dict[str, float]]) -> 
     assert len(blocks) == len(VMS) - len(OVERLAYS) and len(set(blocks)) == len(blocks), blocks  # a block each
     assert all(s["ip"].startswith(NET + ".") for s in seen.values())
     check_on_postgresql(cloud, seen)
+    check_lxc_drift(cloud, lxc, seen)
     a = seen[VMS[0]]
     ssh_banner("127.0.0.1", a["ssh_reverse_proxy_port"])  # the first is still reachable
     # Changed settings are applied by vm_reconfigure (the container restarts).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -72,6 +73,62 @@ def settings(cloud: Cloud, vm: str) -> dict[str, Any]:
     return dict(ret.data)
 
 
+def node_findings(cloud: Cloud, fun: str, *args: str) -> tuple[int, set[tuple[str, str]], dict[str, Any]]:
+    rc, data, out = cloud.run(fun, *args, "nodes=True")
+    assert data and "Traceback" not in out, out
+    return rc, {(f.get("vm") or f.get("what"), f["kind"]) for f in data.get("findings", data.get("steps", []))}, data
+
+
+def check_node_drift(cloud: Cloud, seen: dict[str, dict[str, Any]]) -> None:
+    """Drift on the node itself: clean after the deploy; then a haproxy
+    configuration and a hosts file edited by hand, a DNAT rule deleted, a
+    guest gone and a stray one started are each found; repair re-renders
+    what it may and leaves the guests to the operator."""
+    conf = nsbox_pillar(cloud)["makina-states.cloud.compute_node.conf." + cloud.node]
+    rc, found, data = node_findings(cloud, "mc_cloud.drift")
+    assert rc == 0 and found == set(), data
+
+    cfg, hosts = Path(conf["haproxy_config"]), Path(conf["hosts_file"])
+    cfg.write_text(cfg.read_text() + "\n# edited by hand\n")
+    hosts.write_text(hosts.read_text().replace(seen[GUESTS[1]]["ip"], "10.199.7.250"))
+    kept = GUESTS[1]
+    rule = ["-p", "udp", "--dport", str(seen[kept]["snmp_reverse_proxy_port"]), "-j", "DNAT",
+            "--to-destination", f"{seen[kept]['ip']}:161"]
+    subprocess.run(["iptables", "-t", "nat", "-D", CHAIN, *rule], check=True)
+    lost = GUESTS[0]
+    netns = cloud.run("mc_cloud_nsbox.vm_data", lost)[1]["netns"]
+    subprocess.run(["ip", "netns", "del", netns], check=True)
+    subprocess.run(["ip", "netns", "add", "mcns-stray00000"], check=True)
+    try:
+        rc, found, data = node_findings(cloud, "mc_cloud.drift")
+        assert rc != 0 and data["retcode"] == 2, data
+        kinds = {k for _, k in found}
+        assert kinds == {"node_config_drift", "guest_missing", "stray_guest"}, data
+        assert (lost, "guest_missing") in found and ("mcns-stray00000", "stray_guest") in found, found
+        drifted = {f["what"] for f in data["findings"] if f["kind"] == "node_config_drift"}
+        assert {"mccloud-haproxy-config", "mccloud-firewall-apply"} <= drifted and \
+            any("hosts" in w for w in drifted), drifted
+
+        # The plan changes nothing on the node.
+        rc, _, plan = node_findings(cloud, "mc_cloud.repair")
+        actions = {(s["kind"], s["action"], s["ready"]) for s in plan["steps"]}
+        assert actions == {("node_config_drift", "render", True), ("guest_missing", "manual", False),
+                           ("stray_guest", "manual", False)}, plan
+        assert "# edited by hand" in cfg.read_text()
+
+        rc, _, applied = node_findings(cloud, "mc_cloud.repair", "apply=True")
+        assert all(s.get("done") == "node SLS applied" for s in applied["steps"] if s["action"] == "render"), applied
+        assert "# edited by hand" not in cfg.read_text() and seen[kept]["ip"] in hosts.read_text()
+        nat = subprocess.run(["iptables", "-t", "nat", "-S", CHAIN], capture_output=True, text=True).stdout
+        assert f"--to-destination {seen[kept]['ip']}:161" in nat, nat
+        # What is left is what repair leaves to the operator.
+        rc, found, data = node_findings(cloud, "mc_cloud.drift")
+        assert {k for _, k in found} == {"guest_missing", "stray_guest"}, data
+        assert ssh_banner("127.0.0.1", seen[kept]["ssh_reverse_proxy_port"]) == f"SSH-2.0-nsbox {kept}\r\n".encode()
+    finally:
+        subprocess.run(["ip", "netns", "del", "mcns-stray00000"], check=False)
+
+
 def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox: Cloud) -> None:
     cloud = nsbox
     ok(cloud, "mc_cloud_controller.deploy")
@@ -109,6 +166,8 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
     for g in GUESTS:
         assert inventory["vms"][g]["vt"] == "nsbox"
         assert inventory["vms"][g]["ip"] == seen[g]["ip"]
+
+    check_node_drift(cloud, seen)
 
     gone = GUESTS[0]
     ok(cloud, "mc_cloud_vm.destroy", gone)

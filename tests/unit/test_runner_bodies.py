@@ -100,8 +100,8 @@ def test_a_provision_sends_its_sls_steps_as_one_job_and_asks_the_registry_once(o
     names = [s["name"] for s in out["steps"]]
     assert names[0] == "key" and names[-4:] == [
         "mc_cloud_vm.vm_bootstrap", "minion", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"]
-    # settings asked once; the key seeded is noted in the audit journal
-    assert offline.registry.calls == {"vm_settings": 1, "record": 1}
+    # settings asked once; the key seeded and the provision noted in the audit journal
+    assert offline.registry.calls == {"vm_settings": 1, "record": 2}
     data = jobs.sent[0][2]
     assert data["rootfs"].endswith("/vm1.example.net/rootfs") and "password" not in data["vm"]
     assert data["vm"]["vt"] == "lxc" and data["controller_pubkey"] == "ssh-ed25519 AAAA test"
@@ -127,8 +127,8 @@ def test_a_node_deploy_registers_the_node_once(offline: Offline, jobs: Jobs) -> 
     out = compute_node_deploy(offline.env, CN).as_dict()
     assert out["result"] is True, out
     # one registration; node_domains reads the pillar (the certificates are
-    # made while the node registers)
-    assert offline.registry.calls == {"target_settings": 1, "node_domains": 1}
+    # made while the node registers); the deploy's duration is journaled
+    assert offline.registry.calls == {"target_settings": 1, "node_domains": 1, "record": 1}
     assert [mods[0].rsplit(".", 2)[-2:] for _, mods, _ in jobs.sent] == [
         ["compute_node", "registry"], ["compute_node", "grains"], ["compute_node", "images"]]
     assert len(jobs.sent[0][1]) == 6 and len(jobs.sent[1][1]) == 2  # generic parts; lxc grains + install
@@ -204,7 +204,7 @@ def test_orchestrate_provisions_for_real_bodies_in_threads(tmp_path: Path, jobs:
     alone = [job[2]["vm"]["name"] for job in jobs.sent]
     assert sorted(alone + [vm for job in jobs.shared for vm in job[2]]) == sorted(VMS)
     assert all("minion" in job[2] for job in jobs.sent)
-    assert offline.registry.calls == {"vm_settings": len(VMS), "record": len(VMS)}
+    assert offline.registry.calls == {"vm_settings": len(VMS), "record": 2 * len(VMS)}
 
 
 def test_gathered_jobs_fail_only_their_own_vm(tmp_path: Path, jobs: Jobs, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,6 +55,42 @@ def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str,
     }
 
 
+def parse_lxc_ls(text: str) -> dict[str, dict[str, Any]]:
+    """``lxc-ls -f -F NAME,STATE,IPV4`` output as ``{name: {running, ips,
+    mac}}`` (lxc-ls shows no MAC)."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split(None, 2)
+        if len(parts) < 2:
+            continue
+        ips = [a.strip() for a in (parts[2] if len(parts) > 2 else "").split(",") if a.strip() not in ("", "-")]
+        out[parts[0]] = {"running": parts[1] == "RUNNING", "ips": ips, "mac": None}
+    return out
+
+
+def guests(env: Env, target: str) -> dict[str, dict[str, Any]]:
+    """The containers on compute node ``target``, whoever made them, but
+    the images (mccloud's drift hook): ``{name: {running, ips, mac}}``, from
+    ``lxc-ls`` in every lxc path the node's VMs use."""
+    from mccloud.orchestration import transport
+
+    data = env.node_data(target)
+    paths = {str(vm_data(env, vm, target)["lxc_path"]) for vm, v in data["vms"].items() if v.get("vt") == "lxc"}
+    skip = set(images(env))
+    out: dict[str, dict[str, Any]] = {}
+    with transport.local_client(env.opts["conf_file"]) as client:
+        for path in sorted(paths or {"/var/lib/lxc"}):
+            cmd = ["lxc-ls", "-P", path, "-f", "-F", "NAME,STATE,IPV4"]
+            ret = transport.one_return(client, target, "cmd.run_all", 120,
+                                       kwarg={"cmd": cmd, "python_shell": False, "ignore_retcode": True})
+            answer = ret.get("ret") if isinstance(ret, dict) else None
+            if not isinstance(answer, dict) or answer.get("retcode") != 0:
+                why = answer.get("stderr") if isinstance(answer, dict) else "no answer"
+                raise mccloud.MccloudError(f"{target} did not list its containers in {path}: {why}")
+            out.update({n: g for n, g in parse_lxc_ls(str(answer.get("stdout", ""))).items() if n not in skip})
+    return out
+
+
 def vm_sls_steps() -> dict[str, str]:
     """The lxc step functions that only apply an SLS with the VM's data
     (provisioning sends consecutive ones to the node as one job)."""

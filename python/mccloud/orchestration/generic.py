@@ -147,7 +147,26 @@ def controller_data(env: Env) -> dict[str, Any]:
             **env.config.cloud_settings()}
 
 
+def timed(env: Env, kind: str, node: str, vm: str, body: Callable[[], Outcome]) -> Outcome:
+    """Runs ``body`` and notes in the audit journal how long it took and
+    whether it succeeded (``<kind>_finished`` or ``<kind>_failed``, with
+    ``seconds``): what ``mccloud metrics`` shows as the last durations."""
+    start = time.monotonic()
+    out = body()
+    seconds = f"{time.monotonic() - start:.3f}"
+    try:
+        env.registry.record(f"{kind}_{'finished' if out.result else 'failed'}", node, vm, "seconds", "", seconds)
+    except mccloud.MccloudError as exc:  # the run's own outcome matters more
+        env.progress(f"could not note the {kind} in the audit journal: {exc}")
+    return out
+
+
 def compute_node_deploy(env: Env, target: str) -> Outcome:
+    """See :func:`deploy_node`; its duration goes to the audit journal."""
+    return timed(env, "deploy", target, "", lambda: deploy_node(env, target))
+
+
+def deploy_node(env: Env, target: str) -> Outcome:
     """Registers the node, then its port reservation, reverse proxy,
     firewall and hosts (one job), then ``install_vt`` of each
     virtualisation type, with the drivers' pre and post hooks. The ports
@@ -167,6 +186,70 @@ def compute_node_deploy(env: Env, target: str) -> Outcome:
             if not out.add(fun, env.call(fun, target)):
                 return out
     return with_conflicts(out, data)
+
+
+def node_drift(env: Env, target: str) -> list[dict[str, Any]]:
+    """Drift on compute node ``target`` itself, one finding per discrepancy
+    (as ``mc_cloud.drift`` shows them):
+
+    - ``node_config_drift``: a state of the node's SLS (registry, grains,
+      ports, reverse proxy, firewall and DNAT, hosts) that would change
+      something: what the node runs differs from what the registry renders
+      today (Salt's test mode decides: nothing changes);
+    - through each driver's optional hook ``mc_cloud_<vt>.guests(target)``
+      (``{name: {running, ips, mac}}``, every guest of the type on the node;
+      ``ips`` and ``mac`` as far as the driver can tell, else empty/None):
+      ``guest_missing`` (a declared VM with no guest), ``guest_stopped``,
+      ``guest_ip_differs``, ``guest_mac_differs`` (another IP or MAC than
+      allocated) and ``stray_guest`` (a guest nobody declared).
+
+    Registers the node first: what it renders is what its VMs hold."""
+    data = env.node_data(target)
+    found = []
+    job = with_node_registry(env, data)
+    for st in transport.would_change(env.opts, target, NODE_SLS, job, env.progress):
+        found.append({"kind": "node_config_drift", "node": target, "vm": "", "what": st["id"],
+                      "expected": "as the registry renders it", "found": st["comment"] or "would change"})
+    vms = data["vms"]
+    for hook in hook_functions(env.functions, data["virt_types"], "guests"):
+        vt = hook.split(".", 1)[0][len("mc_cloud_"):]
+        live = env.functions[hook](target)
+        if not isinstance(live, Mapping) or (live.get("result") is False and isinstance(live.get("comment"), str)):
+            raise mccloud.MccloudError(f"{hook} {target}: " + str(live.get("comment") if isinstance(live, Mapping)
+                                                                  else live))
+        for vm, v in sorted(vms.items()):
+            if v.get("vt") != vt:
+                continue
+            g = live.get(vm)
+            if g is None:
+                found.append({"kind": "guest_missing", "node": target, "vm": vm, "what": f"{vt} guest",
+                              "expected": "running", "found": None})
+                continue
+            if not g.get("running"):
+                found.append({"kind": "guest_stopped", "node": target, "vm": vm, "what": f"{vt} guest",
+                              "expected": "running", "found": "stopped"})
+            ips = [str(a) for a in g.get("ips") or []]
+            if ips and v.get("ip") and str(v["ip"]) not in ips:
+                found.append({"kind": "guest_ip_differs", "node": target, "vm": vm, "what": "ip",
+                              "expected": v["ip"], "found": ips})
+            mac = g.get("mac")
+            if mac and v.get("mac") and str(mac).lower() != str(v["mac"]).lower():
+                found.append({"kind": "guest_mac_differs", "node": target, "vm": vm, "what": "mac",
+                              "expected": v["mac"], "found": mac})
+        for name in sorted(set(live) - set(vms)):
+            found.append({"kind": "stray_guest", "node": target, "vm": name, "what": f"{vt} guest",
+                          "expected": None, "found": live[name]})
+    return found
+
+
+def node_render(env: Env, target: str) -> Outcome:
+    """Applies the node's SLS again (registry, grains, ports, reverse
+    proxy, firewall, hosts), as its deploy does: what ``node_config_drift``
+    repairs."""
+    out = Outcome()
+    data = env.node_data(target)
+    out.add_all(env.batch(target, [(s, s) for s in NODE_SLS], with_node_registry(env, data)))
+    return out
 
 
 def node_registry(env: Env, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,6 +293,18 @@ def with_conflicts(out: Outcome, data: Mapping[str, Any]) -> Outcome:
 
 
 def vm_provision(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outcome:
+    """See :func:`provision_vm`; its duration goes to the audit journal."""
+    def body() -> Outcome:
+        return provision_vm(env, vm, steps, skip)
+
+    try:
+        cn = env.config.node_of(vm)
+    except mccloud.MccloudError:
+        return body()
+    return timed(env, "provision", cn, vm, body)
+
+
+def provision_vm(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outcome:
     """Runs the provisioning steps of a VM (driver pre, generic, driver post
     for each), then ping and the post-provision hooks; stops at the first
     failure and says which step failed. The VM's data is computed once;

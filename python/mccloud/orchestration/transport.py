@@ -224,7 +224,7 @@ def attribute(steps: Sequence[tuple[str, str]], target: str, ret: Any) -> list[t
 
 
 def state_job(opts: Mapping[str, Any], target: str, mods: Sequence[str], pillar: Mapping[str, Any], wait: int,
-              progress: Callable[[str], None]) -> dict[str, Any] | None:
+              progress: Callable[[str], None], test: bool = False) -> dict[str, Any] | None:
     """Runs ``state.sls`` of ``mods`` on ``target`` (``failhard``,
     ``concurrent``, publication pillar ``pillar``) and returns its full
     return, or None when none came. A job whose return was lost (it ended
@@ -236,7 +236,8 @@ def state_job(opts: Mapping[str, Any], target: str, mods: Sequence[str], pillar:
         ended: list[str] = []
         with local_client(opts["conf_file"]) as client:
             ret = one_return(client, target, "state.sls", wait, arg=[",".join(mods)],
-                             kwarg={"pillar": dict(pillar), "failhard": True, "concurrent": True}, ended=ended)
+                             kwarg={"pillar": dict(pillar), "failhard": not test, "concurrent": True,
+                                    **({"test": True} if test else {})}, ended=ended)
         if ret is not None or not ended or attempt == 2:
             return ret
         progress(f"{target}: job {ended[0]} ended with its return lost on the way to the master; "
@@ -356,6 +357,36 @@ def apply_batch(
     if ret is None:
         return [(first, {"result": False, "comment": nothing_returned(target, wait)})]
     return attribute(steps, target, ret.get("ret"))
+
+
+def would_change(
+    opts: Mapping[str, Any],
+    target: str,
+    mods: Sequence[str],
+    data: Mapping[str, Any],
+    progress: Callable[[str], None],
+    timeout: int | None = None,
+) -> list[dict[str, Any]]:
+    """Applies the SLS ``mods`` on ``target`` in test mode (``test=True``:
+    nothing changes) with ``data`` deposited as :func:`apply_batch` does;
+    returns each state that would change something or failed (``id``,
+    ``result``, ``comment``, ``changes``). Raises when the minion is
+    unknown or answers nothing."""
+    wait = int(timeout or opts.get("mccloud_sls_timeout") or DEFAULT_TIMEOUT)
+    private.require(opts)
+    if target not in accepted_minions(opts):
+        raise mccloud.NotFoundError(f"minion {target} is not known to this master (no accepted key)")
+    progress(f"{target}: checking {', '.join(mods)} (test=True)")
+    with private.deposit(opts, target, data) as token:
+        ret = state_job(opts, target, mods, {private.TOKEN_KEY: token}, wait, progress, test=True)
+    if ret is None:
+        raise mccloud.MccloudError(nothing_returned(target, wait))
+    states = ret.get("ret")
+    if isinstance(states, list):  # render errors
+        return [{"id": "render", "result": False, "comment": "; ".join(map(str, states)), "changes": {}}]
+    return [{"id": str(st.get("__id__", sid)), "result": st.get("result"), "comment": str(st.get("comment", "")),
+             "changes": st.get("changes") or {}}
+            for sid, st in _states(states) if st.get("result") is not True or st.get("changes")]
 
 
 def nothing_returned(target: str, wait: int) -> str:

@@ -1,4 +1,9 @@
-"""The cloud as a whole: where it drifted from what the pillar declares."""
+"""The cloud as a whole: where it drifted from what the pillar declares
+(``drift``), its repair (``repair``), placing VMs declared without a node
+(``place``) and the audit journal (``audit``). Without ``--out``, drift,
+repair and audit print a table (Salt's ``table`` outputter)."""
+
+import json
 
 import mccloud
 import mccloud.orchestration as _o
@@ -33,6 +38,49 @@ def _key_findings(env, target):
     return minions.key_findings(env.opts, _expected_minions(env))
 
 
+def _cell(value):
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _table(env, out, key, columns, empty):
+    """``out`` as Salt's ``table`` outputter shows it (``key``'s rows, their
+    ``columns``) when ``salt-run`` was given no ``--out``; else as it is
+    (``--out json`` prints the whole result)."""
+    if env.opts.get("output") or not isinstance(out, (dict, list)):
+        return out
+    rows = out if isinstance(out, list) else out.get(key)
+    if not isinstance(rows, list):  # a failure: its reason, as it is
+        return out
+    shown = [{c: _cell(r.get(c)) for c in columns} for r in rows] or [{"result": empty}]
+    data = {key: shown}
+    if isinstance(out, dict) and out.get("retcode"):
+        data["retcode"] = out["retcode"]  # salt-run's exit code
+    return {"outputter": "table", "data": data}
+
+
+def _nodes_to_check(env, target):
+    targets = env.config.compute_node_settings().get("targets") or {}
+    return [str(target)] if target is not None else sorted(targets)
+
+
+def _node_findings(env, target, nodes, errors):
+    """With ``nodes``: the drift on each compute node itself (see
+    ``generic.node_drift``); a node that cannot be checked goes to
+    ``errors``."""
+    if not saltsupport.boolean("nodes", nodes):
+        return []
+    found = []
+    for cn in _nodes_to_check(env, target):
+        env.progress(f"{cn}: checking the node against the registry")
+        try:
+            found.extend(_o.node_drift(env, cn))
+        except mccloud.MccloudError as exc:
+            errors[cn] = str(exc)
+    return found
+
+
 def drift(target=None, **kwargs):
     """Where the cloud drifted from what the pillar declares, for compute
     node ``target`` or every node (declared or known to the store). Reads
@@ -54,7 +102,14 @@ def drift(target=None, **kwargs):
       accepted, for a minion no longer declared (``node``: the master's
       mode);
     - ``missing_minion_key`` (every node only): a declared minion whose key
-      mccloud made is gone from its master.
+      mccloud made is gone from its master;
+    - with ``nodes=True``, on each compute node itself (its minion is
+      asked): ``node_config_drift`` (a state of the node's registry, grains,
+      ports, reverse proxy, firewall and DNAT or hosts SLS that would change
+      something: the node differs from what the registry renders today,
+      as Salt's test mode tells), and through the driver's ``guests`` hook
+      ``guest_missing``, ``guest_stopped``, ``guest_ip_differs``,
+      ``guest_mac_differs`` and ``stray_guest`` (a guest nobody declared).
 
     ``retcode`` is 0 when clean, 2 when there is drift (``salt-run`` exits
     non-zero), 1 when a node could not be checked (``errors`` says why).
@@ -65,24 +120,28 @@ def drift(target=None, **kwargs):
 
         mastersalt-run mc_cloud.drift
         mastersalt-run mc_cloud.drift devhost10.local --out json
+        mastersalt-run mc_cloud.drift nodes=True
     """
     env = _env()
+    nodes = kwargs.pop("nodes", False)
 
     def body(env):
         out = env.registry.drift(None if target is None else str(target))
-        keys = _key_findings(env, target)
-        out["findings"].extend(keys)
-        if keys and out["retcode"] == 0:
+        more = _key_findings(env, target) + _node_findings(env, target, nodes, out["errors"])
+        out["findings"].extend(more)
+        if out["errors"]:
+            out["retcode"] = 1
+        elif more and out["retcode"] == 0:
             out["retcode"] = 2
         return out
 
     out = _o.answer("drift", body, env, **kwargs)
     if out.get("retcode"):
         env.context["retcode"] = out["retcode"]
-    return out
+    return _table(env, out, "findings", ("node", "vm", "kind", "what", "expected", "found"), "no drift")
 
 
-def repair(target=None, apply=False, force=False, after=3, **kwargs):
+def repair(target=None, apply=False, force=False, after=3, nodes=False, **kwargs):
     """Repairs the drift ``mc_cloud.drift`` finds, for compute node
     ``target`` or every node: shows the plan, and carries it out only with
     ``apply=True``. One step per finding, with its ``action``, whether it is
@@ -99,8 +158,13 @@ def repair(target=None, apply=False, force=False, after=3, **kwargs):
       declarations ask for;
     - ``delete_key`` (``orphan_minion_key``): deletes the key mccloud made
       for a minion no longer declared (never a key it did not make);
-    - ``manual`` (values outside today's ranges, a missing minion key): left
-      to the operator, with what to do (a running VM is never renumbered).
+    - ``render`` (``node_config_drift``, with ``nodes=True``): applies the
+      node's SLS again (reverse proxy, firewall and DNAT, hosts…), once per
+      node;
+    - ``manual`` (values outside today's ranges, a missing minion key, a
+      guest missing, stopped or with another address, a stray guest): left
+      to the operator, with what to do (a running VM is never renumbered;
+      mccloud never touches a guest it did not make).
 
     Each step is idempotent; every change is in the audit journal.
     ``retcode``: 0 when nothing is left to do, 2 when steps wait (or were
@@ -123,6 +187,28 @@ def repair(target=None, apply=False, force=False, after=3, **kwargs):
         if isinstance(after, bool) or not isinstance(after, int) or after < 1:
             raise mccloud.ArgumentError(f"after={after!r}: give the number of consecutive checks (after=3)")
         out = env.registry.repair(None if target is None else str(target), apply, force, after)
+        rendered = {}
+        for f in _node_findings(env, target, nodes, out["errors"]):
+            step = {**f, "seen": 1, "since": None}
+            if f["kind"] == "node_config_drift":
+                step.update(action="render", ready=True,
+                            plan=f"apply the node's SLS again on {f['node']} (state {f['what']})")
+                if apply:
+                    if f["node"] not in rendered:
+                        done = _o.node_render(env, f["node"])
+                        rendered[f["node"]] = done
+                        if done.result:
+                            env.registry.record("repaired", f["node"], "", "node configuration", "", "rendered")
+                    done = rendered[f["node"]]
+                    step["done"] = "node SLS applied" if done.result else {"error": done.comment}
+            elif f["kind"] == "stray_guest":
+                step.update(action="manual", ready=False,
+                            plan=f"a guest nobody declared on {f['node']}: mccloud never touches a guest it did "
+                                 "not make; declare it or remove it by hand")
+            else:
+                step.update(action="manual", ready=False,
+                            plan=f"provision {f['vm']} again (mastersalt-run mc_cloud_vm.provision {f['vm']})")
+            out["steps"].append(step)
         for f in _key_findings(env, target):
             step = {**f, "seen": 1, "since": None}
             if f["kind"] == "orphan_minion_key":
@@ -139,14 +225,17 @@ def repair(target=None, apply=False, force=False, after=3, **kwargs):
                             plan=f"provision {f['vm']} again (mastersalt-run mc_cloud_vm.provision, or "
                                  f"mc_cloud_saltify.saltify for a target): its minion needs a new key")
             out["steps"].append(step)
-        if any(s.get("done") is None for s in out["steps"]) and out["retcode"] == 0:
+        if out["errors"] or any(isinstance(s.get("done"), dict) and "error" in s["done"] for s in out["steps"]):
+            out["retcode"] = 1
+        elif any(s.get("done") is None for s in out["steps"]) and out["retcode"] == 0:
             out["retcode"] = 2
         return out
 
     out = _o.answer("repair", body, env, **kwargs)
     if out.get("retcode"):
         env.context["retcode"] = out["retcode"]
-    return out
+    return _table(env, out, "steps", ("node", "vm", "kind", "action", "ready", "seen", "plan", "done"),
+                  "nothing to repair")
 
 
 def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
@@ -177,7 +266,9 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
             raise mccloud.ArgumentError(f"limit={limit!r}: give a number of entries (limit=20)")
         return env.registry.audit(*(None if v is None else str(v) for v in (vm, node, kind, since)), limit)
 
-    return _o.answer("audit", body, _env(), **kwargs)
+    env = _env()
+    return _table(env, _o.answer("audit", body, env, **kwargs), "entries",
+                  ("at", "caller", "kind", "node", "vm", "what", "before", "after"), "no entry")
 
 
 def place(vm, explain=False, **kwargs):

@@ -252,3 +252,17 @@ def vm_destroy(vm, target=None, **kwargs):
         mastersalt-run mc_cloud_lxc.vm_destroy mysupertest3.foo.com
     """
     return _o.run("vm_destroy", _lxc.vm_destroy, _env(), str(vm), target, **kwargs)
+
+
+def guests(target, **kwargs):
+    """The containers on compute node ``target``, declared or not (but the
+    images), as ``mc_cloud.drift nodes=True`` compares them with the
+    registry: ``{name: {running, ips, mac}}``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_lxc.guests devhost10.local
+    """
+    return _o.answer("guests", lambda env: _lxc.guests(env, str(target)), _env(), **kwargs)

@@ -16,7 +16,8 @@ root directories live under the master option ``mccloud_nsbox_root``.
 
 import hashlib
 
-from mccloud.orchestration import Env, Outcome, run, vm_destroy as _generic_destroy, vm_sls
+import mccloud
+from mccloud.orchestration import Env, Outcome, run, transport, vm_destroy as _generic_destroy, vm_sls
 
 __virtualname__ = "mc_cloud_nsbox"
 VT = "nsbox"
@@ -118,3 +119,30 @@ def vm_destroy(vm, target=None, **kwargs):
         mastersalt-run mc_cloud_nsbox.vm_destroy g1.lan
     """
     return run("vm_destroy", _destroy, _env(), str(vm), target, **kwargs)
+
+
+def guests(target, **kwargs):
+    """The nsbox guests on compute node ``target``, declared or not
+    (mccloud's drift hook): ``{name: {running, ips, mac}}``, named by VM for
+    the guests of declared VMs, by namespace for the others.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud_nsbox.guests node1.lan
+    """
+    env = _env()
+    with transport.local_client(env.opts["conf_file"]) as client:
+        ret = transport.one_return(client, str(target), "mc_cloud_nsbox.guests", 60)
+    if ret is None or not isinstance(ret.get("ret"), dict):
+        raise mccloud.MccloudError(f"{target} did not list its nsbox guests: {ret!r}")
+    live = dict(ret["ret"])
+    declared = {vm for vm, v in env.node_data(str(target))["vms"].items() if v.get("vt") == VT}
+    out = {}
+    for vm in sorted(declared):
+        ns = _guest(vm)["netns"]
+        if ns in live:
+            out[vm] = live.pop(ns)
+    out.update(live)
+    return out

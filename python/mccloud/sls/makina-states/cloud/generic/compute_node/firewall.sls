@@ -52,11 +52,6 @@ mccloud-firewall-script:
             *[!0-9.,=]*) echo "mccloud firewall: the snmp forwarding list holds something else than PORT=IP pairs" >&2; exit 2 ;;
         esac
         tag="mccloud-$({ cat "$0"; printf '%s\n' "$C" "$MCCLOUD_TCP_PORTS" "$MCCLOUD_UDP_PORTS" "$MCCLOUD_SNMP_DNAT"; } | sha1sum | cut -c1-12)"
-        if [ "${1:-}" = check ]; then
-            iptables -S "$C" 2>/dev/null | grep -qF -e "$tag" &&
-                iptables -t nat -S "$C" 2>/dev/null | grep -qF -e "$tag"
-            exit
-        fi
         case "$C" in
             ""|*[!A-Za-z0-9_-]*) echo "mccloud firewall: the chain name holds something else than letters, digits, _ and -" >&2; exit 2 ;;
         esac
@@ -71,6 +66,21 @@ mccloud-firewall-script:
                 [ -z "$chunk" ] || printf -- '-A %s -p %s -m multiport --dports %s -j ACCEPT\n' "$C" "$1" "$chunk"
             done
         }
+        if [ "${1:-}" = check ]; then
+            # Up to date when both chains carry the digest and every rule:
+            # each DNAT of a VM, as many accept rules as written.
+            filter=$(iptables -S "$C" 2>/dev/null) && nat=$(iptables -t nat -S "$C" 2>/dev/null) || exit 1
+            printf '%s\n' "$filter" | grep -qF -e "$tag" && printf '%s\n' "$nat" | grep -qF -e "$tag" || exit 1
+            want=0
+            for pair in $(printf '%s\n' "$MCCLOUD_SNMP_DNAT" | tr ',' ' '); do
+                want=$((want + 1))
+                printf '%s\n' "$nat" | grep -qF -e "--dport ${pair%%=*} -j DNAT --to-destination ${pair#*=}:161" || exit 1
+            done
+            [ "$(printf '%s\n' "$nat" | grep -c -e '-j DNAT')" -eq "$want" ] || exit 1
+            accepts=$({ accept tcp "$MCCLOUD_TCP_PORTS"; accept udp "$MCCLOUD_UDP_PORTS"; } | grep -c -e '-j ACCEPT')
+            [ "$(printf '%s\n' "$filter" | grep -c -e '-j ACCEPT')" -eq "$accepts" ] || exit 1
+            exit 0
+        fi
         # Both chains are written by one iptables-restore (each rule by its
         # own iptables process took seconds for a thousand VMs); --noflush
         # leaves every other chain as it is and empties only these two.
@@ -92,11 +102,15 @@ mccloud-firewall-script:
 mccloud-firewall-apply:
   cmd.run:
     - failhard: true
-    - stateful: true
     - name: |
         if /etc/mccloud/firewall.sh check; then echo "changed=no comment='firewall chain up to date'"; exit 0; fi
         /etc/mccloud/firewall.sh || exit $?
         echo "changed=yes comment='firewall chain rewritten'"
+    # What a test run (drift) answers: the chains hold every rule, or not.
+    - stateful:
+      - test_name: |
+          if /etc/mccloud/firewall.sh check; then echo "changed=no comment='firewall chain up to date'"
+          else echo "changed=yes comment='the firewall chain differs from what the registry renders'"; fi
     - env:
         MCCLOUD_CHAIN: {{ c.firewall_chain | string | tojson }}
         MCCLOUD_TCP_PORTS: {{ ([c.http_port | string, c.https_port | string] + ssh) | join(',') | tojson }}

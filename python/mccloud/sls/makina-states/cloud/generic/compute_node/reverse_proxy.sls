@@ -126,13 +126,18 @@ mccloud-haproxy-config:
 mccloud-haproxy-standalone-start:
   cmd.run:
     - failhard: true
-    - stateful: true
     - name: |
         if test -s "$MCCLOUD_HAPROXY_PIDFILE" && kill -0 $(cat -- "$MCCLOUD_HAPROXY_PIDFILE") 2>/dev/null; then
             echo "changed=no comment='haproxy is running'"; exit 0
         fi
         haproxy -D -f "$MCCLOUD_HAPROXY_CONFIG" -p "$MCCLOUD_HAPROXY_PIDFILE" || exit $?
         echo "changed=yes comment='haproxy started'"
+    # What a test run (drift) answers: running, or not.
+    - stateful:
+      - test_name: |
+          if test -s "$MCCLOUD_HAPROXY_PIDFILE" && kill -0 $(cat -- "$MCCLOUD_HAPROXY_PIDFILE") 2>/dev/null; then
+              echo "changed=no comment='haproxy is running'"
+          else echo "changed=yes comment='haproxy is not running'"; fi
     - env:
         MCCLOUD_HAPROXY_CONFIG: {{ c.haproxy_config | string | tojson }}
         MCCLOUD_HAPROXY_PIDFILE: {{ c.haproxy_pidfile | string | tojson }}
