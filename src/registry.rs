@@ -617,20 +617,25 @@ impl Registry {
                 c.error.is_some(),
             );
         }
-        let counts = self.read(|tx| tx.journal_counts())?.unwrap_or_default();
-        let mut runs = vec![];
-        for kind in [
-            "provision_finished",
-            "provision_failed",
-            "deploy_finished",
-            "deploy_failed",
-        ] {
-            let q = journal::Query {
-                kind: Some(kind.into()),
-                ..Default::default()
-            };
-            runs.extend(self.read(|tx| tx.journal(&q))?.unwrap_or_default());
-        }
+        // The journal's figures, from one snapshot.
+        let (counts, mut runs) = self
+            .read(|tx| {
+                let mut runs = vec![];
+                for kind in [
+                    "provision_finished",
+                    "provision_failed",
+                    "deploy_finished",
+                    "deploy_failed",
+                ] {
+                    let q = journal::Query {
+                        kind: Some(kind.into()),
+                        ..Default::default()
+                    };
+                    runs.extend(tx.journal(&q)?);
+                }
+                Ok((tx.journal_counts()?, runs))
+            })?
+            .unwrap_or_default();
         runs.sort_by_key(|e| e.id);
         metrics.journal(&counts, &runs);
         Ok(metrics.render())
@@ -642,11 +647,28 @@ impl Registry {
     /// those made before included) and `unplaced` (VM → why it fits
     /// nowhere). Nothing is opened when no VM is declared without a node.
     pub fn place_all(&self) -> Result<Value> {
-        if self.config.anywhere()?.is_empty() {
+        let anywhere = self.config.anywhere()?;
+        if anywhere.is_empty() {
             return Ok(serde_json::json!({"placed": {}, "unplaced": {}}));
         }
-        let (placed, unplaced, _) = self.write(|tx| self.placing(tx, None))?;
-        Ok(serde_json::json!({"placed": placed, "unplaced": unplaced}))
+        // Every call on the controller asks: a write only when a VM is left
+        // to place (the placement pillar is checked either way).
+        self.config.capacities()?;
+        self.config.placement_policy()?;
+        for d in anywhere.values() {
+            self.config.vm_size(d)?;
+        }
+        let held: BTreeMap<String, String> = self
+            .read(|tx| tx.placements())?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(vm, _)| anywhere.contains_key(vm))
+            .collect();
+        if held.len() == anywhere.len() {
+            return Ok(serde_json::json!({"placed": held, "unplaced": {}}));
+        }
+        let p = self.write(|tx| self.placing(tx, None))?;
+        Ok(serde_json::json!({"placed": p.placed, "unplaced": p.unplaced}))
     }
 
     /// Places VM `vm`, declared without a compute node, or tells where it
@@ -664,40 +686,26 @@ impl Registry {
                 "declared": format!("declared on compute node {node} in pillar: not placed by policy"),
             }));
         }
-        let before = self.read(|tx| tx.placements())?.unwrap_or_default();
-        let was = before
-            .iter()
-            .find(|(v, _)| v == vm)
-            .map(|(_, cn)| cn.clone());
-        let (placed, unplaced, scores) = self.write(|tx| self.placing(tx, Some(vm)))?;
-        if let Some(why) = unplaced.get(vm) {
+        let p = self.write(|tx| self.placing(tx, Some(vm)))?;
+        if let Some(why) = p.unplaced.get(vm) {
             return Err(Error::Exhausted(format!("VM {vm} cannot be placed: {why}")));
         }
-        let node = placed.get(vm).cloned().unwrap_or_default();
+        let node = p.placed.get(vm).cloned().unwrap_or_default();
         let mut out = serde_json::json!({
             "vm": vm,
             "node": node,
             "policy": self.config.placement_policy()?.as_str(),
-            "placed_now": was.is_none(),
+            "placed_now": p.newly.iter().any(|v| v == vm),
         });
         if let (true, Some(m)) = (explain, out.as_object_mut()) {
-            m.insert("scores".into(), Value::Array(scores));
+            m.insert("scores".into(), Value::Array(p.scores));
         }
         Ok(out)
     }
 
     /// See [`Registry::place_all`]; `only`: place that VM alone (and
     /// return every node's score for it).
-    #[allow(clippy::type_complexity)]
-    fn placing(
-        &self,
-        tx: &Tx,
-        only: Option<&str>,
-    ) -> Result<(
-        BTreeMap<String, String>,
-        BTreeMap<String, String>,
-        Vec<Value>,
-    )> {
+    fn placing(&self, tx: &Tx, only: Option<&str>) -> Result<Placing> {
         use crate::settings::placement;
         tx.lock_placements()?;
         let mut placed: BTreeMap<String, String> = tx.placements()?.into_iter().collect();
@@ -705,6 +713,7 @@ impl Registry {
         let policy = self.config.placement_policy()?;
         let mut unplaced = BTreeMap::new();
         let mut scores = vec![];
+        let mut newly = vec![];
         // What every node holds, the VM asked about left out (its scores
         // are those of a node without it).
         let mut others = placed.clone();
@@ -741,6 +750,7 @@ impl Registry {
                         u.add(&size);
                     }
                     placed.insert(vm.clone(), cn);
+                    newly.push(vm.clone());
                 }
                 None => {
                     let why: Vec<String> = usage
@@ -755,7 +765,12 @@ impl Registry {
             }
         }
         placed.retain(|vm, _| anywhere.contains_key(vm));
-        Ok((placed, unplaced, scores))
+        Ok(Placing {
+            placed,
+            unplaced,
+            scores,
+            newly,
+        })
     }
 
     /// The audit journal's entries `query` selects, oldest first (none
@@ -779,20 +794,30 @@ impl Registry {
         before: &str,
         after: &str,
     ) -> Result<()> {
-        let kind = journal::KINDS
-            .iter()
-            .find(|k| **k == kind)
-            .copied()
-            .ok_or_else(|| {
-                Error::Argument(format!(
-                    "record: unknown kind {kind:?}: use one of {}",
-                    journal::KINDS.join(", ")
-                ))
-            })?;
+        let known = journal::kind_of(kind);
+        if known == "other" {
+            return Err(Error::Argument(format!(
+                "record: unknown kind {kind:?}: use one of {}",
+                journal::KINDS.join(", ")
+            )));
+        }
+        let kind = known;
         let shown = |v: &str| (!v.is_empty()).then(|| Value::from(v));
         let change = journal::Change::new(kind, node, vm, what, shown(before), shown(after));
         self.write(|tx| tx.note(change.clone()))
     }
+}
+
+/// What a placement transaction decided (see [`Registry::place_all`]).
+struct Placing {
+    /// Every placement of a VM still declared without a node.
+    placed: BTreeMap<String, String>,
+    /// VMs that fit nowhere, with why.
+    unplaced: BTreeMap<String, String>,
+    /// Every node's score for the one VM asked about.
+    scores: Vec<Value>,
+    /// VMs this transaction placed.
+    newly: Vec<String>,
 }
 
 /// A node as [`Registry::check_nodes`] found it.
