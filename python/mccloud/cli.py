@@ -31,7 +31,7 @@ from importlib import resources
 from typing import Any, Sequence
 
 import mccloud
-from mccloud import saltsupport
+from mccloud import saltcompat, saltsupport
 
 DEFAULT_MASTERSALT_DIR = "/etc/mastersalt"
 
@@ -40,9 +40,7 @@ def _mastersalt(script: str) -> None:
     conf = os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
     os.environ[saltsupport.MASTERSALT_ENV] = conf
     sys.argv = [sys.argv[0], "-c", conf, *sys.argv[1:]]
-    import salt.scripts
-
-    getattr(salt.scripts, script)()
+    saltcompat.run_script(script)
 
 
 def mastersalt_call() -> None:
@@ -64,7 +62,10 @@ def write_masterless_config(base: str, pillar_text: str, minion_id: str = "contr
     """Writes a throw-away masterless Salt configuration under ``base`` with
     ``pillar_text`` as its only pillar; returns the configuration directory."""
     conf, root, pillar = (os.path.join(base, d) for d in ("mastersalt", "root", "pillar"))
-    for d in (conf, root, pillar, os.path.join(base, "states")):
+    # salt-run (Salt 3008) notes each job in the master's proc directory,
+    # which only a running master creates: this configuration has none.
+    proc = os.path.join(root, "var", "cache", "salt", "master", "proc")
+    for d in (conf, root, pillar, os.path.join(base, "states"), proc):
         os.makedirs(d, exist_ok=True)
     with open(os.path.join(pillar, "top.sls"), "w") as f:
         f.write("base:\n  '*':\n    - cloud\n")
@@ -138,8 +139,6 @@ def inventory(args: argparse.Namespace) -> int:
 def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
     """The minion options of the Salt configuration in ``--config`` (default
     ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt)."""
-    import salt.config
-
     conf = args.config or os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
     minion = os.path.join(conf, "minion")
     if not os.path.isfile(minion):
@@ -147,7 +146,7 @@ def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
             f"no Salt configuration at {minion}: give the store directory with --store, "
             f"or the configuration directory with --config"
         )
-    return dict(salt.config.minion_config(minion))
+    return saltcompat.minion_config(minion)
 
 
 def store_dir_of(args: argparse.Namespace) -> str:
@@ -217,12 +216,9 @@ def _pillar_of(args: argparse.Namespace) -> dict[str, Any]:
         for path in args.pillar:
             pillar.update(_yaml_file(path, yaml))
         return pillar
-    import salt.loader
-    import salt.pillar
-
     opts = _salt_opts(args)
-    opts["grains"] = salt.loader.grains(opts)
-    compiled = salt.pillar.get_pillar(opts, opts["grains"], opts["id"], saltenv=opts.get("saltenv")).compile_pillar()
+    opts["grains"] = saltcompat.grains(opts)
+    compiled = saltcompat.compile_pillar(opts, opts["grains"], opts["id"], saltenv=opts.get("saltenv"))
     errors = compiled.get("_errors") if isinstance(compiled, dict) else None
     if errors:
         raise mccloud.InvalidInputError("the pillar does not compile: " + "; ".join(map(str, errors)))

@@ -16,7 +16,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 import mccloud
-from mccloud import ArgumentError, MccloudError
+from mccloud import ArgumentError, MccloudError, saltcompat
 
 if TYPE_CHECKING:
     from mccloud._native import NodeData
@@ -192,9 +192,7 @@ def _master_beside(opts: Mapping[str, Any]) -> Mapping[str, Any] | None:
 @functools.lru_cache(maxsize=8)
 def _master_config(path: str, mtime_ns: int) -> Mapping[str, Any]:
     """Salt's master configuration of ``path`` (as of ``mtime_ns``)."""
-    import salt.config
-
-    return salt.config.master_config(path)
+    return saltcompat.master_config(path)
 
 
 def _master_side(opts: Mapping[str, Any], key: str) -> str | None:
@@ -324,15 +322,13 @@ def _gc_paused() -> Iterator[None]:
 
 def random_password(length: Any) -> str:
     """A random password of ``length`` characters (Salt's generator)."""
-    from salt.utils.pycrypto import secure_password
-
     try:
         n = int(length)
     except (TypeError, ValueError):
         n = 0
     if not 8 <= n <= 256:
         raise ArgumentError(f"pwlen must be a number of characters from 8 to 256, not {length!r}")
-    return str(secure_password(n))
+    return saltcompat.secure_password(n)
 
 
 def boolean(name: str, value: Any) -> bool:
@@ -362,7 +358,8 @@ def salt_errors(func: F) -> F:
     ``SaltInvocationError`` (Salt shows the function's usage); pillar,
     allocation and store problems become ``CommandExecutionError`` ("Error
     running ...: what, where, what to do")."""
-    from salt.exceptions import CommandExecutionError, SaltInvocationError
+    errors = saltcompat.exceptions()
+    CommandExecutionError, SaltInvocationError = errors.CommandExecutionError, errors.SaltInvocationError
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -25,15 +25,14 @@ def published(cloud: Cloud, fun: str, *args: str) -> tuple[Any, list[Any]]:
     """Runs ``salt-run fun args`` and returns its result and every event
     the master's bus carried meanwhile (publications included: a
     ``salt/job/<jid>/new`` event holds what every minion receives)."""
-    import salt.utils.event
+    from mccloud import saltcompat
 
     events: list[Any] = []
     stop = threading.Event()
     ready = threading.Event()
 
     def listen() -> None:
-        opts = cloud.master.config
-        with salt.utils.event.get_master_event(opts, opts["sock_dir"], listen=True) as bus:
+        with saltcompat.master_event_bus(cloud.master.config) as bus:
             ready.set()
             while not stop.is_set():
                 ev = bus.get_event(full=True, wait=0.2)

@@ -81,7 +81,7 @@ _MASTER_KEYS: dict[str, Path] = {}
 def fake_master(root: Path) -> str:
     """A master's configuration file and pki directory (with its key pair,
     made once per session) under ``root``; no daemon."""
-    import salt.crypt
+    from mccloud import saltcompat
 
     pki = root / "pki"
     for d in ("minions", "minions_pre", "minions_rejected", "minions_denied"):
@@ -89,7 +89,7 @@ def fake_master(root: Path) -> str:
     (root / "cache").mkdir(exist_ok=True)
     if "dir" not in _MASTER_KEYS:
         keys = Path(__import__("tempfile").mkdtemp(prefix="mccloud-master-keys-"))
-        salt.crypt.gen_keys(str(keys), "master", 2048)
+        saltcompat.write_keys(str(keys), "master", 2048)
         _MASTER_KEYS["dir"] = keys
     for name in ("master.pem", "master.pub"):
         shutil.copy(_MASTER_KEYS["dir"] / name, pki / name)

@@ -10,6 +10,7 @@ before registries were pushed.
 import mccloud
 import mccloud.saltsupport as _ms
 from mccloud import localreg as _localreg
+from mccloud import saltcompat as _saltcompat
 
 __virtualname__ = "mc_cloud_vm"
 
@@ -43,7 +44,7 @@ def vm_settings(suf="", ttl=60):
         if suf:
             raise mccloud.NotFoundError(
                 f"no VM registry {_localreg.registry_file(__opts__, _localreg.VM + str(suf))} on this host")
-        pushed = __pillar__.get(VM_PILLAR) or {}
+        pushed = _saltcompat.plain(__pillar__.get(VM_PILLAR) or {})
     out = dict(pushed)
     out.setdefault("markers", {
         key: bool(__grains__.get(key))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import mccloud
-from mccloud import saltsupport
+from mccloud import saltcompat, saltsupport
 
 MODES = ("salt", "mastersalt")
 #: Where the bootstrap installs Salt on a target (a virtualenv).
@@ -81,9 +81,7 @@ def master_opts(opts: Mapping[str, Any], mode: str) -> dict[str, Any]:
     if not os.path.exists(path):
         raise mccloud.NotFoundError(f"the {mode} master's configuration {path} does not exist on the controller: "
                                     f"set the master option mccloud_masters: {{{mode}: <its master file>}}")
-    import salt.config
-
-    return dict(salt.config.master_config(path))
+    return saltcompat.master_config(path)
 
 
 def seed(opts: Mapping[str, Any], minion: str, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,13 +165,11 @@ def wheel(mopts: Mapping[str, Any], fun: str) -> Callable[..., Any]:
     through the wheel loader matters inside a runner: Salt's key library
     called directly there resolves ``__opts__`` to the runner's own master,
     not to the master of another mode."""
-    import salt.loader
-
     def locked(*args: Any, **kwargs: Any) -> Any:
         with _KEYS:
             # A loader per call: its dunders belong to the context (the
             # thread) that built it, and orchestrate calls from several.
-            return salt.loader.wheels(dict(mopts))[fun](*args, **kwargs)
+            return saltcompat.wheel(mopts, fun)(*args, **kwargs)
 
     return locked
 
@@ -297,8 +293,7 @@ def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Ca
     its timeout): pings wait for the minion's start event on the master's
     event bus (sent once it connected), which ``events``, a listener opened
     before the minion could start, may have received already."""
-    import salt.exceptions
-
+    client_error = saltcompat.exceptions().SaltClientError
     wait = int(timeout or opts.get("mccloud_minion_timeout") or DEFAULT_TIMEOUT)
     if not accepted(opts, minion, mode):
         return f"{minion} has no accepted key on the {mode} master ({master_conf(opts, mode)})"
@@ -316,7 +311,7 @@ def wait_answering(opts: Mapping[str, Any], minion: str, mode: str, progress: Ca
         secs = PING_TIMEOUT if seen else QUICK_PING
         try:
             answered, value = call(opts, minion, mode, "test.ping", timeout=secs, gather_job_timeout=secs)
-        except salt.exceptions.SaltClientError:  # the master did not take the publication in time: a busy master
+        except client_error:  # the master did not take the publication in time: a busy master
             answered, value = False, None
         if answered and value is True:
             return None
@@ -385,13 +380,7 @@ def start_events(opts: Mapping[str, Any], mode: str) -> Iterator[StartEvents]:
     """A listener of minion start events on the master of ``mode``, opened
     now (polling still works when its bus cannot be read)."""
     try:
-        import salt.utils.event
-
-        mopts = master_opts(opts, mode)
-        if mopts.get("ipc_mode") != "tcp" and not os.path.exists(
-                os.path.join(str(mopts["sock_dir"]), "master_event_pub.ipc")):
-            raise FileNotFoundError("the master's event bus is not there (is the master running?)")
-        bus = salt.utils.event.get_master_event(dict(mopts), mopts["sock_dir"], listen=True)
+        bus = saltcompat.master_event_bus(master_opts(opts, mode))
         bus.subscribe("salt/minion/")
         if not bus.connect_pub(timeout=5):
             if bus.subscriber is not None:  # Salt's destroy leaves a failed connection open
@@ -417,9 +406,7 @@ def wheelhouse_dir(opts: Mapping[str, Any]) -> Path:
 
 
 def salt_version() -> str:
-    import salt.version
-
-    return str(salt.version.__version__)
+    return saltcompat.version()
 
 
 def wheelhouse_state(path: Path) -> str | None:

@@ -17,7 +17,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, cast
 
 import mccloud
-from mccloud import localreg, saltsupport
+from mccloud import localreg, saltcompat, saltsupport
 from mccloud.orchestration import transport
 
 if TYPE_CHECKING:
@@ -84,10 +84,8 @@ def controller_pillar(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The controller's pillar, compiled on the master (a runner's own
     ``__pillar__`` is empty). ``mccloud_controller_id`` names the minion
     whose pillar it is (default: the master's id without ``_master``)."""
-    import salt.pillar
-
     minion_id = saltsupport.controller_id(opts)
-    pillar = salt.pillar.get_pillar(dict(opts), {"id": minion_id}, minion_id, saltenv="base").compile_pillar()
+    pillar = saltcompat.compile_pillar(opts, {"id": minion_id}, minion_id, saltenv="base")
     errors = pillar.get("_errors") if isinstance(pillar, dict) else None
     if errors:
         raise mccloud.InvalidInputError(f"the controller's pillar does not render: {'; '.join(map(str, errors))}")

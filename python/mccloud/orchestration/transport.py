@@ -22,6 +22,7 @@ from importlib import resources
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import mccloud
+from mccloud import saltcompat
 from mccloud.orchestration import private
 
 #: Pillar key of the data a masterless ``salt-call`` passes to the SLS (a
@@ -97,15 +98,13 @@ def local_client(conf_file: str) -> Iterator[Any]:
     restart of its master); the others go with their thread (Salt destroys
     a client it collects). Not shared between threads: a client reads its
     returns from its own event subscription."""
-    import salt.client
-
     kept: dict[str, tuple[Any, float]] = _CLIENTS.__dict__.setdefault("by_conf", {})
     client, made = kept.pop(conf_file, (None, 0.0))
     if client is not None and time.monotonic() - made > CLIENT_KEPT:
         client.destroy()
         client = None
     if client is None:
-        client, made = salt.client.get_local_client(conf_file), time.monotonic()
+        client, made = saltcompat.local_client(conf_file), time.monotonic()
     try:
         yield client
     except BaseException:
@@ -128,9 +127,7 @@ def _runs(client: Any, target: str, jid: str, opts: Mapping[str, Any]) -> bool:
 
 def accepted_minions(opts: Mapping[str, Any]) -> list[str]:
     """Ids of the minions whose key this master accepted."""
-    import salt.key
-
-    return list(salt.key.get_key(dict(opts)).list_status("accepted").get("minions", []))
+    return saltcompat.accepted_keys(opts)
 
 
 def _states(ret: Any) -> list[tuple[str, dict[str, Any]]]:

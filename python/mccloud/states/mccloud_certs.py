@@ -30,6 +30,7 @@ from typing import Any
 
 from mccloud import durable as _durable
 from mccloud import pki as _pki
+from mccloud import saltcompat as _saltcompat
 
 __virtualname__ = "mccloud_certs"
 
@@ -49,7 +50,7 @@ def __virtual__() -> str:
 
 def _wanted(name: str, pillar: str) -> dict[str, bytes]:
     """``{file name: contents}`` from pillar ``pillar``, checked."""
-    got = __salt__["pillar.get"](pillar, _MISSING)  # type: ignore[name-defined]  # noqa: F821
+    got = _saltcompat.pillar_get(__salt__, pillar, _MISSING)  # type: ignore[name-defined]  # noqa: F821
     if got is _MISSING:
         raise CertsDirError(f"pillar {pillar} is missing: it holds the certificates to write in {name}")
     if not isinstance(got, (list, tuple)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from mccloud import rootfs as _rootfs
+from mccloud import saltcompat as _saltcompat
 
 __virtualname__ = "mccloud_rootfs"
 
@@ -46,7 +47,7 @@ def _mode(mode: Any) -> int | None:
 
 
 def _pillar(key: str) -> Any:
-    got = __salt__["pillar.get"](key, _MISSING)  # type: ignore[name-defined]  # noqa: F821
+    got = _saltcompat.pillar_get(__salt__, key, _MISSING)  # type: ignore[name-defined]  # noqa: F821
     if got is _MISSING:
         raise _rootfs.RootfsError(f"pillar {key} is missing")
     return got
@@ -125,21 +126,17 @@ def line(name: str, root: str, text: str, mode: Any = None, **kwargs: Any) -> di
 
 
 def _yaml_load(raw: bytes | None) -> dict[str, Any]:
-    import salt.utils.yaml
-
     if not raw:
         return {}
     try:
-        got = salt.utils.yaml.safe_load(raw.decode(errors="replace"))
+        got = _saltcompat.yaml_load(raw.decode(errors="replace"))
     except Exception:  # noqa: BLE001 - an unreadable file is rewritten
         return {}
     return dict(got) if isinstance(got, dict) else {}
 
 
 def _yaml_dump(data: Any) -> bytes:
-    import salt.utils.yaml
-
-    return salt.utils.yaml.safe_dump(data, default_flow_style=False).encode()
+    return _saltcompat.yaml_dump(data).encode()
 
 
 def merged(name: str, root: str, dataset: dict[str, Any], mode: Any = None, **kwargs: Any) -> dict[str, Any]:
