@@ -1,21 +1,13 @@
-"""Command-line entry points.
+"""mccloud: the cloud-controller registry for Salt, from the command line.
 
-- ``mastersalt-call`` / ``mastersalt-run``: ``salt-call`` / ``salt-run`` on the
-  mastersalt configuration directory (``$MASTERSALT_CONFIG_DIR``, default
-  ``/etc/mastersalt``).
-- ``mccloud demo``: the quick start — a throw-away masterless mastersalt
-  configuration with the sample pillar, queried through the real
-  ``mastersalt-call``.
-- ``mccloud inventory``: compute nodes, VMs and free capacity, without Salt.
-- ``mccloud sls-root``: the directory holding the SLS tree (``makina-states/``),
-  to add to the master's ``file_roots``.
-- ``mccloud store backup DEST`` / ``mccloud store check``: a consistent copy
-  of the store (SQLite's online backup, while others keep allocating; a
-  PostgreSQL store's one snapshot, written as a SQLite store file), and
-  its integrity check, schema version and identity.
-- ``mccloud store migrate --to postgresql://…``: copies a SQLite store (and
-  what the historical store beside it holds) into an empty PostgreSQL
-  database, compared row by row before it is committed.
+The commands read the registry of the controller without Salt's daemons:
+the store and the pillar are found as mastersalt-call finds them (the Salt
+configuration in --config, default $MASTERSALT_CONFIG_DIR or
+/etc/mastersalt; $MCCLOUD_STORE or $MCCLOUD_STORE_DIR name a store), and
+--store and --pillar override them. Tables by default; --output json or
+yaml gives the whole answer. The Salt side is mastersalt-call and
+mastersalt-run (salt-call and salt-run on $MASTERSALT_CONFIG_DIR), also
+installed by this package.
 """
 
 from __future__ import annotations
@@ -38,9 +30,50 @@ DEFAULT_MASTERSALT_DIR = "/etc/mastersalt"
 
 def _mastersalt(script: str) -> None:
     conf = os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
+    problem = _unreachable(script, conf, sys.argv[1:])
+    if problem:
+        prog = {"salt_call": "mastersalt-call", "salt_run": "mastersalt-run"}.get(script, "mastersalt")
+        sys.stderr.write(f"{prog}: {problem}\n")
+        raise SystemExit(2)
     os.environ[saltsupport.MASTERSALT_ENV] = conf
     sys.argv = [sys.argv[0], "-c", conf, *sys.argv[1:]]
     saltcompat.run_script(script)
+
+
+def _unreachable(script: str, conf: str, argv: Sequence[str]) -> str | None:
+    """Why the Salt call ``argv`` on configuration directory ``conf`` would
+    hang or fail at once, if it would: no configuration there (Salt would
+    then wait for a master named ``salt``), or a master that does not answer
+    (``salt-call`` retries it for minutes, saying nothing). None when the
+    call can go ahead."""
+    if any(a in ("-h", "--help", "--version", "--versions-report", "-V") for a in argv):
+        return None
+    if any(a in ("-c", "--config-dir") or a.startswith("--config-dir=") for a in argv):
+        return None  # the caller names the configuration itself
+    name = "minion" if script == "salt_call" else "master"
+    path = os.path.join(conf, name)
+    if not os.path.isfile(path):
+        return (f"no mastersalt configuration: {path} does not exist. Set {saltsupport.MASTERSALT_ENV} to the "
+                f"configuration directory (on a controller, {DEFAULT_MASTERSALT_DIR}; ./run demo writes a masterless "
+                f"one and prints the line to use it)")
+    if script != "salt_call" or "--local" in argv:
+        return None
+    try:
+        opts = saltcompat.minion_config(path)
+    except Exception:  # noqa: BLE001 - Salt itself reports a configuration it cannot read
+        return None
+    master, port = opts.get("master"), opts.get("master_port")
+    if opts.get("file_client") == "local" or opts.get("master_type") in ("disable", "failover") \
+            or not isinstance(master, str) or not master:
+        return None
+    import socket
+
+    try:
+        socket.create_connection((master, int(port or 4506)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        return (f"the master {master}:{port} named in {path} does not answer ({exc}): start it, fix master "
+                f"and master_port there, or add --local to run without a master")
+    return None
 
 
 def mastersalt_call() -> None:
@@ -51,6 +84,11 @@ def mastersalt_call() -> None:
 def mastersalt_run() -> None:
     """``salt-run -c $MASTERSALT_CONFIG_DIR …``"""
     _mastersalt("salt_run")
+
+
+def mastersalt() -> None:
+    """``salt -c $MASTERSALT_CONFIG_DIR …`` (publishes to the mastersalt minions)."""
+    _mastersalt("salt_main")
 
 
 def sample_pillar() -> str:
@@ -99,11 +137,32 @@ def _run(conf: str, *args: str) -> Any:
     return json.loads(proc.stdout)["local"]
 
 
+#: The file that marks a directory as a demo's (so the next demo may replace it).
+DEMO_MARK = ".mccloud-demo"
+
+
+def _fresh_demo_dir(base: str) -> None:
+    """Empties ``base`` when a previous demo made it; refuses a directory
+    holding anything else."""
+    if os.path.isdir(base) and os.listdir(base):
+        if not os.path.exists(os.path.join(base, DEMO_MARK)):
+            raise mccloud.InvalidInputError(f"{base} exists and is not a previous demo's directory: give a new or "
+                                            "empty one with --dir")
+        import shutil
+
+        shutil.rmtree(base)
+    os.makedirs(base, exist_ok=True)
+    with open(os.path.join(base, DEMO_MARK), "w") as f:
+        f.write("made by mccloud demo: the next demo replaces this directory\n")
+
+
 def demo(args: argparse.Namespace) -> int:
-    """Runs the registry on the sample pillar through the real ``mastersalt-call``."""
-    base = args.dir or tempfile.mkdtemp(prefix="mccloud-demo-")
+    """Runs the registry on the sample pillar through the real
+    ``mastersalt-call``, then says how to go on with what it made."""
+    base = os.path.abspath(args.dir or os.path.join(tempfile.gettempdir(), "mccloud-demo"))
+    _fresh_demo_dir(base)
     conf = write_masterless_config(base, sample_pillar())
-    print(f"throw-away mastersalt configuration: {conf}")
+    print(f"==> a masterless mastersalt configuration with the sample pillar: {conf}", flush=True)
     cn, vm = "devhost10.local", "mysupertest3.foo.com"
     first = _run(conf, "mc_cloud_lxc.get_settings_for_vm", cn, vm)
     print(json.dumps(first, indent=2, sort_keys=True))
@@ -112,8 +171,22 @@ def demo(args: argparse.Namespace) -> int:
     same = all(first[k] == again[k] for k in keys)
     print(f"second call returns the same {', '.join(keys)}: {same}")
     target = _run(conf, "mc_cloud_compute_node.get_settings_for_target", cn)
-    print(json.dumps({k: target[k] for k in ("target", "domains", "vms")}, indent=2, sort_keys=True))
-    print(f"store: {os.path.join(root_store(base), 'registry.sqlite')}")
+    shown = ("target", "domains", "vms")
+    print(json.dumps({k: target[k] for k in shown}, indent=2, sort_keys=True))
+    print(f"(shortened: {', '.join(shown)} of the {len(target)} keys it returns; the command below prints them all)")
+    store = os.path.join(root_store(base), "registry.sqlite")
+    bindir = os.path.dirname(sys.executable)
+    print(f"""
+==> the demo's configuration, pillar and store are in {base}
+    (the next demo replaces them; rm -rf {base} removes them)
+Go on with them (./run shell opens a shell with these two set):
+  export {saltsupport.MASTERSALT_ENV}={conf}
+  export PATH={bindir}:$PATH
+  mastersalt-call mc_cloud.inventory
+  mastersalt-call mc_cloud_compute_node.get_settings_for_target {cn}
+  mccloud inventory
+  mccloud store check
+store: {store}""")
     return 0 if same else 1
 
 
@@ -122,18 +195,80 @@ def root_store(base: str) -> str:
     return os.path.join(base, "pillar", "cloud-controller")
 
 
-def inventory(args: argparse.Namespace) -> int:
-    """Prints the inventory of a store, with VM settings from a pillar file."""
-    import yaml
+def _no_store_warning(reg: mccloud.Registry) -> None:
+    """Warns (on stderr) when the store ``reg`` reads does not exist: every
+    VM would show no allocation, which a mistyped ``--store`` also gives."""
+    path = str(reg.store_path)
+    if not mccloud.is_postgres(path) and not os.path.exists(path):
+        print(f"mccloud: warning: no store at {path}: nothing is allocated there yet (a mistyped --store? "
+              f"mastersalt-call mc_cloud_compute_node.get_settings_for_target <cn> registers a node)",
+              file=sys.stderr)
 
-    pillar: dict[str, Any] = {}
-    for path in args.pillar or []:
-        with open(path) as f:
-            pillar.update(yaml.safe_load(f) or {})
-    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(pillar))
-    reg = mccloud.Registry(cfg, args.store)
-    print(json.dumps(reg.inventory(), indent=2, sort_keys=True))
-    return 0
+
+def _emit(data: Any, output: str, table: Any) -> None:
+    """``data`` as JSON or YAML, or the table ``table()`` makes."""
+    if output == "json":
+        print(json.dumps(data, indent=2, sort_keys=True))
+    elif output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(data, default_flow_style=False, sort_keys=True), end="")
+    else:
+        text = table()
+        if text:
+            print(text)
+
+
+def inventory(args: argparse.Namespace) -> int:
+    """Prints the compute nodes and their VMs: access (ssh through the
+    node's reverse proxy), addresses, free IPs and ports, capacity. Exits 1
+    when a node's declaration is broken (its ``error`` says why)."""
+    reg = _registry_of(args)
+    _no_store_warning(reg)
+    inv = reg.inventory()
+    if args.node:
+        missing = [n for n in args.node if n not in inv]
+        if missing:
+            raise mccloud.NotFoundError(f"no compute node {', '.join(missing)} in the inventory (nodes: "
+                                        f"{', '.join(sorted(inv)) or 'none'})")
+        inv = {n: v for n, v in inv.items() if n in args.node}
+    if args.vm:
+        for node in inv.values():
+            node["vms"] = {vm: v for vm, v in (node.get("vms") or {}).items() if vm in args.vm}
+        found = {vm for node in inv.values() for vm in node["vms"]}
+        missing = [vm for vm in args.vm if vm not in found]
+        if missing:
+            raise mccloud.NotFoundError(f"no VM {', '.join(missing)} in the inventory"
+                                        + (f" of {', '.join(args.node)}" if args.node else ""))
+        inv = {n: v for n, v in inv.items() if v["vms"]}
+
+    def table() -> str:
+        def room(node: dict[str, Any]) -> str:
+            cap = node.get("capacity") or {}
+            used, total = cap.get("used") or {}, cap.get("capacity") or {}
+            return " ".join(f"{k} {used.get(k, 0)}/{v}" for k, v in total.items() if v is not None)
+
+        nodes = [[cn, ",".join(n.get("virt_types") or []), "yes" if n.get("declared") else "no", str(len(n["vms"])),
+                  str((n.get("free") or {}).get("ips", "")), str((n.get("free") or {}).get("ssh_ports", "")),
+                  room(n), n.get("error") or ""] for cn, n in sorted(inv.items())]
+        vms = [[cn, vm, v.get("vt") or "", v.get("ip") or "", v.get("mac") or "",
+                f"{v['ssh_username']}@{v['ssh_host']}:{v['ssh_port']}" if v.get("ssh_port") else "",
+                str(v.get("snmp_port") or ""), "yes" if v.get("declared") else "no"]
+               for cn, n in sorted(inv.items()) for vm, v in sorted(n["vms"].items())]
+        parts = [_table(nodes, ["NODE", "TYPES", "DECLARED", "VMS", "FREE IPS", "FREE SSH PORTS", "USED/CAPACITY",
+                                "ERROR"])]
+        if vms:
+            parts.append(_table(vms, ["NODE", "VM", "VT", "IP", "MAC", "SSH (root, through the node)", "SNMP",
+                                      "DECLARED"]))
+        return "\n\n".join(parts) if nodes else ""
+
+    _emit(inv, args.output, table)
+    if not inv:
+        print("no compute node declared or in the store", file=sys.stderr)
+    broken = sorted(cn for cn, n in inv.items() if n.get("error"))
+    for cn in broken:
+        print(f"mccloud: compute node {cn}: {inv[cn]['error']}", file=sys.stderr)
+    return 1 if broken else 0
 
 
 def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
@@ -143,8 +278,8 @@ def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
     minion = os.path.join(conf, "minion")
     if not os.path.isfile(minion):
         raise mccloud.NotFoundError(
-            f"no Salt configuration at {minion}: give the store directory with --store, "
-            f"or the configuration directory with --config"
+            f"no Salt configuration at {minion}: give the configuration directory with --config (or set "
+            f"{saltsupport.MASTERSALT_ENV}), or name the store with --store (and the pillar with --pillar)"
         )
     return saltcompat.minion_config(minion)
 
@@ -176,7 +311,8 @@ def store_check(args: argparse.Namespace) -> int:
     """Prints the store's integrity check, schema version and identity;
     non-zero when the integrity check finds a problem."""
     report = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args)).check()
-    print(json.dumps(report, indent=2, sort_keys=True))
+    _emit(report, args.output, lambda: "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
+                                                  for k, v in sorted(report.items())))
     return 0 if report["integrity"] == "ok" else 1
 
 
@@ -256,8 +392,8 @@ def drift(args: argparse.Namespace) -> int:
     ``mastersalt-run mc_cloud.drift``): 0 when clean, 2 on drift, 1 when a
     node could not be checked."""
     out = _registry_of(args).drift(args.target)
-    if args.output == "json":
-        print(json.dumps(out, indent=2, sort_keys=True))
+    if args.output != "table":
+        _emit(out, args.output, str)
         return int(out["retcode"])
 
     def shown(value: Any) -> str:
@@ -281,8 +417,8 @@ def repair(args: argparse.Namespace) -> int:
     minion keys need the master: use the runner for them): 0 when nothing is
     left to do, 2 when steps wait or were only planned, 1 on an error."""
     out = _registry_of(args).repair(args.target, args.apply, args.force, args.after)
-    if args.output == "json":
-        print(json.dumps(out, indent=2, sort_keys=True))
+    if args.output != "table":
+        _emit(out, args.output, str)
         return int(out["retcode"])
     steps = out["steps"]
     if steps:
@@ -306,8 +442,8 @@ def audit(args: argparse.Namespace) -> int:
     created or forgotten (never its value), key seeded or deleted, repair."""
     reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args))
     entries = reg.audit(vm=args.vm, node=args.node, kind=args.kind, since=args.since, limit=args.limit)
-    if args.output == "json":
-        print(json.dumps(entries, indent=2, sort_keys=True))
+    if args.output != "table":
+        _emit(entries, args.output, str)
         return 0
     if entries:
         def shown(values: dict[str, Any] | None) -> str:
@@ -366,27 +502,57 @@ def _yaml_file(path: str, yaml: Any) -> dict[str, Any]:
     return data
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mccloud", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="run the registry on the sample pillar (masterless, throw-away)")
-    p.add_argument("--dir", help="where to write the throw-away configuration (default: a new temp dir)")
-    p.set_defaults(func=demo)
-    p = sub.add_parser("sls-root", help="print the directory to add to the master's file_roots")
-    p.set_defaults(func=lambda args: print(__import__("mccloud.orchestration").orchestration.sls_root()) or 0)
-    p = sub.add_parser("inventory", help="compute nodes, VMs, access info and free capacity")
-    p.add_argument("--store", required=True, help="the store directory (…/cloud-controller), or a PostgreSQL "
-                   "database (postgresql://user@host/db, or libpq keywords)")
-    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the VMs")
-    p.add_argument("--id", default="controller", help="controller minion id")
-    p.set_defaults(func=inventory)
-    p = sub.add_parser("drift", help="where the registry drifted from the pillar (exit 0 clean, 2 drift, 1 error)")
+def version() -> str:
+    """``mccloud <version> (Salt <version>, Python <version>)``."""
+    from importlib import metadata
+    import platform
+
+    def of(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"mccloud {of('mccloud')} (Salt {of('salt')}, Python {platform.python_version()})"
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="mccloud", description=__doc__, formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=version())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, func: Any, summary: str, examples: str = "", **kw: Any) -> argparse.ArgumentParser:
+        doc = " ".join((func.__doc__ or summary).split())
+        p = sub.add_parser(name, help=summary, description=doc, formatter_class=fmt,
+                           epilog=f"examples:\n{examples}" if examples else None, **kw)
+        p.set_defaults(func=func)
+        return p
+
+    def output(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
+                       help="a table (the default), or the whole answer as JSON or YAML")
+
+    p = command("demo", demo, "run the registry on the sample pillar (masterless, no LXC)",
+                "  mccloud demo --dir ./demo")
+    p.add_argument("--dir", help="where to write the configuration, pillar and store (default: "
+                   "<tmp>/mccloud-demo; a previous demo there is replaced)")
+    command("sls-root", lambda args: print(__import__("mccloud.orchestration").orchestration.sls_root()) or 0,
+            "print the directory to add to the master's file_roots")
+    p = command("inventory", inventory, "compute nodes, their VMs, access and free capacity",
+                "  mccloud inventory\n  mccloud inventory --node devhost10.local -o yaml\n"
+                "  mccloud inventory --store /srv/pillar/cloud-controller --pillar cloud.sls --vm web1.example.com")
+    p.add_argument("--node", action="append", help="only this compute node (repeatable)")
+    p.add_argument("--vm", action="append", help="only this VM (repeatable)")
+    _registry_arguments(p)
+    output(p)
+    p = command("drift", drift, "where the registry drifted from the pillar (exit 0 clean, 2 drift, 1 error)",
+                "  mccloud drift\n  mccloud drift devhost10.local -o json")
     p.add_argument("target", nargs="?", help="one compute node (default: every node declared or in the store)")
     _registry_arguments(p)
-    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
-    p.set_defaults(func=drift)
-    p = sub.add_parser("repair", help="plan (--apply: carry out) the repair of the drift between the registry "
-                       "and the pillar")
+    output(p)
+    p = command("repair", repair, "plan (--apply: carry out) the repair of the drift",
+                "  mccloud repair\n  mccloud repair devhost10.local --apply")
     p.add_argument("target", nargs="?", help="one compute node (default: every node declared or in the store)")
     p.add_argument("--apply", action="store_true", help="carry the plan out (default: show it)")
     p.add_argument("--force", action="store_true", help="free leaked allocations now, without waiting for "
@@ -394,34 +560,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--after", type=int, default=3, help="consecutive checks that must find a leaked allocation "
                    "before it is freed (default: %(default)s)")
     _registry_arguments(p)
-    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
-    p.set_defaults(func=repair)
-    p = sub.add_parser("audit", help="the audit journal: who changed what in the registry, and when")
+    output(p)
+    p = command("audit", audit, "the audit journal: who changed what in the registry, and when",
+                "  mccloud audit --vm web1.example.com\n  mccloud audit --kind freed --since 2026-11-01 -o json")
     p.add_argument("--vm", help="entries of this VM")
     p.add_argument("--node", help="entries on this compute node")
     p.add_argument("--kind", help="entries of this kind (allocated, freed, moved, secret_created, key_seeded, …)")
     p.add_argument("--since", help="entries at or after this UTC date or time (2026-11-26, 2026-11-26T10:00Z)")
     p.add_argument("--limit", type=int, help="only the newest N entries")
     _registry_arguments(p, pillar=False)
-    p.add_argument("--output", "-o", choices=("table", "json"), default="table", help="a table (default) or JSON")
-    p.set_defaults(func=audit)
-    p = sub.add_parser("metrics", help="the registry's figures in the Prometheus text format")
+    output(p)
+    p = command("metrics", metrics, "the registry's figures in the Prometheus text format",
+                "  mccloud metrics\n  mccloud metrics --textfile /var/lib/node_exporter/mccloud.prom")
     p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "
                    "instead of printing them")
     _registry_arguments(p)
-    p.set_defaults(func=metrics)
-    store = sub.add_parser("store", help="back up or check the registry store").add_subparsers(
-        dest="store_command", required=True)
-    for name, func, text in (
-        ("backup", store_backup, "a consistent copy of the store (safe while others allocate)"),
-        ("check", store_check, "integrity check, schema version and identity of the store"),
+    store = command("store", lambda args: 0, "back up, check or migrate the registry's store")
+    stores = store.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
+    for name, func, text, example in (
+        ("backup", store_backup, "a consistent copy of the store (safe while others allocate)",
+         "  mccloud store backup /root/registry-$(date +%F).sqlite"),
+        ("check", store_check, "integrity check, schema version and identity of the store",
+         "  mccloud store check\n  mccloud store check --store postgresql://mccloud@db/mccloud -o json"),
     ):
-        p = store.add_parser(name, help=text)
+        p = stores.add_parser(name, help=text, description=" ".join((func.__doc__ or text).split()),
+                              formatter_class=fmt, epilog=f"examples:\n{example}")
+        p.set_defaults(func=func)
         if name == "backup":
             p.add_argument("dest", help="the backup file to write (must not exist)")
+        else:
+            output(p)
         _registry_arguments(p, pillar=False)
-        p.set_defaults(func=func)
-    p = store.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly")
+    p = stores.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly",
+                          description=" ".join((store_migrate.__doc__ or "").split()), formatter_class=fmt,
+                          epilog="examples:\n  mccloud store migrate --to postgresql://mccloud@db.example.net/mccloud")
+    p.set_defaults(func=store_migrate)
     p.add_argument("--to", required=True, help="the PostgreSQL database (postgresql://user@host/db, or libpq "
                    "keywords); it must hold no registry yet")
     p.add_argument("--store", help="the SQLite store directory to copy; default: $MCCLOUD_STORE_DIR, else "
@@ -431,13 +604,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and "
                    "VMs (needed when a historical store lies beside the SQLite one)")
     p.add_argument("--id", default="controller", help="controller minion id")
-    p.set_defaults(func=store_migrate)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``mccloud``: parses ``argv`` and runs the command. Exit codes: 0 done,
+    1 an error (what, where, what to do, on stderr; no traceback), 2 a
+    command line argparse refuses; drift and repair also use 2 for drift
+    found or steps left."""
+    args = _parser().parse_args(argv)
     try:
         return int(args.func(args))
     except mccloud.MccloudError as exc:
-        print(f"mccloud: {exc}", file=sys.stderr)
+        print(f"mccloud {args.command}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"mccloud {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - Salt's own errors (a pillar that does not render…)
+        if type(exc).__module__.startswith("salt."):
+            print(f"mccloud {args.command}: Salt: {exc}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

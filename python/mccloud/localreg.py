@@ -54,6 +54,7 @@ def registry_dir(opts: Mapping[str, Any]) -> str:
 
 
 def registry_file(opts: Mapping[str, Any], name: str) -> str:
+    """The path of local registry ``name`` (``<registry dir>/<name>.yaml``)."""
     return os.path.join(registry_dir(opts), f"{name}.yaml")
 
 
@@ -142,6 +143,8 @@ def truthy(value: Any) -> bool:
 
 
 def is_compute_node(opts: Mapping[str, Any], pillar: Mapping[str, Any], grains: Mapping[str, Any]) -> bool:
+    """Whether this host is a compute node (``makina-states.cloud.is.compute_node`` in configuration,
+    pillar or grains)."""
     return bool(lookup("makina-states.cloud.is.compute_node", False, opts, pillar, grains))
 
 

@@ -128,9 +128,7 @@ def place(opts: Mapping[str, Any], pillar: Mapping[str, Any], vm: Any, explain: 
           via: str | None = None) -> dict[str, Any]:
     """Places ``vm`` (declared without a compute node) by policy, or tells
     where it is; see ``mc_cloud.place``."""
-    if not isinstance(explain, bool):
-        raise ArgumentError(f"explain={explain!r}: give True or False")
-    return registry_for(opts, unplaced_config(opts, pillar), via).place(str(vm), explain)
+    return registry_for(opts, unplaced_config(opts, pillar), via).place(str(vm), boolean("explain", explain))
 
 
 def placed(opts: Mapping[str, Any], cfg: mccloud.Config, via: str | None = None) -> mccloud.Config:
@@ -332,15 +330,21 @@ def random_password(length: Any) -> str:
 
 
 def boolean(name: str, value: Any) -> bool:
-    """A command-line boolean (``True``, ``false``, ``1``, ``no``...)."""
+    """A boolean argument, read strictly: ``True``/``False`` (as Salt's
+    command line parses ``true``, ``yes``, ``on``), ``1``/``0``, or the
+    strings ``true``, ``false``, ``yes``, ``no``, ``on``, ``off``, ``1``,
+    ``0`` in any case; anything else (``Flase``, ``2``, ``None``) is an
+    argument error, never read as true."""
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower() if isinstance(value, str) else None
     if text in ("1", "true", "yes", "on"):
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise ArgumentError(f"{name} must be true or false, not {value!r}")
+    raise ArgumentError(f"{name}={value!r} is not a boolean: give true or false (or yes/no, 1/0)")
 
 
 def check_ip(name: str, value: str) -> None:

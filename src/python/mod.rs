@@ -187,34 +187,50 @@ impl Config {
         Ok(self.inner.anywhere().map_err(to_py)?.into_keys().collect())
     }
 
+    /// The global cloud settings (`mc_cloud.settings`): paths, mode,
+    /// bootstrap arguments, master, ssh gateway, merged onto the defaults.
     fn cloud_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         out(py, self.inner.cloud_settings())
     }
 
+    /// The controller's settings (`mc_cloud_controller.settings`): its CA,
+    /// certificate directories and layout.
     fn controller_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         out(py, self.inner.controller_settings())
     }
 
+    /// The lxc settings (`mc_cloud_lxc.settings`): defaults, profiles,
+    /// images and the VMs declared per compute node.
     fn lxc_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         out(py, self.inner.lxc_settings())
     }
 
+    /// The compute-node settings (`mc_cloud_compute_node.settings`): every
+    /// declared node (`targets`) with its VMs, ports and reverse proxy.
     fn compute_node_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         out(py, self.inner.compute_node_settings())
     }
 
+    /// The saltify settings (`mc_cloud_saltify.settings`): bare-metal
+    /// targets and their defaults.
     fn saltify_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         out(py, self.inner.saltify_settings())
     }
 
+    /// The settings of saltify target `name`; an unknown or badly declared
+    /// target is an error naming its pillar key.
     fn saltify_target(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
         out(py, self.inner.saltify_target(name))
     }
 
+    /// The image settings (`mc_cloud_images.settings`): per type, the
+    /// images and their nightly synchronisation.
     fn images_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         out(py, self.inner.images_settings())
     }
 
+    /// The settings of VM `vm` on node `cn` from the pillar alone (no
+    /// allocation, no store): the merged declaration.
     fn vm_declared_settings(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Py<PyAny>> {
         let r = self
             .inner
@@ -223,10 +239,14 @@ impl Config {
         out(py, r)
     }
 
+    /// The compute node VM `vm` is declared on (or placed on); an error
+    /// when no node declares it.
     fn node_of(&self, vm: &str) -> PyResult<String> {
         self.inner.node_of(vm).map_err(to_py)
     }
 
+    /// The store directory the pillar root implies
+    /// (`<pillar root>/cloud-controller`).
     fn default_store_dir(&self) -> String {
         self.inner.default_store_dir()
     }
@@ -259,11 +279,16 @@ impl Registry {
         })
     }
 
+    /// The store: the SQLite file, or the PostgreSQL database (without
+    /// its password).
     #[getter]
     fn store_path(&self) -> String {
         self.inner.store_path()
     }
 
+    /// The merged settings of VM `vm` on node `cn`
+    /// (`mc_cloud_lxc.get_settings_for_vm`), allocating its IP, MAC and
+    /// password on first call, and its ssh/snmp ports too when `full`.
     #[pyo3(signature = (cn, vm, full = true))]
     fn vm_settings(&self, py: Python<'_>, cn: &str, vm: &str, full: bool) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.vm_settings(cn, vm, full));
@@ -285,6 +310,10 @@ impl Registry {
             .map_err(to_py)
     }
 
+    /// Node `cn`'s settings with every VM's
+    /// (`mc_cloud_compute_node.get_settings_for_target`): registers the
+    /// node, allocating all of its VMs (but those of `exclude`) in one
+    /// transaction.
     #[pyo3(signature = (cn, exclude = None))]
     fn target_settings(
         &self,
@@ -297,19 +326,27 @@ impl Registry {
         out_large(py, r)
     }
 
+    /// VM `vm`'s IP on node `cn`, allocated on first call (its declared IP
+    /// when it declares one).
     fn find_ip(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
         py.detach(|| self.inner.find_ip(cn, vm)).map_err(to_py)
     }
 
+    /// VM `vm`'s MAC on node `cn`, allocated on first call (its declared
+    /// MAC when it declares one).
     fn find_mac(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
         py.detach(|| self.inner.find_mac(cn, vm)).map_err(to_py)
     }
 
+    /// VM `vm`'s root password on node `cn`, generated on first call (its
+    /// declared password when it declares one).
     fn find_password(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
         py.detach(|| self.inner.find_password(cn, vm))
             .map_err(to_py)
     }
 
+    /// VM `vm`'s reverse-proxy port of `kind` (`ssh` or `snmp`) on node
+    /// `cn`, allocated on first call.
     fn port(&self, py: Python<'_>, cn: &str, vm: &str, kind: &str) -> PyResult<u16> {
         let kind = match kind {
             "ssh" => Kind::Ssh,
@@ -323,6 +360,8 @@ impl Registry {
         py.detach(|| self.inner.port(cn, vm, kind)).map_err(to_py)
     }
 
+    /// What node `cn` holds of `kind` (`ip`, `ssh`, `snmp`, `idmap`): each
+    /// VM and its value. Reads only.
     fn allocated(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
         out(
             py,
@@ -330,26 +369,41 @@ impl Registry {
         )
     }
 
+    /// Records IP `ip` for declared VM `vm` on node `cn` (freeing its
+    /// previous one) when its pillar declares none, or the one its pillar
+    /// declares; returns the IP it holds.
     fn set_allocated_ip(&self, py: Python<'_>, cn: &str, vm: &str, ip: &str) -> PyResult<String> {
         py.detach(|| self.inner.set_allocated_ip(cn, vm, ip))
             .map_err(to_py)
     }
 
+    /// Frees VM `vm`'s IP on node `cn`; returns the IP freed, or None when
+    /// it held none.
     fn remove_allocated_ip(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Option<String>> {
         py.detach(|| self.inner.remove_allocated_ip(cn, vm))
             .map_err(to_py)
     }
 
+    /// Frees what node `cn` holds of `kind` for VMs it no longer declares
+    /// (retiring their MACs, forgetting their passwords); the node must be
+    /// declared. Returns what was freed.
     fn cleanup(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| Kind::parse(kind).and_then(|k| self.inner.cleanup(cn, k)));
         out(py, r)
     }
 
+    /// Frees everything VM `vm` holds on node `cn` (IP and ports back to
+    /// their pools, MACs retired, password forgotten) and marks it
+    /// destroyed; returns what was freed.
     fn destroy_vm(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.destroy_vm(cn, vm));
         out(py, r)
     }
 
+    /// Every compute node (declared or in the store) with its VMs (type,
+    /// IP, MAC, ssh host, port and user `root` through the node's reverse
+    /// proxy, snmp port, password, domains), its free IPs and ports, its
+    /// capacity, and `error` for a broken declaration. Reads only.
     fn inventory(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.inventory());
         out(py, r)

@@ -312,7 +312,7 @@ def test_store_backup_and_check_commands(salt_env: SaltEnv, tmp_path: Any) -> No
 
     salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
     env = {**salt_env._env()}
-    check = subprocess.run(["mccloud", "store", "check"], capture_output=True, text=True, env=env)
+    check = subprocess.run(["mccloud", "store", "check", "-o", "json"], capture_output=True, text=True, env=env)
     assert check.returncode == 0, check.stderr
     report = json.loads(check.stdout)
     assert report["integrity"] == "ok" and report["schema_version"] == 4 and len(report["identity"]) == 32
@@ -328,5 +328,5 @@ def test_store_backup_and_check_commands(salt_env: SaltEnv, tmp_path: Any) -> No
     restored = tmp_path / "restored"
     restored.mkdir()
     dest.rename(restored / "registry.sqlite")
-    ok = subprocess.run(["mccloud", "store", "check", "--store", str(restored)], capture_output=True, text=True)
+    ok = subprocess.run(["mccloud", "store", "check", "--store", str(restored), "-o", "json"], capture_output=True, text=True)
     assert ok.returncode == 0 and json.loads(ok.stdout)["identity"] == report["identity"]

@@ -153,7 +153,7 @@ def test_check_and_backup_work_on_postgresql(server: Postgres, tmp_path: Path) -
     for vm in VMS[:3]:
         m.ok("mc_cloud_lxc.get_settings_for_vm", CN, vm)
 
-    p = mccloud("store", "check", "--store", info)
+    p = mccloud("store", "check", "--store", info, "-o", "json")
     out = p.stdout + p.stderr
     assert p.returncode == 0 and SECRET not in out, out
     report = json.loads(p.stdout)
@@ -169,7 +169,7 @@ def test_check_and_backup_work_on_postgresql(server: Postgres, tmp_path: Path) -
     restored = tmp_path / "restored"
     restored.mkdir()
     shutil.copy(dest, restored / "registry.sqlite")
-    p = mccloud("store", "check", "--store", str(restored))
+    p = mccloud("store", "check", "--store", str(restored), "-o", "json")
     assert p.returncode == 0 and json.loads(p.stdout)["rows"]["passwords"] == 3, p.stdout + p.stderr
     p = mccloud("store", "backup", str(dest), "--store", info)
     assert p.returncode == 1 and "already exists" in p.stderr, p.stderr

@@ -81,7 +81,8 @@ def test_the_command_line_reads_the_shared_registry(server: Postgres, tmp_path: 
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and SECRET not in p.stdout + p.stderr, p.stdout + p.stderr
     assert ip in p.stdout, p.stdout
-    p = subprocess.run(["mccloud", "store", "check", "--store", info], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(["mccloud", "store", "check", "--store", info, "-o", "json"], capture_output=True, text=True,
+                       timeout=120)
     out = p.stdout + p.stderr
     assert p.returncode == 0 and SECRET not in out and "Traceback" not in out, out
     assert json.loads(p.stdout)["integrity"] == "ok"

@@ -103,7 +103,8 @@ def test_the_wheel_is_an_abi3_salt_extension_naming_the_supported_salt(onedir: d
     groups.read_string(entry_points)
     assert dict(groups["salt.loader"]) == {"mccloud": "mccloud"}, entry_points
     assert {k: v.split(":")[0] for k, v in groups["console_scripts"].items()} == {
-        "mccloud": "mccloud.cli", "mastersalt-call": "mccloud.cli", "mastersalt-run": "mccloud.cli"}
+        "mccloud": "mccloud.cli", "mastersalt-call": "mccloud.cli", "mastersalt-run": "mccloud.cli",
+        "mastersalt": "mccloud.cli"}
     # The Salt modules, the SLS tree and the sample pillar are in the wheel.
     for path in ("mccloud/modules/mc_cloud_lxc.py", "mccloud/runners/mc_cloud_lxc.py",
                  "mccloud/states/mccloud_rootfs.py", "mccloud/data/sample_pillar.sls",

@@ -32,6 +32,7 @@ SLS_STEPS = ("spawn", "reconfigure", "volumes", "preprovision", "initial_setup")
 
 
 def images(env: Env) -> dict[str, Any]:
+    """The lxc images the pillar declares (``mc_cloud_images.settings``), by name."""
     return dict(env.config.images_settings()["lxc"]["images"])
 
 
@@ -126,6 +127,7 @@ def sls_data(env: Env, target: str, **extra: Any) -> NodeData:
 
 
 def configure(env: Env, target: str, part: str, **extra: Any) -> Outcome:
+    """Applies the node SLS ``<CN_SLS>.<part>`` on ``target`` with the node's data (and ``extra``)."""
     out = Outcome()
     out.add(f"{CN_SLS}.{part}", env.sls(target, f"{CN_SLS}.{part}", sls_data(env, target, **extra)))
     return out
@@ -254,6 +256,7 @@ def cn_sls_pillar(env: Env, target: str) -> dict[str, Any]:
 
 
 def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:
+    """Applies the lxc VM SLS of provisioning ``step`` for ``vm`` on its node."""
     return vm_sls(env, vm, target, f"{VM_SLS}.{step}")
 
 

@@ -89,6 +89,7 @@ def get_cacert(as_text=False):
         mastersalt-call mc_cloud_controller.get_cacert
         mastersalt-call mc_cloud_controller.get_cacert as_text=True
     """
+    as_text = _ms.boolean("as_text", as_text)
     ssl_dir, ca, _ = _ssl()
     authority = _pki.ensure_ca(ssl_dir, ca)
     return authority.cert_pem if as_text else str(authority.cert_path)
@@ -111,8 +112,9 @@ def get_cert_for(domain, gen=False, domain_csr_data=None):
         mastersalt-call mc_cloud_controller.get_cert_for vm1.example.com True
         mastersalt-call mc_cloud_controller.get_cert_for vm1.example.com gen=True domain_csr_data='{O: Example}'
     """
+    gen = _ms.boolean("gen", gen)
     ssl_dir, ca, days = _ssl()
-    files = _pki.find_cert(ssl_dir, domain, ca, days, gen=bool(gen), subject=domain_csr_data)
+    files = _pki.find_cert(ssl_dir, domain, ca, days, gen=gen, subject=domain_csr_data)
     return str(files.cert_path), str(files.key_path)
 
 
@@ -128,8 +130,9 @@ def search_matching_certificate(domain, as_text=False):
         mastersalt-call mc_cloud_controller.search_matching_certificate vm1.example.com
         mastersalt-call mc_cloud_controller.search_matching_certificate vm1.example.com as_text=True
     """
+    as_text = _ms.boolean("as_text", as_text)
     ssl_dir, ca, days = _ssl()
-    return _pki.cert_pairs(ssl_dir, [domain], ca, days, as_text=bool(as_text))[0]
+    return _pki.cert_pairs(ssl_dir, [domain], ca, days, as_text=as_text)[0]
 
 
 @_ms.salt_errors
@@ -145,8 +148,9 @@ def ssl_certs(domains, as_text=False):
         mastersalt-call mc_cloud_controller.ssl_certs devhost10.local,vm1.example.com
         mastersalt-call mc_cloud_controller.ssl_certs '[devhost10.local, "*.example.com"]' as_text=True
     """
+    as_text = _ms.boolean("as_text", as_text)
     ssl_dir, ca, days = _ssl()
-    return _pki.cert_pairs(ssl_dir, _domain_list(domains), ca, days, as_text=bool(as_text))
+    return _pki.cert_pairs(ssl_dir, _domain_list(domains), ca, days, as_text=as_text)
 
 
 @_ms.salt_errors

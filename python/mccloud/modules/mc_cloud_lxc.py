@@ -35,5 +35,5 @@ def get_settings_for_vm(target, vm, full=True):
 
         mastersalt-call mc_cloud_lxc.get_settings_for_vm devhost10.local mysupertest3.foo.com
     """
-    full = full if isinstance(full, bool) else str(full).lower() not in ("0", "false", "no")
+    full = _ms.boolean("full", full)
     return _ms.registry(__opts__, __pillar__).vm_settings(str(target), str(vm), full)

@@ -28,7 +28,7 @@ from mccloud.orchestration.generic import (
     with_conflicts,
 )
 from mccloud.orchestration.runner import (Env, Outcome, answer, controller_pillar, guard, hook_functions, names, run,
-                                          sls_root)
+                                          sls_root, strict)
 from mccloud.orchestration.transport import DATA_KEY, accepted_minions, apply_batch, state_changes, state_failures
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "run",
     "run_steps",
     "sls_root",
+    "strict",
     "state_changes",
     "state_failures",
     "step_functions",

@@ -135,7 +135,7 @@ def controller_deploy(env: Env) -> Outcome:
 def wheelhouse(env: Env, force: Any = False) -> Outcome:
     """Builds the Salt wheelhouse for targets, once (see :mod:`.minions`)."""
     out = Outcome()
-    out.add("wheelhouse", minions.build_wheelhouse(env.opts, env.progress, force=str(force).lower() in ("1", "true")))
+    out.add("wheelhouse", minions.build_wheelhouse(env.opts, env.progress, force=saltsupport.boolean("force", force)))
     return out
 
 

@@ -56,6 +56,7 @@ def conf_dir(mode: str) -> str:
 
 
 def check_mode(mode: Any) -> str:
+    """``mode`` when it is a target's mode (``salt`` or ``mastersalt``); an error otherwise."""
     if mode not in MODES:
         raise mccloud.InvalidInputError(f"mode {mode!r}: a target's mode is salt or mastersalt")
     return str(mode)
@@ -402,10 +403,12 @@ def start_events(opts: Mapping[str, Any], mode: str) -> Iterator[StartEvents]:
 
 
 def wheelhouse_dir(opts: Mapping[str, Any]) -> Path:
+    """Where the controller keeps the Salt wheelhouse (master option ``mccloud_wheelhouse``)."""
     return Path(str(opts.get("mccloud_wheelhouse") or DEFAULT_WHEELHOUSE))
 
 
 def salt_version() -> str:
+    """The controller's Salt version: the one the wheelhouse and targets get."""
     return saltcompat.version()
 
 
@@ -502,6 +505,7 @@ def _build(opts: Mapping[str, Any], dest: Path, problem: str | None,
 
 
 def run(cmd: list[str]) -> None:
+    """Runs ``cmd`` (no shell); an error with the last lines of its output when it fails."""
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-5:])

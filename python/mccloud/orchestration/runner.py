@@ -8,13 +8,16 @@ and ``__jid_event__`` in; nothing here reads Salt's dunders.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import logging
 import os
 import threading
 import traceback
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, TypeVar, cast
 
 import mccloud
 from mccloud import localreg, saltcompat, saltsupport
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+F = TypeVar("F", bound=Callable[..., Any])
 #: A step mapping: ``result``, ``comment`` and optionally ``changes``.
 Step = dict[str, Any]
 
@@ -60,10 +64,12 @@ class Outcome:
         return all(self.add(name, step) for name, step in steps)
 
     def fail(self, comment: str) -> Outcome:
+        """Marks the outcome failed with ``comment``; returns it."""
         self.result, self.comment = False, comment
         return self
 
     def as_dict(self, done: str = "") -> dict[str, Any]:
+        """The mapping a runner returns (``result``, ``comment``, ``changes``, ``steps``, ``retcode``)."""
         if self.result and not self.comment:
             self.comment = done or f"{len(self.steps)} step(s) succeeded"
         return {
@@ -233,6 +239,7 @@ class Env:
             self.context.pop(f"mccloud.vm.{cn}.{vm}", None)
 
     def controller_pubkey(self) -> str:
+        """The controller's ssh public key (the ``ssh_key`` of its settings, ``.pub``)."""
         key = self.config.controller_settings()["ssh_key"]
         try:
             with open(f"{key}.pub") as f:
@@ -256,6 +263,38 @@ class Env:
         if fun not in self.functions:
             return {"result": False, "comment": f"runner {fun} is not available"}
         return as_step(self.functions[fun](*args, **kwargs))
+
+
+def strict(func: F) -> F:
+    """Makes runner ``func`` refuse what its signature does not name — an
+    extra positional argument, a misspelt ``key=value`` its ``**kwargs``
+    would otherwise swallow (Salt passes only ``__pub_*`` keys there) —
+    with a failure that names it and makes ``salt-run`` exit non-zero
+    (Salt itself prints the usage for an extra argument and exits 0)."""
+    sig = inspect.signature(func)
+    named = [n for n, p in sig.parameters.items()
+             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        stray = sorted(k for k in kwargs if not k.startswith("__") and k not in named)
+        problem = f"unexpected argument {', '.join(f'{k}={kwargs[k]!r}' for k in stray)}" if stray else None
+        if problem is None:
+            try:
+                sig.bind(*args, **{k: v for k, v in kwargs.items() if k in named})
+            except TypeError as exc:
+                problem = str(exc)
+        if problem is None:
+            return func(*args, **kwargs)
+        module = str(func.__globals__.get("__virtualname__") or func.__module__)
+        comment = (f"{module}.{func.__name__}: {problem}; it takes {', '.join(named) or 'no argument'} "
+                   f"(salt-run -d {module}.{func.__name__} says what each is)")
+        context = func.__globals__.get("__context__")
+        with contextlib.suppress(Exception):  # outside Salt's loader there is no context
+            context["retcode"] = 1  # type: ignore[index]
+        return {"result": False, "comment": comment, "retcode": 1}
+
+    return wrapper  # type: ignore[return-value]
 
 
 def guard(name: str, body: Callable[..., Outcome], env: Env, *args: Any, **kwargs: Any) -> Outcome:

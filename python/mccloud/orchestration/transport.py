@@ -149,6 +149,7 @@ def state_failures(ret: Any) -> list[str]:
 
 
 def state_changes(ret: Any) -> dict[str, Any]:
+    """The changes of a state.sls return, by state id (states that changed nothing left out)."""
     return {str(st.get("__id__", sid)): st["changes"] for sid, st in _states(ret) if st.get("changes")}
 
 
@@ -387,6 +388,7 @@ def would_change(
 
 
 def nothing_returned(target: str, wait: int) -> str:
+    """Why a state.sls job may have returned nothing, and what to check."""
     return (f"minion {target} returned nothing for its state.sls job within {wait} s, and does not run it "
             "(any more): is it running, with its key accepted on this master? A master too busy to take a "
             "return loses it (the minion logs 'failed to return the job information': raise the master's "

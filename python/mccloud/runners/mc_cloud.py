@@ -81,7 +81,8 @@ def _node_findings(env, target, nodes, errors):
     return found
 
 
-def drift(target=None, **kwargs):
+@_o.strict
+def drift(target=None, nodes=False, **kwargs):
     """Where the cloud drifted from what the pillar declares, for compute
     node ``target`` or every node (declared or known to the store). Reads
     only.
@@ -123,7 +124,6 @@ def drift(target=None, **kwargs):
         mastersalt-run mc_cloud.drift nodes=True
     """
     env = _env()
-    nodes = kwargs.pop("nodes", False)
 
     def body(env):
         out = env.registry.drift(None if target is None else str(target))
@@ -141,6 +141,7 @@ def drift(target=None, **kwargs):
     return _table(env, out, "findings", ("node", "vm", "kind", "what", "expected", "found"), "no drift")
 
 
+@_o.strict
 def repair(target=None, apply=False, force=False, after=3, nodes=False, **kwargs):
     """Repairs the drift ``mc_cloud.drift`` finds, for compute node
     ``target`` or every node: shows the plan, and carries it out only with
@@ -181,19 +182,17 @@ def repair(target=None, apply=False, force=False, after=3, nodes=False, **kwargs
     env = _env()
 
     def body(env):
-        for name, value in (("apply", apply), ("force", force)):
-            if not isinstance(value, bool):
-                raise mccloud.ArgumentError(f"{name}={value!r}: give True or False")
+        apply_, force_ = saltsupport.boolean("apply", apply), saltsupport.boolean("force", force)
         if isinstance(after, bool) or not isinstance(after, int) or after < 1:
             raise mccloud.ArgumentError(f"after={after!r}: give the number of consecutive checks (after=3)")
-        out = env.registry.repair(None if target is None else str(target), apply, force, after)
+        out = env.registry.repair(None if target is None else str(target), apply_, force_, after)
         rendered = {}
         for f in _node_findings(env, target, nodes, out["errors"]):
             step = {**f, "seen": 1, "since": None}
             if f["kind"] == "node_config_drift":
                 step.update(action="render", ready=True,
                             plan=f"apply the node's SLS again on {f['node']} (state {f['what']})")
-                if apply:
+                if apply_:
                     if f["node"] not in rendered:
                         done = _o.node_render(env, f["node"])
                         rendered[f["node"]] = done
@@ -214,7 +213,7 @@ def repair(target=None, apply=False, force=False, after=3, nodes=False, **kwargs
             if f["kind"] == "orphan_minion_key":
                 step.update(action="delete_key", ready=True,
                             plan=f"delete the key mccloud made for {f['vm']} from the {f['node']} master")
-                if apply:
+                if apply_:
                     gone = minions.forget(env.opts, f["vm"])
                     for mode in gone:
                         env.registry.record("key_deleted", mode, f["vm"], "minion key",
@@ -238,6 +237,7 @@ def repair(target=None, apply=False, force=False, after=3, nodes=False, **kwargs
                   "nothing to repair")
 
 
+@_o.strict
 def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     """The audit journal: every change of the registry, oldest first, one
     entry per kind of change a transaction made to a VM, with when (``at``,
@@ -271,6 +271,7 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
                   ("at", "caller", "kind", "node", "vm", "what", "before", "after"), "no entry")
 
 
+@_o.strict
 def place(vm, explain=False, **kwargs):
     """Places ``vm``, declared without a compute node, on a node with room,
     or tells where it is: ``vm``, ``node``, ``policy``, ``placed_now``; with

@@ -13,6 +13,7 @@ def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
 
 
+@_o.strict
 def deploy(target, **kwargs):
     """Deploys a compute node: registers it (allocating every VM), driver
     pre hooks, reverse proxy, firewall, hosts file, port-range reservation,
@@ -27,6 +28,7 @@ def deploy(target, **kwargs):
     return _o.run("deploy", _o.compute_node_deploy, _env(), str(target), **kwargs)
 
 
+@_o.strict
 def cn_sls_pillar(target, **kwargs):
     """The registry a deploy pushes to the compute node (what
     ``mc_cloud_compute_node.cn_settings`` answers there): ``cnSettings``

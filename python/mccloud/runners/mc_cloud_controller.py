@@ -13,6 +13,7 @@ def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
 
 
+@_o.strict
 def deploy(**kwargs):
     """Controller layout, its ssh key pair, then each driver's controller hook.
 
@@ -25,6 +26,7 @@ def deploy(**kwargs):
     return _o.run("deploy", _o.controller_deploy, _env(), **kwargs)
 
 
+@_o.strict
 def orchestrate(only=None, skip=None, **kwargs):
     """The controller, then the saltify targets, then every compute node and
     its VMs. ``only``/``skip``: comma-separated phases (controller, saltify,
@@ -40,6 +42,7 @@ def orchestrate(only=None, skip=None, **kwargs):
     return _o.run("orchestrate", _o.cloud_orchestrate, _env(), only, skip, **kwargs)
 
 
+@_o.strict
 def wheelhouse(force=False, **kwargs):
     """Builds the Salt wheelhouse VMs and bare-metal targets install Salt
     from (Salt at the controller's version and its dependencies, as wheels,

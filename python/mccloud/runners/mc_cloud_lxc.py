@@ -15,6 +15,7 @@ def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
 
 
+@_o.strict
 def install_vt(target, **kwargs):
     """Installs lxc on a compute node: registers the node (allocating every
     VM), applies makina-states.cloud.lxc.compute_node.{grains,install_lxc,images}
@@ -29,6 +30,7 @@ def install_vt(target, **kwargs):
     return _o.run("install_vt", _lxc.install_vt, _env(), str(target), **kwargs)
 
 
+@_o.strict
 def configure_grains(target, **kwargs):
     """Sets the lxc host grains of a compute node.
 
@@ -41,6 +43,7 @@ def configure_grains(target, **kwargs):
     return _o.run("configure_grains", _lxc.configure, _env(), str(target), "grains", **kwargs)
 
 
+@_o.strict
 def configure_install_lxc(target, **kwargs):
     """Installs lxc, the VM bridge, IP forwarding and NAT on a compute node.
 
@@ -53,6 +56,7 @@ def configure_install_lxc(target, **kwargs):
     return _o.run("configure_install_lxc", _lxc.configure, _env(), str(target), "install_lxc", **kwargs)
 
 
+@_o.strict
 def configure_images(target, **kwargs):
     """Builds the lxc images on the controller when absent.
 
@@ -65,6 +69,7 @@ def configure_images(target, **kwargs):
     return _o.run("configure_images", _lxc.configure_images, _env(), str(target), **kwargs)
 
 
+@_o.strict
 def sync_images(target=None, **kwargs):
     """Copies the images from the controller to a compute node (skipping
     up-to-date ones; nothing to do when the node is the controller); without
@@ -83,6 +88,7 @@ def sync_images(target=None, **kwargs):
     return _o.run("sync_images", _lxc.sync_images, _env(), str(target), **kwargs)
 
 
+@_o.strict
 def upgrade_vt(target, **kwargs):
     """Upgrades the lxc packages of a compute node.
 
@@ -95,6 +101,7 @@ def upgrade_vt(target, **kwargs):
     return _o.run("upgrade_vt", _lxc.upgrade_vt, _env(), str(target), **kwargs)
 
 
+@_o.strict
 def post_deploy_controller(**kwargs):
     """The lxc driver's controller-side configuration.
 
@@ -107,6 +114,7 @@ def post_deploy_controller(**kwargs):
     return _o.run("post_deploy_controller", _lxc.post_deploy_controller, _env(), **kwargs)
 
 
+@_o.strict
 def vm_data(vm, target=None, settings=None, **kwargs):
     """What the VM's SLS need from the lxc driver: ``lxc_path``, ``rootfs``
     (the container's root filesystem seen from the compute node) and the
@@ -122,6 +130,7 @@ def vm_data(vm, target=None, settings=None, **kwargs):
     return _o.answer("vm_data", _lxc.vm_data, _env(), str(vm), target, settings, **kwargs)
 
 
+@_o.strict
 def cn_sls_pillar(target, **kwargs):
     """The lxc part of a compute node's registry: ``lxcSettings`` (the lxc
     defaults: bridge, gateway, network, netmask ...) and ``imgSettings``.
@@ -135,6 +144,7 @@ def cn_sls_pillar(target, **kwargs):
     return _o.answer("cn_sls_pillar", _lxc.cn_sls_pillar, _env(), str(target), **kwargs)
 
 
+@_o.strict
 def vm_sls_steps(**kwargs):
     """The lxc VM step functions that only apply an SLS, and that SLS
     (provisioning sends consecutive ones to the compute node as one job).
@@ -148,6 +158,7 @@ def vm_sls_steps(**kwargs):
     return _lxc.vm_sls_steps()
 
 
+@_o.strict
 def vm_gathers(settings, **kwargs):
     """Whether an orchestration may send the first job of the lxc VM of
     ``settings`` (its settings mapping) together with other VMs' of its
@@ -165,6 +176,7 @@ def vm_gathers(settings, **kwargs):
     return _lxc.vm_gathers(settings)
 
 
+@_o.strict
 def vm_bootstrap_sls(**kwargs):
     """The SLS that makes an lxc VM a minion (run by
     ``mc_cloud_vm.vm_bootstrap``): the bootstrap script runs inside the
@@ -179,6 +191,7 @@ def vm_bootstrap_sls(**kwargs):
     return _lxc.BOOTSTRAP_SLS
 
 
+@_o.strict
 def vm_spawn(vm, target=None, **kwargs):
     """Creates (clone or from image) and starts the VM's container.
 
@@ -191,6 +204,7 @@ def vm_spawn(vm, target=None, **kwargs):
     return _o.run("vm_spawn", _lxc.vm_step, _env(), str(vm), target, "spawn", **kwargs)
 
 
+@_o.strict
 def vm_reconfigure(vm, target=None, **kwargs):
     """Applies changed settings to the VM's container (restarting it if needed).
 
@@ -203,6 +217,7 @@ def vm_reconfigure(vm, target=None, **kwargs):
     return _o.run("vm_reconfigure", _lxc.vm_step, _env(), str(vm), target, "reconfigure", **kwargs)
 
 
+@_o.strict
 def vm_volumes(vm, target=None, **kwargs):
     """Prepares the host side of the VM's bind mounts.
 
@@ -215,6 +230,7 @@ def vm_volumes(vm, target=None, **kwargs):
     return _o.run("vm_volumes", _lxc.vm_step, _env(), str(vm), target, "volumes", **kwargs)
 
 
+@_o.strict
 def vm_preprovision(vm, target=None, **kwargs):
     """Sets the lxc VM grains in the container.
 
@@ -227,6 +243,7 @@ def vm_preprovision(vm, target=None, **kwargs):
     return _o.run("vm_preprovision", _lxc.vm_step, _env(), str(vm), target, "preprovision", **kwargs)
 
 
+@_o.strict
 def vm_initial_setup(vm, target=None, **kwargs):
     """Sets root's password in the container from the registry's hash.
 
@@ -239,6 +256,7 @@ def vm_initial_setup(vm, target=None, **kwargs):
     return _o.run("vm_initial_setup", _lxc.vm_step, _env(), str(vm), target, "initial_setup", **kwargs)
 
 
+@_o.strict
 def vm_destroy(vm, target=None, **kwargs):
     """Stops and removes the VM's container, frees its allocations (IP and
     ports return to their pools, MACs are retired) and removes it from the
@@ -254,6 +272,7 @@ def vm_destroy(vm, target=None, **kwargs):
     return _o.run("vm_destroy", _lxc.vm_destroy, _env(), str(vm), target, **kwargs)
 
 
+@_o.strict
 def guests(target, **kwargs):
     """The containers on compute node ``target``, declared or not (but the
     images), as ``mc_cloud.drift nodes=True`` compares them with the

@@ -14,6 +14,7 @@ def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
 
 
+@_o.strict
 def saltify(name, **kwargs):
     """Makes a bare-metal target a minion of the master of its mode over
     ssh (``ssh_keyfile``, or ``password`` through sshpass): pre-seeds and

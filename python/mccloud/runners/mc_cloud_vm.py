@@ -13,6 +13,7 @@ def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
 
 
+@_o.strict
 def provision(vm, steps=None, skip=None, **kwargs):
     """Provisions a VM declared in pillar: spawn, fix_dns, reconfigure,
     volumes, preprovision, initial_setup, initial_highstate (each as
@@ -30,6 +31,7 @@ def provision(vm, steps=None, skip=None, **kwargs):
     return _o.run("provision", _o.vm_provision, _env(), str(vm), steps, skip, **kwargs)
 
 
+@_o.strict
 def orchestrate(target, skip=None, concurrency=None, skip_steps=None, **kwargs):
     """Provisions every VM of a compute node, in parallel: ``concurrency``
     VMs at a time (default: the master option ``mccloud_concurrency``, else
@@ -49,6 +51,7 @@ def orchestrate(target, skip=None, concurrency=None, skip_steps=None, **kwargs):
                   **kwargs)
 
 
+@_o.strict
 def destroy(vm, target=None, vt=None, **kwargs):
     """Destroys a VM with its driver (``mc_cloud_<vt>.vm_destroy``, the type
     being the VM's declared one, or ``vt``): the guest, its place in the
@@ -65,6 +68,7 @@ def destroy(vm, target=None, vt=None, **kwargs):
     return _o.run("destroy", _o.destroy, _env(), str(vm), target, vt, **kwargs)
 
 
+@_o.strict
 def vm_ping(vm, **kwargs):
     """Pings the VM's own minion through the master of its mode; fails when
     the VM is not a minion of it or does not answer True.
@@ -78,6 +82,7 @@ def vm_ping(vm, **kwargs):
     return _o.run("vm_ping", _o.vm_minion_call, _env(), str(vm), "test.ping", **kwargs)
 
 
+@_o.strict
 def vm_fix_dns(vm, target=None, **kwargs):
     """Writes the VM's resolvers.
 
@@ -91,6 +96,7 @@ def vm_fix_dns(vm, target=None, **kwargs):
                   "makina-states.cloud.generic.vm.fix_dns", **kwargs)
 
 
+@_o.strict
 def vm_preprovision(vm, target=None, **kwargs):
     """Markers /this_host and /this_port, cloud grains and the controller's
     ssh key in the VM.
@@ -105,6 +111,7 @@ def vm_preprovision(vm, target=None, **kwargs):
                   "makina-states.cloud.generic.vm.preprovision", **kwargs)
 
 
+@_o.strict
 def vm_bootstrap(vm, target=None, **kwargs):
     """Makes the VM a minion of the master of its mode (``salt`` or
     ``mastersalt``): generates its key pair and accepts it on that master,
@@ -121,6 +128,7 @@ def vm_bootstrap(vm, target=None, **kwargs):
     return _o.run("vm_bootstrap", _o.vm_bootstrap, _env(), str(vm), target, **kwargs)
 
 
+@_o.strict
 def vm_initial_highstate(vm, target=None, **kwargs):
     """Runs the highstate on the VM's own minion through the master of its
     mode; fails with the failing states' ids, or when the VM is not a minion.
@@ -134,6 +142,7 @@ def vm_initial_highstate(vm, target=None, **kwargs):
     return _o.run("vm_initial_highstate", _o.vm_minion_call, _env(), str(vm), "state.highstate", **kwargs)
 
 
+@_o.strict
 def vm_sls_pillar(compute_node, vm, **kwargs):
     """The registry provisioning pushes into the VM (what
     ``mc_cloud_vm.vm_settings`` answers there): ``mccloud_vmname``,

@@ -1,0 +1,186 @@
+"""The README's commands, as written.
+
+The quick start's ``./run demo`` runs for real; every other command of the
+README's ``sh`` blocks then either runs against the demo's configuration,
+in a shell that took the README's own ``export`` lines (exit code and a
+key of its output checked), or — where it needs a real cloud (masters,
+compute nodes, LXC, PostgreSQL, a Salt onedir) — is matched to the test
+that runs it on one (the test must still call it). A README command that
+neither runs here nor names its test fails this test: a new command needs
+one or the other.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DEMO = ROOT / ".demo" / "mastersalt"
+
+pytestmark = pytest.mark.slow
+
+#: Commands that run against the demo's configuration: (pattern, exit code,
+#: text the output must hold).
+RUN: list[tuple[str, int, str]] = [
+    (r"export MASTERSALT_CONFIG_DIR=", 0, ""),
+    (r"mastersalt-call mc_cloud_lxc\.get_settings_for_vm devhost10\.local mysupertest3\.foo\.com$", 0,
+     "ssh_reverse_proxy_port"),
+    (r"mastersalt-call mc_cloud_compute_node\.get_settings_for_target devhost10\.local$", 0, "mysupertest3.foo.com"),
+    (r"mastersalt-call mc_cloud\.inventory$", 0, "ssh_port"),
+    (r"mccloud inventory ", 0, "root@devhost10.local:"),
+    (r"mccloud --help$", 0, "inventory"),
+    (r"mccloud store backup /root/", 0, "backed up"),
+    (r"mccloud store check ", 0, "integrity: ok"),
+    (r"mastersalt-run mc_cloud\.audit vm=web1\.example\.com$", 0, "no entry"),
+    (r"mastersalt-run mc_cloud\.audit kind=freed node=devhost10\.local since=2026-11-01 --out json$", 0, "[]"),
+    (r"mccloud audit --vm web1\.example\.com ", 0, "0 entries"),
+    (r"mccloud audit --kind moved --since 2026-11-26T10:00Z --limit 20$", 0, "0 entries"),
+]
+
+#: Commands a real cloud runs: (pattern, the test files, what they must call).
+COVERED: list[tuple[str, str, str]] = [
+    (r"\./run demo ", "tests/docs/test_readme.py", '["./run", "demo"]'),
+    (r"\./run test ", ".ci/run", "exec ./run test"),
+    (r"pip install \. ", "tests/packaging/test_onedir.py", '"pip", "install"'),
+    (r"salt-pip install mccloud-", "tests/packaging/test_onedir.py", "--target="),
+    (r"mccloud store migrate --to postgresql://", "tests/functional/test_postgres_migrate.py", '"migrate", "--to"'),
+    (r"mastersalt-run mc_cloud_controller\.deploy ", "tests/integration/test_e2e.py", '"mc_cloud_controller.deploy"'),
+    (r"mastersalt-run mc_cloud_compute_node\.deploy ", "tests/integration/test_e2e.py",
+     '"mc_cloud_compute_node.deploy"'),
+    (r"mastersalt-run mc_cloud_vm\.provision ", "tests/integration/test_e2e.py", '"mc_cloud_vm.provision"'),
+    (r"mastersalt '\*' test\.ping ", "tests/integration/test_e2e.py", '"test.ping"'),
+    (r"ssh -p \"\$\(mastersalt-call --out=newline_values_only mc_cloud_compute_node\.get_ssh_port ",
+     "tests/integration/test_e2e.py", "ssh_banner("),
+    (r"mastersalt-run mc_cloud_saltify\.saltify ", "tests/integration/test_e2e.py", '"mc_cloud_saltify.saltify"'),
+    (r"mastersalt-run mc_cloud_vm\.destroy ", "tests/integration/test_e2e.py", '"mc_cloud_vm.destroy"'),
+    (r"mastersalt-run mc_cloud_vm\.orchestrate ", "tests/integration/test_e2e.py", '"mc_cloud_vm.orchestrate"'),
+    (r"mastersalt-run mc_cloud_controller\.orchestrate ", "tests/integration/test_runners.py",
+     '"mc_cloud_controller.orchestrate"'),
+    (r"mastersalt-run mc_cloud\.drift ", "tests/integration/test_e2e.py", '"mc_cloud.drift"'),
+]
+
+
+def commands() -> list[tuple[int, str]]:
+    """Every command of the README's ``sh`` blocks (continuation lines
+    joined, comment-only lines left out), with its line number."""
+    out: list[tuple[int, str]] = []
+    block: str | None = None
+    pending, start = "", 0
+    for no, line in enumerate(README.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            block = None if block is not None else line[3:].strip()
+            continue
+        if block != "sh" or not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not pending:
+            start = no
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1].rstrip() + " "
+            continue
+        out.append((start, (pending + line.strip()).strip()))
+        pending = ""
+    return out
+
+
+def without_comment(command: str) -> str:
+    return re.sub(r"\s+#.*$", "", command)
+
+
+def rule_for(command: str) -> tuple[str, Any] | None:
+    text = without_comment(command) + " "
+    for pattern, rc, needle in RUN:
+        if re.match(pattern, text) or re.match(pattern, text.rstrip()):
+            return "run", (rc, needle)
+    for pattern, where, needle in COVERED:
+        if re.match(pattern, text):
+            return "covered", (where, needle)
+    return None
+
+
+@pytest.fixture(scope="module")
+def demo() -> str:
+    """``./run demo``, as the quick start runs it."""
+    proc = subprocess.run(["./run", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                          env={k: v for k, v in os.environ.items() if k not in ("MASTERSALT_CONFIG_DIR",
+                                                                               "MCCLOUD_STORE_DIR")})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def shell(script: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTERSALT_CONFIG_DIR", "MCCLOUD_STORE_DIR",
+                                                          "MCCLOUD_STORE")}
+    env["HOME"] = str(tmp)
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_the_demo_shows_its_steps_shortens_openly_and_says_how_to_go_on(demo: str, tmp_path: Path) -> None:
+    for step in ("installing it into", "building the mccloud wheel", "running the demo",
+                 "a masterless mastersalt configuration with the sample pillar"):
+        assert step in demo, step
+    assert "second call returns the same ip, mac, password, ssh_reverse_proxy_port, snmp_reverse_proxy_port: " \
+           "True" in demo
+    assert re.search(r"\(shortened: target, domains, vms of the \d+ keys it returns", demo)
+    assert f"configuration, pillar and store are in {ROOT / '.demo'}" in demo
+    # The lines it prints, pasted into a shell, work.
+    exports = [line.strip() for line in demo.splitlines() if line.strip().startswith("export ")]
+    assert [e.split("=")[0] for e in exports] == ["export MASTERSALT_CONFIG_DIR", "export PATH"], exports
+    proc = shell("\n".join([*exports, "mastersalt-call mc_cloud.inventory", "mccloud inventory -o json"]), tmp_path)
+    assert proc.returncode == 0 and "mysupertest3.foo.com" in proc.stdout, proc.stdout + proc.stderr
+    # ./run shell sets the same two (its shell runs the command given).
+    proc = shell('SHELL=/bin/bash ./run shell -c \'echo "$MASTERSALT_CONFIG_DIR"; command -v mccloud\'', tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(DEMO), str(ROOT / ".venv" / "bin" / "mccloud")], proc.stdout
+
+
+def test_every_readme_command_runs_here_or_names_the_test_that_runs_it(demo: str, tmp_path: Path) -> None:
+    found = commands()
+    assert len(found) > 20, found
+    unmatched = [(no, c) for no, c in found if rule_for(c) is None]
+    assert not unmatched, f"README commands neither run here nor covered (add them to RUN or COVERED): {unmatched}"
+    exports: list[str] = []
+    failures = []
+    ran = 0
+    for no, command in found:
+        how, what = rule_for(command)  # type: ignore[misc]
+        if how == "covered":
+            where, needle = what
+            assert needle in (ROOT / where).read_text(), f"README:{no} {command}: {where} no longer calls it"
+            continue
+        rc, needle = what
+        if command.startswith("export "):
+            exports.append(without_comment(command))
+            continue
+        # Written to /root on a controller; here, to this test's directory.
+        script = command.replace("/root/", f"{tmp_path}/")
+        proc = shell("\n".join([*exports, script]), tmp_path)
+        ran += 1
+        out = proc.stdout + proc.stderr
+        if proc.returncode != rc or needle not in out or "Traceback" in out:
+            failures.append(f"README:{no} `{command}` exited {proc.returncode} (expected {rc}, "
+                            f"output with {needle!r}):\n{out[-1500:]}")
+    assert not failures, "\n\n".join(failures)
+    assert ran >= 10 and exports, (ran, exports)
+
+
+def test_a_salt_call_without_a_reachable_configuration_fails_at_once(tmp_path: Path) -> None:
+    venv = ROOT / ".venv" / "bin"
+    proc = shell(f"MASTERSALT_CONFIG_DIR={tmp_path}/nowhere {venv}/mastersalt-call mc_cloud.inventory", tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{tmp_path}/nowhere/minion does not exist" in proc.stderr and "MASTERSALT_CONFIG_DIR" in proc.stderr
+    proc = shell(f"MASTERSALT_CONFIG_DIR={tmp_path}/nowhere {venv}/mastersalt-run mc_cloud.drift", tmp_path)
+    assert proc.returncode == 2 and "master does not exist" in proc.stderr, proc.stderr
+    # A configuration whose master does not answer (a closed loopback port).
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "minion").write_text(f"master: 127.0.0.1\nmaster_port: 9\nroot_dir: {tmp_path}/root\n")
+    proc = shell(f"MASTERSALT_CONFIG_DIR={conf} {venv}/mastersalt-call test.true", tmp_path)
+    assert proc.returncode == 2 and "127.0.0.1:9" in proc.stderr and "does not answer" in proc.stderr, proc.stderr
