@@ -48,7 +48,10 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def salt_call(conf: str, *args: str) -> float:
-    cmd = ["salt-call", "-c", conf, "--local", "--out=quiet", *args]
+    # Compact JSON into /dev/null: Salt 3008 has no "quiet" outputter any
+    # more (it falls back to printing everything, nested); compact JSON is
+    # what scripts read, and the cheapest output both Salts have.
+    cmd = ["salt-call", "-c", conf, "--local", "--out=json", "--out-indent=-1", "--out-file=/dev/null", *args]
     t, p = timed(lambda: subprocess.run(cmd, capture_output=True, text=True))
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}{p.stderr}")

@@ -56,7 +56,7 @@ COVERED: list[tuple[str, str, str]] = [
      '"mc_cloud_compute_node.deploy"'),
     (r"mastersalt-run mc_cloud_vm\.provision ", "tests/integration/test_e2e.py", '"mc_cloud_vm.provision"'),
     (r"mastersalt '\*' test\.ping ", "tests/integration/test_e2e.py", '"test.ping"'),
-    (r"ssh -p \"\$\(mastersalt-call --out=newline_values_only mc_cloud_compute_node\.get_ssh_port ",
+    (r"ssh -p \"\$\(mastersalt-call --out=txt mc_cloud_compute_node\.get_ssh_port ",
      "tests/integration/test_e2e.py", "ssh_banner("),
     (r"mastersalt-run mc_cloud_saltify\.saltify ", "tests/integration/test_e2e.py", '"mc_cloud_saltify.saltify"'),
     (r"mastersalt-run mc_cloud_vm\.destroy ", "tests/integration/test_e2e.py", '"mc_cloud_vm.destroy"'),
