@@ -51,19 +51,15 @@ COVERED: list[tuple[str, str, str]] = [
     (r"pip install \. ", "tests/packaging/test_onedir.py", '"pip", "install"'),
     (r"salt-pip install mccloud-", "tests/packaging/test_onedir.py", "--target="),
     (r"mccloud store migrate --to postgresql://", "tests/functional/test_postgres_migrate.py", '"migrate", "--to"'),
-    (r"mastersalt-run mc_cloud_controller\.deploy ", "tests/integration/test_e2e.py", '"mc_cloud_controller.deploy"'),
-    (r"mastersalt-run mc_cloud_compute_node\.deploy ", "tests/integration/test_e2e.py",
-     '"mc_cloud_compute_node.deploy"'),
-    (r"mastersalt-run mc_cloud_vm\.provision ", "tests/integration/test_e2e.py", '"mc_cloud_vm.provision"'),
     (r"mastersalt '\*' test\.ping ", "tests/integration/test_e2e.py", '"test.ping"'),
     (r"ssh -p \"\$\(mastersalt-call --out=txt mc_cloud_compute_node\.get_ssh_port ",
      "tests/integration/test_e2e.py", "ssh_banner("),
-    (r"mastersalt-run mc_cloud_saltify\.saltify ", "tests/integration/test_e2e.py", '"mc_cloud_saltify.saltify"'),
-    (r"mastersalt-run mc_cloud_vm\.destroy ", "tests/integration/test_e2e.py", '"mc_cloud_vm.destroy"'),
-    (r"mastersalt-run mc_cloud_vm\.orchestrate ", "tests/integration/test_e2e.py", '"mc_cloud_vm.orchestrate"'),
-    (r"mastersalt-run mc_cloud_controller\.orchestrate ", "tests/integration/test_runners.py",
-     '"mc_cloud_controller.orchestrate"'),
-    (r"mastersalt-run mc_cloud\.drift ", "tests/integration/test_e2e.py", '"mc_cloud.drift"'),
+    # The runners of the operating block, each called by name in its test.
+    *((rf"mastersalt-run {re.escape(fun)} ", f"tests/integration/{where}", f'"{fun}"') for fun, where in (
+        ("mc_cloud_controller.deploy", "test_e2e.py"), ("mc_cloud_compute_node.deploy", "test_e2e.py"),
+        ("mc_cloud_vm.provision", "test_e2e.py"), ("mc_cloud_saltify.saltify", "test_e2e.py"),
+        ("mc_cloud_vm.destroy", "test_e2e.py"), ("mc_cloud_vm.orchestrate", "test_e2e.py"),
+        ("mc_cloud_controller.orchestrate", "test_runners.py"), ("mc_cloud.drift", "test_e2e.py"))),
 ]
 
 
