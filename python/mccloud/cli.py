@@ -378,7 +378,15 @@ def _registry_arguments(p: argparse.ArgumentParser, pillar: bool = True) -> None
 def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
     """The registry of the options of :func:`_registry_arguments`."""
     cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(_pillar_of(args)))
-    return mccloud.Registry(cfg, store_dir_of(args), saltsupport.caller({}, f"mccloud {args.command}"))
+    store, caller = store_dir_of(args), saltsupport.caller({}, f"mccloud {args.command}")
+    reg = mccloud.Registry(cfg, store, caller)
+    # VMs declared without a node are on the node the store placed them on,
+    # as mastersalt-call sees them (placing those left, as the controller
+    # does); a store that does not exist yet is not created for that.
+    if cfg.anywhere_vms() and (mccloud.is_postgres(store) or os.path.exists(str(reg.store_path))):
+        cfg = cfg.with_placements(reg.place_all()["placed"])
+        reg = mccloud.Registry(cfg, store, caller)
+    return reg
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

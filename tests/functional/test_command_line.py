@@ -135,3 +135,15 @@ def test_runners_refuse_arguments_their_signature_does_not_name(salt_env: SaltEn
     assert r.returncode == 1 and "mc_cloud.place: too many positional arguments" in r.output, r.output
     r = salt_env.run("mc_cloud.audit", "vm=nothing.example.com")
     assert r.returncode == 0 and json.loads(r.stdout) == [], r.output
+
+
+def test_inventory_shows_vms_declared_without_a_node_where_they_were_placed(salt_env: SaltEnv,
+                                                                           sample: dict[str, Any]) -> None:
+    pillar = {**sample, "makina-states.cloud.lxc": True,
+              f"makina-states.cloud.compute_node.capacity.{CN}": {"vms": 20},
+              "makina-states.cloud.lxc.anywhere": {"web3.example.com": {"cpus": 2}}}
+    salt_env.set_pillar(pillar)
+    salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, VM)  # the controller places web3 on its calls
+    p = mccloud(salt_env, "inventory", "--vm", "web3.example.com", "-o", "json")
+    assert p.returncode == 0, p.stderr
+    assert list(json.loads(p.stdout)) == [CN], p.stdout
