@@ -18,7 +18,6 @@ use crate::drivers::lxc;
 use crate::error::{Error, Result};
 use crate::pillar::names::validate;
 use crate::pools::ipam::parse_ip;
-use crate::settings::vm::not_declared;
 use crate::settings::{Config, NodePlan, VmAllocation};
 use crate::store::journal::{self, Journaled};
 use crate::store::pg::PgStore;
@@ -294,7 +293,7 @@ impl Registry {
         validate("compute node", cn)?;
         validate("VM", vm)?;
         let node = self.config.node_plan(cn)?;
-        let plan = node.vm(vm).ok_or_else(|| not_declared(cn, vm))?;
+        let plan = node.vm(vm).ok_or_else(|| self.config.not_on(cn, vm))?;
         if !Path::new(&self.store_path()).exists() {
             // With no store yet, an IP declared for several VMs is theirs to
             // fight over: refuse before anything is created.
@@ -312,7 +311,7 @@ impl Registry {
     /// on first call. One write transaction, one password hash.
     pub fn vm_settings(&self, cn: &str, vm: &str, full: bool) -> Result<Value> {
         let (node, alloc) = self.allocate_in_node(cn, vm, full)?;
-        let plan = node.vm(vm).ok_or_else(|| not_declared(cn, vm))?;
+        let plan = node.vm(vm).ok_or_else(|| self.config.not_on(cn, vm))?;
         views::vm::finish(&self.config, cn, plan, &alloc, full)
     }
 
@@ -578,7 +577,7 @@ impl Registry {
     /// when a node could not be checked. Reads only.
     pub fn drift(&self, target: Option<&str>) -> Result<Value> {
         let checks = self.check_nodes(target)?;
-        let mut findings = vec![];
+        let mut findings = views::drift::unplaced(&self.config);
         let mut errors = Map::new();
         let mut nodes = vec![];
         for c in checks {
@@ -601,6 +600,43 @@ impl Registry {
             "errors": errors,
             "retcode": retcode,
         }))
+    }
+
+    /// The minions that should exist, for the drift of minion keys:
+    /// `minions`, every declared VM (those of nodes whose declaration is
+    /// broken too, as far as it reads, and those declared without a node),
+    /// every compute node (declared, by its capacity or in the store), every
+    /// saltify target and the controller; `unknown`, why that list may be
+    /// incomplete (a broken declaration): then no key may be called an
+    /// orphan. Reads only.
+    pub fn expected_minions(&self) -> Result<Value> {
+        let mut minions: std::collections::BTreeSet<String> = Default::default();
+        let mut unknown: Vec<String> = vec![];
+        match self.config.declared() {
+            Ok(declared) => {
+                for (cn, d) in declared {
+                    minions.insert(cn.clone());
+                    minions.extend(d.vms.iter().map(|v| v.name.clone()));
+                    if let Some(e) = &d.error {
+                        unknown.push(format!("compute node {cn}: {e}"));
+                    }
+                }
+            }
+            Err(e) => unknown.push(e.to_string()),
+        }
+        match self.config.anywhere() {
+            Ok(a) => minions.extend(a.into_keys()),
+            Err(e) => unknown.push(e.to_string()),
+        }
+        match self.config.capacities() {
+            Ok(c) => minions.extend(c.into_keys()),
+            Err(e) => unknown.push(e.to_string()),
+        }
+        minions.extend(self.config.saltify_target_names());
+        minions.extend(self.config.other_minions().keys().cloned());
+        minions.extend(self.read(|tx| tx.nodes())?.unwrap_or_default());
+        minions.retain(|m| !m.is_empty());
+        Ok(serde_json::json!({"minions": minions, "unknown": unknown}))
     }
 
     /// The registry's figures in the Prometheus text format (see
@@ -651,13 +687,6 @@ impl Registry {
         if anywhere.is_empty() {
             return Ok(serde_json::json!({"placed": {}, "unplaced": {}}));
         }
-        // Every call on the controller asks: a write only when a VM is left
-        // to place (the placement pillar is checked either way).
-        self.config.capacities()?;
-        self.config.placement_policy()?;
-        for d in anywhere.values() {
-            self.config.vm_size(d)?;
-        }
         let held: BTreeMap<String, String> = self
             .read(|tx| tx.placements())?
             .unwrap_or_default()
@@ -667,6 +696,22 @@ impl Registry {
         if held.len() == anywhere.len() {
             return Ok(serde_json::json!({"placed": held, "unplaced": {}}));
         }
+        // A slip in the placement pillar places nothing new; the
+        // placements made stand, and every VM left says why.
+        if let Err(e) = self
+            .config
+            .capacities()
+            .and_then(|_| self.config.placement_policy())
+        {
+            let unplaced: BTreeMap<&String, String> = anywhere
+                .keys()
+                .filter(|vm| !held.contains_key(*vm))
+                .map(|vm| (vm, format!("nothing is placed: {e}")))
+                .collect();
+            return Ok(serde_json::json!({"placed": held, "unplaced": unplaced}));
+        }
+        // Every call on the controller asks: a write only when a VM is left
+        // to place.
         let p = self.write(|tx| self.placing(tx, None))?;
         Ok(serde_json::json!({"placed": p.placed, "unplaced": p.unplaced}))
     }
@@ -725,7 +770,18 @@ impl Registry {
             .iter()
             .filter(|(v, _)| only.is_none_or(|o| o == v.as_str()))
         {
-            let size = self.config.vm_size(d)?;
+            if placed.contains_key(vm) && only.is_none() {
+                continue;
+            }
+            // A VM whose size does not read fails alone: its calls say why.
+            let size = match self.config.vm_size(d) {
+                Ok(size) => size,
+                Err(e) if only.is_some() => return Err(e),
+                Err(e) => {
+                    unplaced.insert(vm.clone(), e.to_string());
+                    continue;
+                }
+            };
             if only.is_some() {
                 scores = placement::explain(&usage, &size);
             }
@@ -833,5 +889,6 @@ struct NodeCheck {
 #[cfg(test)]
 mod pillar_props;
 mod repair;
+pub use repair::{duration_secs, Evidence, Repair, DEFAULT_WINDOW_SECS};
 #[cfg(test)]
 mod tests;

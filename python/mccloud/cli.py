@@ -384,7 +384,8 @@ def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
     # as mastersalt-call sees them (placing those left, as the controller
     # does); a store that does not exist yet is not created for that.
     if cfg.anywhere_vms() and (mccloud.is_postgres(store) or os.path.exists(str(reg.store_path))):
-        cfg = cfg.with_placements(reg.place_all()["placed"])
+        done = reg.place_all()
+        cfg = cfg.with_placements(done["placed"], done["unplaced"])
         reg = mccloud.Registry(cfg, store, caller)
     return reg
 
@@ -421,10 +422,14 @@ def drift(args: argparse.Namespace) -> int:
 
 def repair(args: argparse.Namespace) -> int:
     """Plans (with ``--apply``, carries out) the repair of the drift between
-    the registry and the pillar (see ``mastersalt-run mc_cloud.repair``;
-    minion keys need the master: use the runner for them): 0 when nothing is
-    left to do, 2 when steps wait or were only planned, 1 on an error."""
-    out = _registry_of(args).repair(args.target, args.apply, args.force, args.after)
+    the registry and the pillar (see ``mastersalt-run mc_cloud.repair``).
+    The command line cannot ask the nodes for their guests nor the masters
+    for their minions, so it registers what is declared and never
+    destroys: leaked allocations and orphan keys are freed by the runner.
+    0 when nothing is left to do, 2 when steps wait or were only planned,
+    1 on an error."""
+    window = None if args.window is None else _window(args.window)
+    out = _registry_of(args).repair(args.target, args.apply, False, window, None, None)
     if args.output != "table":
         _emit(out, args.output, str)
         return int(out["retcode"])
@@ -434,14 +439,25 @@ def repair(args: argparse.Namespace) -> int:
             d = s.get("done")
             return "" if d is None else d if isinstance(d, str) else json.dumps(d, sort_keys=True)
 
-        print(_table([[s["node"], s["vm"], s["kind"], s["action"], f"{s['seen']}/{out['after']}",
-                       "yes" if s["ready"] else "no", done(s)] for s in steps],
-                     ["NODE", "VM", "KIND", "ACTION", "SEEN", "READY", "DONE"]))
+        print(_table([[s["node"], s["vm"], s["kind"], s["action"], str(s["seen"]),
+                       "yes" if s["ready"] else "no", done(s) or s["plan"]] for s in steps],
+                     ["NODE", "VM", "KIND", "ACTION", "SEEN", "READY", "DONE/PLAN"]))
     for cn, why in sorted(out["errors"].items()):
         print(f"compute node {cn} not checked: {why}", file=sys.stderr)
+    if any(s["action"] == "free" for s in steps):
+        print("leaked allocations are freed only by mastersalt-run mc_cloud.repair, which asks the nodes "
+              "whether the guests still exist", file=sys.stderr)
     what = "applied" if out["applied"] else "planned (--apply carries it out)"
     print(f"{len(steps)} step(s) {what}" if steps else "nothing to repair", file=sys.stderr)
     return int(out["retcode"])
+
+
+def _window(text: str) -> int:
+    """``--window`` as seconds."""
+    try:
+        return int(mccloud.duration_secs(text))
+    except mccloud.MccloudError as exc:
+        raise mccloud.ArgumentError(f"--window {text}: {exc}") from None
 
 
 def audit(args: argparse.Namespace) -> int:
@@ -563,10 +579,8 @@ def _parser() -> argparse.ArgumentParser:
                 "  mccloud repair\n  mccloud repair devhost10.local --apply")
     p.add_argument("target", nargs="?", help="one compute node (default: every node declared or in the store)")
     p.add_argument("--apply", action="store_true", help="carry the plan out (default: show it)")
-    p.add_argument("--force", action="store_true", help="free leaked allocations now, without waiting for "
-                   "consecutive checks")
-    p.add_argument("--after", type=int, default=3, help="consecutive checks that must find a leaked allocation "
-                   "before it is freed (default: %(default)s)")
+    p.add_argument("--window", help="how long applying checks must see a leak before the runner frees it "
+                   "(seconds, or 30m, 24h, 7d; default: pillar makina-states.cloud.repair.window, else 24h)")
     _registry_arguments(p)
     output(p)
     p = command("audit", audit, "the audit journal: who changed what in the registry, and when",

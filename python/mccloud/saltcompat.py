@@ -136,6 +136,15 @@ def wheel(mopts: Mapping[str, Any], fun: str) -> Callable[..., Any]:
     return salt.loader.wheels(dict(mopts))[fun]
 
 
+def runners(mopts: Mapping[str, Any]) -> Any:
+    """The runner functions of the master of ``mopts``, loaded in process
+    (what an execution module on the controller calls the drivers'
+    runner hooks through)."""
+    import salt.loader
+
+    return salt.loader.runner(dict(mopts))
+
+
 def accepted_keys(opts: Mapping[str, Any]) -> list[str]:
     """Ids of the minions whose key the master of ``opts`` accepted."""
     import salt.key

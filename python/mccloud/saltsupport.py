@@ -135,21 +135,32 @@ def placed(opts: Mapping[str, Any], cfg: mccloud.Config, via: str | None = None)
     """``cfg`` with its VMs declared without a node on the nodes the store
     places them on, placing those not placed yet (by policy, once: a
     placement never moves by itself); on the controller only (its runners
-    and its own minion), which holds the store. A VM that fits nowhere, or a
-    placement that fails, stays unplaced: the calls about it say so (and
-    ``mc_cloud.place <vm>`` why); the others go on."""
+    and its own minion), which holds the store.
+
+    The placements the store holds always apply: a VM whose size does not
+    read, that fits nowhere, or a placement pillar that does not read
+    fails alone (the calls about that VM, and ``mc_cloud.drift``, say why);
+    the VMs placed before keep their node. When the store cannot be read,
+    no VM declared without a node is placed, and each says why (destroying
+    repairs then see them as unplaced, never as gone)."""
     try:
-        if not cfg.anywhere_vms():
-            return cfg
-        if opts.get("__role") != "master" and opts.get("id") != cfg.cloud_settings().get("master"):
-            return cfg  # only the controller places (it holds the store)
+        anywhere = cfg.anywhere_vms()
+    except MccloudError as exc:
+        log.warning("mccloud: the VMs declared without a compute node do not read: %s", exc)
+        return cfg  # every call that reads them says why; nothing is placed
+    if not anywhere:
+        return cfg
+    if opts.get("__role") != "master" and opts.get("id") != cfg.cloud_settings().get("master"):
+        return cfg  # only the controller places (it holds the store)
+    try:
         done = registry_for(opts, cfg, via).place_all()
     except MccloudError as exc:
-        log.warning("mccloud: VMs declared without a compute node are not placed: %s", exc)
-        return cfg
+        log.error("mccloud: the placements of the VMs declared without a compute node could not be read: %s", exc)
+        why = f"the store's placements could not be read: {exc}"
+        return cfg.with_placements({}, {vm: why for vm in anywhere})
     for vm, why in sorted(done["unplaced"].items()):
         log.warning("mccloud: VM %s is not placed: %s", vm, why)
-    return cfg.with_placements(done["placed"])
+    return cfg.with_placements(done["placed"], done["unplaced"])
 
 
 def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:

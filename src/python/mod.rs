@@ -168,17 +168,25 @@ impl Config {
         let inner = crate::Config::new(ctx, pillar);
         Ok(Config {
             inner: match placements {
-                Some(p) if !p.is_empty() => inner.with_placements(p),
+                Some(p) if !p.is_empty() => inner.with_placements(p, Default::default()),
                 _ => inner,
             },
         })
     }
 
     /// The same configuration with the VMs declared without a node on the
-    /// nodes `placements` names (VM → node).
-    fn with_placements(&self, placements: std::collections::BTreeMap<String, String>) -> Config {
+    /// nodes `placements` names (VM → node); `unplaced`: those not placed,
+    /// with why (what the calls about them, and drift, say).
+    #[pyo3(signature = (placements, unplaced=None))]
+    fn with_placements(
+        &self,
+        placements: std::collections::BTreeMap<String, String>,
+        unplaced: Option<std::collections::BTreeMap<String, String>>,
+    ) -> Config {
         Config {
-            inner: self.inner.with_placements(placements),
+            inner: self
+                .inner
+                .with_placements(placements, unplaced.unwrap_or_default()),
         }
     }
 
@@ -384,14 +392,6 @@ impl Registry {
             .map_err(to_py)
     }
 
-    /// Frees what node `cn` holds of `kind` for VMs it no longer declares
-    /// (retiring their MACs, forgetting their passwords); the node must be
-    /// declared. Returns what was freed.
-    fn cleanup(&self, py: Python<'_>, cn: &str, kind: &str) -> PyResult<Py<PyAny>> {
-        let r = py.detach(|| Kind::parse(kind).and_then(|k| self.inner.cleanup(cn, k)));
-        out(py, r)
-    }
-
     /// Frees everything VM `vm` holds on node `cn` (IP and ports back to
     /// their pools, MACs retired, password forgotten) and marks it
     /// destroyed; returns what was freed.
@@ -410,17 +410,45 @@ impl Registry {
     }
 
     /// Plans (and with `apply`, carries out) the repair of the drift of
-    /// node `target` or of every node; see `mc_cloud.repair`.
-    #[pyo3(signature = (target=None, apply=false, force=false, after=None))]
+    /// node `target` or of every node; see `mc_cloud.repair`. `window`:
+    /// seconds a leak must be seen (default: the pillar's, else 24 h);
+    /// `max_changes`: the destroying steps allowed at once; `evidence`:
+    /// what the nodes and masters said (`guests`, `answers`, `keys_made`,
+    /// `findings`); `frees_only`: the leaked allocations alone (the
+    /// cleanup calls).
+    #[pyo3(signature = (target=None, apply=false, force=false, window=None, max_changes=None, evidence=None, frees_only=false))]
+    #[allow(clippy::too_many_arguments)]
     fn repair(
         &self,
         py: Python<'_>,
         target: Option<String>,
         apply: bool,
         force: bool,
-        after: Option<u32>,
+        window: Option<u64>,
+        max_changes: Option<usize>,
+        evidence: Option<&Bound<'_, PyAny>>,
+        frees_only: bool,
     ) -> PyResult<Py<PyAny>> {
-        let r = py.detach(|| self.inner.repair(target.as_deref(), apply, force, after));
+        let evidence: Value = match evidence {
+            Some(e) => input("evidence", e)?,
+            None => Value::Null,
+        };
+        let how = crate::registry::Repair {
+            apply,
+            force,
+            window,
+            max_changes,
+            evidence: crate::registry::Evidence::from_json(&evidence).map_err(to_py)?,
+            frees_only,
+        };
+        let r = py.detach(|| self.inner.repair(target.as_deref(), &how));
+        out(py, r)
+    }
+
+    /// The minions that should exist (`minions`) and why that list may be
+    /// incomplete (`unknown`); see `mc_cloud.drift`. Reads only.
+    fn expected_minions(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.expected_minions());
         out(py, r)
     }
 
@@ -523,6 +551,14 @@ impl Registry {
 #[pyfunction]
 fn is_postgres(location: &str) -> bool {
     crate::registry::is_postgres(location)
+}
+
+/// A duration in seconds: a number of seconds, or a number and a unit
+/// (`30s`, `15m`, `24h`, `7d`, `2w`); `InvalidInputError` otherwise.
+#[pyfunction]
+fn duration_secs(value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let v: Value = input("duration", value)?;
+    crate::registry::duration_secs(&v, "duration").map_err(to_py)
 }
 
 /// `mc_cloud_controller.gen_id`: replaces every `.` by `-`.
@@ -681,7 +717,7 @@ impl SharedFiles {
 mod _native {
     #[pymodule_export]
     use super::{
-        check_domain, gen_id, is_postgres, issue_certs, served_certs, sha512_crypt,
+        check_domain, duration_secs, gen_id, is_postgres, issue_certs, served_certs, sha512_crypt,
         AllocationError, ArgumentError, Config, InvalidInputError, MccloudError, NotFoundError,
         Registry, SharedFiles, StoreError,
     };

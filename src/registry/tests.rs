@@ -1732,7 +1732,7 @@ fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
     );
     // The placed VMs are declared on their node for every other call.
     let placed: BTreeMap<String, String> = serde_json::from_value(out["placed"].clone()).unwrap();
-    let cfg = reg.config().with_placements(placed);
+    let cfg = reg.config().with_placements(placed, BTreeMap::new());
     assert_eq!(cfg.node_of("a.test").unwrap(), CN2);
     let reg = Registry::open(cfg, dir.path()).unwrap();
     assert_eq!(seen(&reg, CN2, "a.test")["ip"], "10.5.0.2");
@@ -1782,10 +1782,17 @@ fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
         format!("{COMPUTE_NODE}.capacity"),
         json!({CN: {"memory": "lots"}}),
     );
+    bad.insert(format!("{LXC}.anywhere.e.test"), json!({}));
+    // The placements made stand; the VM left says why, its calls fail.
+    let bad = open_at(&dir, bad);
+    let out = bad.place_all().unwrap();
+    assert_eq!(out["placed"].as_object().unwrap().len(), 4, "{out}");
+    let why = out["unplaced"]["e.test"].as_str().unwrap();
+    assert!(why.contains("lots") && why.contains("64G"), "{why}");
     failed(
-        open_at(&dir, bad).place_all(),
+        bad.place("e.test", false),
         Error::Invalid,
-        &["capacity", "lots", "64G"],
+        &["capacity", "lots"],
     );
 }
 
@@ -1807,92 +1814,124 @@ fn steps(out: &Value) -> Vec<(String, String, bool, u64, Value)> {
         .collect()
 }
 
+/// A repair run: `apply`, `force`, the window, `max_changes`, and the
+/// guests node `CN` lists (`None`: the node was not asked).
+fn how(
+    apply: bool,
+    force: bool,
+    window: u64,
+    max: Option<usize>,
+    guests: Option<&[&str]>,
+) -> Repair {
+    let mut evidence = Evidence::default();
+    if let Some(g) = guests {
+        evidence
+            .guests
+            .insert(CN.into(), Ok(g.iter().map(|s| s.to_string()).collect()));
+    }
+    Repair {
+        apply,
+        force,
+        window: Some(window),
+        max_changes: max,
+        evidence,
+        frees_only: false,
+    }
+}
+
 #[test]
-fn repair_frees_a_leak_only_after_consecutive_checks_or_when_forced() {
+fn repair_frees_a_leak_only_on_evidence_over_time_and_the_nodes_word() {
     let dir = tempfile::tempdir().unwrap();
-    let reg = open_at(
-        &dir,
-        pillar(
-            &Pools::small(),
-            &[CN],
-            &plain_vms(&["a.test", "b.test", "c.test"]),
-        ),
-    );
+    let five = plain_vms(&["a.test", "b.test", "c.test", "e.test", "f.test"]);
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &five));
     reg.target_settings(CN, &[]).unwrap();
     let c_ip = ip_map(&reg, CN)["c.test"].clone();
     // c leaves the pillar, d arrives.
-    let reg = open_at(
-        &dir,
-        pillar(
-            &Pools::small(),
-            &[CN],
-            &plain_vms(&["a.test", "b.test", "d.test"]),
-        ),
-    );
-    let plan = reg.repair(None, false, false, None).unwrap();
-    assert_eq!(
-        steps(&plan),
-        [
-            ("c.test".into(), "free".into(), false, 1, Value::Null),
-            ("d.test".into(), "register".into(), true, 1, Value::Null),
-        ]
-    );
-    assert_eq!(
-        (&plan["retcode"], &plan["applied"]),
-        (&json!(2), &json!(false))
-    );
-    assert!(plan["steps"][0]["plan"]
-        .as_str()
-        .unwrap()
-        .contains("1 of the 3"));
+    let four = plain_vms(&["a.test", "b.test", "d.test", "e.test", "f.test"]);
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &four));
+    let none: &[&str] = &[];
+    // A plan is no check: it counts nothing and changes nothing.
+    for _ in 0..3 {
+        let plan = reg
+            .repair(None, &how(false, false, 0, None, Some(none)))
+            .unwrap();
+        assert_eq!(
+            steps(&plan),
+            [
+                ("c.test".into(), "free".into(), false, 0, Value::Null),
+                ("d.test".into(), "register".into(), true, 0, Value::Null),
+            ]
+        );
+        assert_eq!(
+            (&plan["retcode"], &plan["applied"]),
+            (&json!(2), &json!(false))
+        );
+    }
     assert_eq!(ip_map(&reg, CN)["c.test"], c_ip, "a plan changes nothing");
-    // The second check applies what is ready: d is registered, c waits.
-    let out = reg.repair(Some(CN), true, false, None).unwrap();
-    let s = steps(&out);
-    assert_eq!((s[0].2, s[0].3, &s[0].4), (false, 2, &Value::Null));
-    assert_eq!(
-        (s[1].1.as_str(), &s[1].4),
-        ("register", &json!("registered"))
+    // Without the node's word nothing is freed, whatever the checks.
+    for _ in 0..3 {
+        let out = reg
+            .repair(Some(CN), &how(true, true, 0, None, None))
+            .unwrap();
+        let s = steps(&out);
+        assert_eq!((s[0].2, &s[0].4), (false, &Value::Null), "{out}");
+        assert!(out["steps"][0]["plan"]
+            .as_str()
+            .unwrap()
+            .contains("were not listed"));
+    }
+    assert!(
+        ip_map(&reg, CN).contains_key("d.test"),
+        "registered meanwhile"
     );
-    assert_eq!(out["retcode"], 2);
-    assert!(ip_map(&reg, CN).contains_key("d.test"));
-    // The third consecutive check frees c; then drift is clean.
-    let out = reg.repair(Some(CN), true, false, None).unwrap();
+    // A guest that still exists is never freed, even forced.
+    let out = reg
+        .repair(Some(CN), &how(true, true, 0, Some(9), Some(&["c.test"])))
+        .unwrap();
+    let plan = out["steps"][0]["plan"].as_str().unwrap();
+    assert!(plan.contains("declared nowhere, still running"), "{plan}");
+    assert_eq!(ip_map(&reg, CN)["c.test"], c_ip);
+    // The node's word and a window not over: it waits; the checks inside
+    // the window count, the window decides.
+    let out = reg
+        .repair(Some(CN), &how(true, false, 3600, None, Some(none)))
+        .unwrap();
+    assert!(!steps(&out)[0].2, "{out}");
+    assert!(
+        out["steps"][0]["plan"]
+            .as_str()
+            .unwrap()
+            .contains("of the 1h 0m"),
+        "{out}"
+    );
+    // Once the window is over (0 here), the next applying check frees it.
+    let out = reg
+        .repair(Some(CN), &how(true, false, 0, None, Some(none)))
+        .unwrap();
     let s = steps(&out);
-    assert_eq!(s.len(), 1);
-    assert_eq!((s[0].3, &s[0].4["freed"]["ip"]), (3, &c_ip));
+    assert_eq!(s.len(), 1, "{out}");
+    assert_eq!(&s[0].4["freed"]["ip"], &c_ip);
     assert_eq!(out["retcode"], 0);
     assert_eq!(reg.drift(None).unwrap()["retcode"], 0);
+    // A finding that goes away starts over: a check from a pillar that
+    // declares the VM forgets every sighting.
+    let three = plain_vms(&["a.test", "d.test", "e.test", "f.test"]);
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &three));
+    reg.repair(None, &how(true, false, 0, None, Some(none)))
+        .unwrap();
+    let back = open_at(&dir, pillar(&Pools::small(), &[CN], &four));
     assert_eq!(
-        reg.repair(None, true, false, None).unwrap()["steps"],
-        json!([])
-    );
-    // A finding that goes away starts over; force frees at once.
-    let reg = open_at(
-        &dir,
-        pillar(&Pools::small(), &[CN], &plain_vms(&["a.test", "d.test"])),
-    );
-    assert_eq!(
-        steps(&reg.repair(None, false, false, Some(2)).unwrap())[0].3,
-        1
-    );
-    let back = open_at(
-        &dir,
-        pillar(
-            &Pools::small(),
-            &[CN],
-            &plain_vms(&["a.test", "b.test", "d.test"]),
-        ),
-    );
-    assert_eq!(
-        back.repair(None, false, false, Some(2)).unwrap()["retcode"],
+        back.repair(None, &how(false, false, 0, None, None))
+            .unwrap()["retcode"],
         0
     );
-    assert_eq!(
-        steps(&reg.repair(None, false, false, Some(2)).unwrap())[0].3,
-        1
-    );
-    let out = reg.repair(None, true, true, None).unwrap();
+    let out = reg
+        .repair(None, &how(true, false, 0, None, Some(none)))
+        .unwrap();
+    assert_eq!((steps(&out)[0].2, steps(&out)[0].3), (false, 1), "{out}");
+    let out = reg
+        .repair(None, &how(true, false, 0, None, Some(none)))
+        .unwrap();
     assert!(steps(&out)[0].4["freed"]["ip"].is_string(), "{out}");
     assert!(!ip_map(&reg, CN).contains_key("b.test"));
     let q = journal::Query {
@@ -1906,11 +1945,56 @@ fn repair_frees_a_leak_only_after_consecutive_checks_or_when_forced() {
         .map(|e| e["vm"].clone())
         .collect();
     assert_eq!(repaired, [json!("c.test"), json!("b.test")]);
-    failed(
-        reg.repair(None, false, false, Some(0)),
-        Error::Argument,
-        &["after=0"],
+}
+
+#[test]
+fn repair_refuses_a_mass_removal_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let vms = ["a.test", "b.test", "c.test", "d.test", "e.test"];
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &plain_vms(&vms)));
+    reg.target_settings(CN, &[]).unwrap();
+    let held = ip_map(&reg, CN);
+    // Two of five (more than 10 %) leave the pillar at once.
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &plain_vms(&vms[2..])));
+    let none: &[&str] = &[];
+    let out = reg
+        .repair(None, &how(true, true, 0, None, Some(none)))
+        .unwrap();
+    assert_eq!(out["retcode"], 1, "{out}");
+    let refused = out["refused"].as_str().unwrap();
+    assert!(
+        refused.contains("2 of the 5 VMs") && refused.contains("max_changes=2"),
+        "{refused}"
     );
+    assert!(steps(&out).iter().all(|s| !s.2 && s.4.is_null()), "{out}");
+    assert_eq!(ip_map(&reg, CN), held, "nothing freed");
+    // A smaller allowance refuses too; the one asked for frees both.
+    let out = reg
+        .repair(None, &how(true, true, 0, Some(1), Some(none)))
+        .unwrap();
+    assert!(
+        out["refused"].as_str().unwrap().contains("max_changes=1"),
+        "{out}"
+    );
+    let out = reg
+        .repair(None, &how(true, true, 0, Some(2), Some(none)))
+        .unwrap();
+    assert_eq!(
+        (&out["retcode"], &out["refused"]),
+        (&json!(0), &Value::Null),
+        "{out}"
+    );
+    assert_eq!(ip_map(&reg, CN).len(), 3);
+    // Every VM of a node at once is a whole node: refused.
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &json!({})));
+    let out = reg
+        .repair(None, &how(true, true, 0, None, Some(none)))
+        .unwrap();
+    assert!(
+        out["refused"].as_str().unwrap().contains("every VM of"),
+        "{out}"
+    );
+    assert_eq!(ip_map(&reg, CN).len(), 3);
 }
 
 #[test]

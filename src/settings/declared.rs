@@ -347,6 +347,11 @@ impl Config {
             .collect();
         match nodes.as_slice() {
             [cn] => Ok((*cn).clone()),
+            [] if self.unplaced().contains_key(vm) => Err(Error::NotFound(format!(
+                "VM {vm} is declared without a compute node and cannot be placed: {} \
+                 (mastersalt-run mc_cloud.place {vm} explain=True shows why)",
+                self.unplaced().get(vm).map_or("", String::as_str)
+            ))),
             [] if self.anywhere().is_ok_and(|a| a.contains_key(vm)) => Err(Error::NotFound(format!(
                 "VM {vm} is declared without a compute node and is not placed yet: place it with \
                  mastersalt-run mc_cloud.place {vm} (explain=True shows why it fits where)"

@@ -76,6 +76,8 @@ pub struct Config {
     /// Where the VMs declared without a node were placed (VM → node), as
     /// the store holds it; see [`placement`].
     placements: BTreeMap<String, String>,
+    /// The VMs declared without a node that are not placed, with why.
+    unplaced: BTreeMap<String, String>,
 }
 
 impl Config {
@@ -91,16 +93,41 @@ impl Config {
             minions: OnceLock::new(),
             plans: Arc::default(),
             placements: BTreeMap::new(),
+            unplaced: BTreeMap::new(),
         }
     }
 
     /// The same configuration, with the VMs declared without a node on
     /// the nodes `placements` names (VM → node): they are then declared
     /// there as any other VM.
-    pub fn with_placements(&self, placements: BTreeMap<String, String>) -> Self {
+    /// `unplaced`: the VMs declared without a node that are not placed,
+    /// with why (what the calls about them say).
+    pub fn with_placements(
+        &self,
+        placements: BTreeMap<String, String>,
+        unplaced: BTreeMap<String, String>,
+    ) -> Self {
         let mut c = Config::new(self.ctx.clone(), self.pillar.clone());
         c.placements = placements;
+        c.unplaced = unplaced;
         c
+    }
+
+    /// The VMs declared without a node that are not placed, with why.
+    pub fn unplaced(&self) -> &BTreeMap<String, String> {
+        &self.unplaced
+    }
+
+    /// How long repair must see a leak before it destroys anything
+    /// (pillar `makina-states.cloud.repair.window`, any pillar form), with
+    /// the key it comes from.
+    pub fn repair_window(&self) -> Option<(String, Value)> {
+        forms(
+            &self.pillar,
+            &["makina-states", "cloud", "repair", "window"],
+        )
+        .pop()
+        .map(|(at, v, _)| (at, v.clone()))
     }
 
     /// Where the VMs declared without a node were placed.

@@ -129,11 +129,17 @@ pub struct Usage {
     pub capacity: Room,
     /// What its VMs (declared and placed) take.
     pub used: Room,
+    /// Why what its VMs take is not known (a VM's size that does not
+    /// read): nothing more is placed there until it is fixed.
+    pub unknown: Option<String>,
 }
 
 impl Usage {
     /// Whether a VM of `size` fits, and if not, why.
     pub fn fits(&self, size: &Room) -> std::result::Result<(), String> {
+        if let Some(why) = &self.unknown {
+            return Err(format!("its use is unknown: {why}"));
+        }
         for (i, d) in DIMENSIONS.iter().enumerate() {
             let Some(cap) = self.capacity.0.get(i).copied().flatten() else {
                 continue;
@@ -411,15 +417,24 @@ impl Config {
                 cn: cn.clone(),
                 capacity,
                 used: Room([Some(0); 4]),
+                unknown: None,
             };
+            let mut taking: Vec<&DeclaredVm> = vec![];
             if let Some(node) = self.declared()?.get(&cn) {
-                for d in node.vms.iter().filter(|d| !anywhere.contains_key(&d.name)) {
-                    u.add(&self.vm_size(d)?);
-                }
+                taking.extend(node.vms.iter().filter(|d| !anywhere.contains_key(&d.name)));
             }
-            for (vm, d) in &anywhere {
-                if placements.get(vm) == Some(&cn) {
-                    u.add(&self.vm_size(d)?);
+            taking.extend(
+                anywhere
+                    .iter()
+                    .filter(|(vm, _)| placements.get(*vm) == Some(&cn))
+                    .map(|(_, d)| d),
+            );
+            for d in taking {
+                // A size that does not read fails that VM's calls; the
+                // node's other VMs and placements stand.
+                match self.vm_size(d) {
+                    Ok(size) => u.add(&size),
+                    Err(e) => u.unknown = Some(e.to_string()),
                 }
             }
             out.push(u);
@@ -438,6 +453,7 @@ mod tests {
             cn: cn.into(),
             capacity: Room(cap),
             used: Room([Some(0); 4]),
+            unknown: None,
         }
     }
 

@@ -94,12 +94,24 @@ pub(crate) fn not_declared(cn: &str, vm: &str) -> Error {
 }
 
 impl Config {
+    /// Why `vm` is not declared on `cn`: not placed (it is declared without
+    /// a node, and why it is not placed), or not declared there.
+    pub(crate) fn not_on(&self, cn: &str, vm: &str) -> Error {
+        match self.unplaced().get(vm) {
+            Some(why) => Error::NotFound(format!(
+                "VM {vm} is declared without a compute node and cannot be placed: {why} \
+                 (mastersalt-run mc_cloud.place {vm} explain=True shows why)"
+            )),
+            None => not_declared(cn, vm),
+        }
+    }
+
     /// The per-VM inputs of `vm` on `cn`: merged settings before allocation
     /// and the explicit values the allocators must honour.
     pub fn vm_plan(&self, cn: &str, vm: &str) -> Result<VmPlan> {
         validate("VM", vm)?;
         let node = self.node_plan(cn)?;
-        node.vm(vm).cloned().ok_or_else(|| not_declared(cn, vm))
+        node.vm(vm).cloned().ok_or_else(|| self.not_on(cn, vm))
     }
 
     pub(super) fn vm_plan_with(

@@ -554,8 +554,9 @@ impl TxOps for Journaled<'_> {
         cn: &str,
         found: &[(String, String)],
         at: &str,
+        counts: bool,
     ) -> Result<Vec<(String, String, u32, String)>> {
-        self.inner.sighted(cn, found, at)
+        self.inner.sighted(cn, found, at, counts)
     }
     fn note(&self, change: Change) -> Result<()> {
         self.changes.borrow_mut().push(change);

@@ -1056,14 +1056,17 @@ pub trait TxOps {
         Ok(())
     }
 
-    /// Counts one more check of node `cn` finding each of `found` (`(kind,
-    /// vm)`), and forgets what the check no longer finds there: returns
-    /// how many consecutive checks found each, and since when.
+    /// Forgets what a check of node `cn` no longer finds there and, when
+    /// the check `counts` (an applying repair, not a plan), counts one more
+    /// check finding each of `found` (`(kind, vm)`, first seen at `at`):
+    /// returns how many counting checks found each in a row (0 for what no
+    /// counting check found yet), and since when.
     fn sighted(
         &self,
         cn: &str,
         found: &[(String, String)],
         at: &str,
+        counts: bool,
     ) -> Result<Vec<(String, String, u32, String)>>;
 
     /// Appends entries to the audit journal, at `at`, by `caller`.
@@ -1459,6 +1462,7 @@ impl TxOps for SqliteTx<'_> {
         cn: &str,
         found: &[(String, String)],
         at: &str,
+        counts: bool,
     ) -> Result<Vec<(String, String, u32, String)>> {
         let before: Vec<(String, String)> = self.rows(
             "SELECT kind, vm FROM sightings WHERE cn = ?1",
@@ -1473,17 +1477,22 @@ impl TxOps for SqliteTx<'_> {
         }
         let mut out = vec![];
         for (kind, vm) in found {
+            let sql = if counts {
+                "INSERT INTO sightings(kind, cn, vm, seen, since) VALUES (?1, ?2, ?3, 1, ?4)
+                 ON CONFLICT(kind, cn, vm) DO UPDATE SET seen = seen + 1
+                 RETURNING seen, since"
+            } else {
+                "SELECT seen, since FROM sightings WHERE kind = ?1 AND cn = ?2 AND vm = ?3 AND ?4 = ?4"
+            };
             let (seen, since): (u32, String) = self
                 .conn
-                .prepare_cached(
-                    "INSERT INTO sightings(kind, cn, vm, seen, since) VALUES (?1, ?2, ?3, 1, ?4)
-                     ON CONFLICT(kind, cn, vm) DO UPDATE SET seen = seen + 1
-                     RETURNING seen, since",
-                )
+                .prepare_cached(sql)
                 .and_then(|mut s| {
                     s.query_row(params![kind, cn, vm, at], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()
                 })
-                .at(self.path)?;
+                .at(self.path)?
+                .unwrap_or_else(|| (0, at.to_string()));
             out.push((kind.clone(), vm.clone(), seen, since));
         }
         Ok(out)

@@ -1179,6 +1179,7 @@ impl TxOps for PgTx<'_> {
         cn: &str,
         found: &[(String, String)],
         at: &str,
+        counts: bool,
     ) -> Result<Vec<(String, String, u32, String)>> {
         self.write_changes()?;
         let before = self.query("SELECT kind, vm FROM sightings WHERE cn = $1", &[&cn])?;
@@ -1193,15 +1194,18 @@ impl TxOps for PgTx<'_> {
         }
         let mut out = vec![];
         for (kind, vm) in found {
-            let rows = self.query(
+            let sql = if counts {
                 "INSERT INTO sightings(kind, cn, vm, seen, since) VALUES ($1, $2, $3, 1, $4)
                  ON CONFLICT(kind, cn, vm) DO UPDATE SET seen = sightings.seen + 1
-                 RETURNING seen, since",
-                &[kind, &cn, vm, &at],
-            )?;
-            let row = rows
-                .first()
-                .ok_or_else(|| Error::store(self.label, "a sighting was not returned"))?;
+                 RETURNING seen, since"
+            } else {
+                "SELECT seen, since FROM sightings WHERE kind = $1 AND cn = $2 AND vm = $3 AND $4::text IS NOT NULL"
+            };
+            let rows = self.query(sql, &[kind, &cn, vm, &at])?;
+            let Some(row) = rows.first() else {
+                out.push((kind.clone(), vm.clone(), 0, at.to_string()));
+                continue;
+            };
             let seen: i64 = self.col(row, 0)?;
             out.push((
                 kind.clone(),

@@ -17,10 +17,14 @@ use crate::store::Tx;
 
 /// The kinds of finding, each with what it means (`mc_cloud.drift`'s
 /// documentation lists them).
-pub const KINDS: [(&str, &str); 7] = [
+pub const KINDS: [(&str, &str); 8] = [
     (
         "undeclared_vm",
         "the store holds values for a VM the node no longer declares",
+    ),
+    (
+        "unplaced_vm",
+        "a VM declared without a compute node is not placed",
     ),
     (
         "unallocated_vm",
@@ -112,6 +116,25 @@ impl Held {
     }
 }
 
+/// A finding per VM declared without a node that is not placed (a size
+/// or placement pillar that does not read, no room): the store keeps
+/// every placement made, so the VM is not gone, only not placed.
+pub fn unplaced(config: &Config) -> Vec<Value> {
+    config
+        .unplaced()
+        .iter()
+        .map(|(vm, why)| {
+            finding(
+                "unplaced_vm",
+                "",
+                vm,
+                json!("placed on a compute node with room"),
+                json!(why),
+            )
+        })
+        .collect()
+}
+
 /// One discrepancy.
 fn finding(kind: &str, cn: &str, vm: &str, expected: Value, found: Value) -> Value {
     let what = KINDS
@@ -157,9 +180,14 @@ pub fn node(config: &Config, cn: &str, node: Option<&NodePlan>, held: &Held) -> 
             .map(|(other, _)| other.as_str())
             .collect()
     };
+    let anywhere = config.anywhere()?;
+    // A VM declared without a node and placed nowhere is not gone: only
+    // not placed (an `unplaced_vm` finding says why).
+    let unplaced =
+        |vm: &str| anywhere.contains_key(vm) && config.placements().get(vm).is_none_or(|p| p == cn);
     let mut out = vec![];
     for vm in &held.vms {
-        if !names.contains(vm.as_str()) {
+        if !names.contains(vm.as_str()) && !unplaced(vm) {
             let declared_on = elsewhere(vm);
             let expected = if declared_on.is_empty() {
                 json!("nothing: declared on no compute node")

@@ -1,21 +1,28 @@
-"""Repair through the real ``salt-run`` on the sample pillar with the
-enable flags: a VM removed from the pillar (a leaked allocation), a VM
-added, a key mccloud made for a minion no longer declared, a declared
-VM's key deleted by hand. ``drift`` reports each; ``repair`` plans each
-without changing anything; ``repair apply=True`` fixes what it may (the
-leak only after consecutive checks, or forced) and a second ``drift`` is
-clean but for what is left to the operator; the journal shows each
-change, and no secret."""
+"""Repair through the real ``salt-run`` and ``salt-call`` on the sample
+pillar with the enable flags, with no master running (so no node can be
+asked for its guests): a VM removed from the pillar (a leaked
+allocation), a VM added, a key mccloud made for a minion no longer
+declared, a declared VM's key deleted by hand. ``drift`` reports each;
+``repair`` registers what is declared and destroys nothing without the
+nodes' word, forced or not; a placement pillar slip keeps every placed VM
+(its allocations, its key) and is reported; two controllers whose pillars
+differ on one store each forget the other's sightings; the cleanup calls
+plan first. The runner with a master and real guests is in
+``tests/integration`` (nsbox and lxc)."""
 
 from __future__ import annotations
 
 import copy
 import json
 import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import salt.config
+import yaml
 
+from mccloud.cli import write_masterless_config
 from mccloud.orchestration import minions
 from tests.support.pillars import FLAGS
 from tests.support.saltenv import CN, SaltEnv
@@ -40,14 +47,28 @@ def make_key(salt_env: SaltEnv, minion: str) -> dict[str, Any]:
     return mopts
 
 
-def test_repair_plans_then_fixes_what_it_may(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
+def accepted(mopts: dict[str, Any]) -> list[str]:
+    return list(minions.wheel(mopts, "key.list")("accepted")["minions"])
+
+
+def repair(salt_env: SaltEnv, *args: str) -> dict[str, Any]:
+    r = salt_env.run("mc_cloud.repair", *args)
+    assert "Traceback" not in r.output, r.output
+    out = json.loads(r.stdout)
+    assert (r.returncode != 0) == (out["retcode"] != 0), r.output
+    return dict(out)
+
+
+def test_repair_registers_and_destroys_nothing_without_the_nodes_word(salt_env: SaltEnv,
+                                                                         sample: dict[str, Any]) -> None:
     pillar = {**sample, **FLAGS}
     salt_env.set_pillar(pillar)
     registered = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)["vms"]
-    make_key(salt_env, ORPHAN)
+    mopts = make_key(salt_env, ORPHAN)
     kept = "gfoobar.test.com"
-    mopts = make_key(salt_env, kept)
+    make_key(salt_env, kept)
     minions.wheel(mopts, "key.delete")(kept)  # deleted by hand, record kept
+    make_key(salt_env, CN)  # a compute node is a minion mccloud expects
 
     changed = copy.deepcopy(pillar)
     del changed[SEED_KEY][GONE]
@@ -56,65 +77,125 @@ def test_repair_plans_then_fixes_what_it_may(salt_env: SaltEnv, sample: dict[str
 
     r = salt_env.run("mc_cloud.drift")
     assert r.returncode != 0, r.output
-    drift = json.loads(r.stdout)
-    assert kinds(drift) == {(GONE, "undeclared_vm"), (NEW, "unallocated_vm"), (ORPHAN, "orphan_minion_key"),
-                            (kept, "missing_minion_key")}, drift
+    assert kinds(json.loads(r.stdout)) == {(GONE, "undeclared_vm"), (NEW, "unallocated_vm"),
+                                           (ORPHAN, "orphan_minion_key"), (kept, "missing_minion_key")}, r.stdout
 
-    # The plan changes no allocation and deletes no key.
-    r = salt_env.run("mc_cloud.repair")
-    assert r.returncode != 0 and "Traceback" not in r.output, r.output
-    plan = json.loads(r.stdout)
-    actions = {(s["vm"], s["action"], s["ready"]) for s in plan["steps"]}
-    assert actions == {(GONE, "free", False), (NEW, "register", True), (ORPHAN, "delete_key", True),
-                       (kept, "manual", False)}, plan
-    assert plan["applied"] is False and plan["retcode"] == 2
-    assert ORPHAN in minions.wheel(mopts, "key.list")("accepted")["minions"]
+    # The plan counts nothing and changes nothing.
+    plan = repair(salt_env)
+    actions = {(s["vm"], s["action"], s["ready"], s["seen"]) for s in plan["steps"]}
+    assert actions == {(GONE, "free", False, 0), (NEW, "register", True, 0), (ORPHAN, "delete_key", False, 0),
+                       (kept, "manual", False, 0)}, plan
+    assert plan["applied"] is False and plan["retcode"] == 2 and plan["window"] == 86400, plan
+    assert ORPHAN in accepted(mopts)
+
+    # Applied and forced with a window of 0: the new VM is registered;
+    # the leak and the orphan key stay, for no node and no master could
+    # say that nothing uses them.
+    for _ in range(2):
+        applied = repair(salt_env, "apply=True", "force=True", "window=0", "max_changes=10")
+    steps = {s["vm"]: s for s in applied["steps"]}
+    assert NEW not in steps and steps[GONE].get("done") is None and steps[GONE]["seen"] == 2, applied
+    assert "could not be listed" in steps[GONE]["plan"] or "were not listed" in steps[GONE]["plan"], steps[GONE]
+    assert steps[ORPHAN].get("done") is None and "pinged" in steps[ORPHAN]["plan"] or \
+        "could not be listed" in steps[ORPHAN]["plan"], steps[ORPHAN]
+    assert ORPHAN in accepted(mopts) and CN in accepted(mopts)
     ips = salt_env.ok("mc_cloud_compute_node.get_allocated_ips", CN)["ips"]
-    assert ips[GONE] == registered[GONE]["ip"] and NEW not in ips, ips
+    assert ips[GONE] == registered[GONE]["ip"] and NEW in ips, ips
 
-    # Applied: the new VM registered, the orphan key deleted; the leak was
-    # seen by 2 of 3 checks, so it waits; force frees it now.
-    r = salt_env.run("mc_cloud.repair", "apply=True")
-    applied = json.loads(r.stdout)
-    done = {s["vm"]: s.get("done") for s in applied["steps"]}
-    assert done[NEW] == "registered" and done[ORPHAN].startswith("deleted from the "), applied
-    assert done[GONE] is None and r.returncode != 0, applied
-    assert ORPHAN not in minions.wheel(mopts, "key.list")("accepted")["minions"]
-    r = salt_env.run("mc_cloud.repair", "apply=True", "force=True")
-    forced = json.loads(r.stdout)
-    step = next(s for s in forced["steps"] if s["vm"] == GONE)
-    assert step["done"]["freed"]["ip"] == registered[GONE]["ip"], forced
+    # The cleanup calls plan first, and free nothing without evidence.
+    record = salt_env.ok("mc_cloud_compute_node.cleanup_allocated_ips", CN)
+    assert record["freed"] == {} and record["ips"][GONE] == registered[GONE]["ip"], record
+    assert [s["vm"] for s in record["plan"]] == [GONE], record
+    assert GONE in salt_env.ok("mc_cloud_compute_node.cleanup_ssh_ports", CN, "apply=True")
+    r = salt_env.call("mc_cloud_compute_node.cleanup_allocated_ips", CN, "apply=Flase")
+    assert r.returncode != 0 and "apply='Flase'" in r.output and "Traceback" not in r.output, r.output
 
-    # A second drift is clean but for what is left to the operator.
-    r = salt_env.run("mc_cloud.drift")
-    assert kinds(json.loads(r.stdout)) == {(kept, "missing_minion_key")}, r.stdout
-    # Repairing again changes nothing more.
-    held = salt_env.ok("mc_cloud_compute_node.get_allocated_ips", CN)["ips"]
-    again = json.loads(salt_env.run("mc_cloud.repair", "apply=True").stdout)
-    assert [(s["vm"], s["action"]) for s in again["steps"]] == [(kept, "manual")], again
-    assert salt_env.ok("mc_cloud_compute_node.get_allocated_ips", CN)["ips"] == held
-
-    # The journal shows every change of the run, and no secret.
+    # The journal shows the registration; no secret.
     entries = json.loads(salt_env.run("mc_cloud.audit").stdout)
-    seen = {(e["kind"], e["vm"]) for e in entries}
-    assert {("allocated", NEW), ("freed", GONE), ("repaired", GONE), ("key_deleted", ORPHAN)} <= seen, seen
-    passwords = [salt_env.ok("mc_cloud_compute_node.find_password_for_vm", CN, "lxc", vm)
-                 for vm in changed[SEED_KEY]]
-    text = json.dumps(entries)
-    assert not [p for p in passwords if len(p) >= 16 and p in text]
+    assert ("allocated", NEW) in {(e["kind"], e["vm"]) for e in entries}
+    assert not [e for e in entries if e["kind"] in ("freed", "key_deleted")], entries
 
-    r = salt_env.run("mc_cloud.repair", "after=0")
-    assert r.returncode != 0 and "after=0" in r.output and "Traceback" not in r.output, r.output
+    for bad, said in (("window=soon", "window='soon'"), ("max_changes=-1", "max_changes=-1")):
+        r = salt_env.run("mc_cloud.repair", bad)
+        assert r.returncode != 0 and said in r.output and "Traceback" not in r.output, r.output
 
 
-def test_the_command_line_repairs_the_registry(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
-    import subprocess
+ANYWHERE = ["p1.foo.com", "p2.foo.com"]
 
+
+def test_a_placement_slip_keeps_every_placed_vm(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
+    pillar = {
+        **sample, **FLAGS,
+        "makina-states.cloud.compute_node.capacity": {CN: {"vms": 20, "memory": "64G"}},
+        "makina-states.cloud.lxc.anywhere": {vm: {"memory": "1G"} for vm in ANYWHERE},
+    }
+    salt_env.set_pillar(pillar)
+    before = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)["vms"]
+    assert set(ANYWHERE) <= set(before), before
+    mopts = make_key(salt_env, ANYWHERE[0])
+
+    # A typo in a new VM's size, then in the capacity itself: the VMs
+    # placed before keep their node, their allocations and their key.
+    for slip in ({"makina-states.cloud.lxc.anywhere.p3.foo.com": {"memory": "2 gigs"}},
+                 {"makina-states.cloud.compute_node.capacity": {CN: {"memory": "lots"}},
+                  "makina-states.cloud.lxc.anywhere.p3.foo.com": {}}):
+        salt_env.set_pillar({**pillar, **slip})
+        now = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)["vms"]
+        for vm in ANYWHERE:
+            assert now[vm]["ip"] == before[vm]["ip"], (vm, now[vm], before[vm])
+        r = salt_env.call("mc_cloud_lxc.get_settings_for_vm", CN, "p3.foo.com")
+        assert r.returncode != 0 and "cannot be placed" in r.output and "Traceback" not in r.output, r.output
+        assert ("2 gigs" if "p3.foo.com" in str(slip) and "gigs" in str(slip) else "lots") in r.output, r.output
+        r = salt_env.run("mc_cloud.drift")
+        found = kinds(json.loads(r.stdout))
+        assert found == {("p3.foo.com", "unplaced_vm")}, r.stdout
+        plan = repair(salt_env, "apply=True", "force=True", "window=0")
+        assert [(s["vm"], s["action"]) for s in plan["steps"]] == [("p3.foo.com", "manual")], plan
+        assert ANYWHERE[0] in accepted(mopts)
+    for vm in ANYWHERE:
+        assert salt_env.ok("mc_cloud_compute_node.find_ip_for_vm", CN, vm) == before[vm]["ip"]
+
+
+def second_controller(tmp_path: Path, salt_env: SaltEnv, pillar: dict[str, Any]) -> SaltEnv:
+    """Another masterless controller on ``salt_env``'s store, with its own
+    pillar."""
+    conf = Path(write_masterless_config(str(tmp_path / "b"), yaml.safe_dump(pillar)))
+    for name in ("minion", "master"):
+        path = conf / name
+        settings = json.loads(path.read_text())
+        settings["mccloud_store_dir"] = str(salt_env.store_dir)
+        path.write_text(json.dumps(settings))
+    return SaltEnv(tmp_path / "b", conf)
+
+
+def test_two_controllers_forget_each_others_sightings(tmp_path: Path, salt_env: SaltEnv,
+                                                      sample: dict[str, Any]) -> None:
+    pillar = {**sample, **FLAGS}
+    salt_env.set_pillar(pillar)
+    salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
+    lagging = copy.deepcopy(pillar)
+    del lagging[SEED_KEY][GONE]
+    b = second_controller(tmp_path, salt_env, lagging)
+
+    def seen_by_b() -> int:
+        out = repair(b, "apply=True")
+        return int(next(s["seen"] for s in out["steps"] if s["vm"] == GONE))
+
+    assert [seen_by_b(), seen_by_b()] == [1, 2]
+    # The controller whose pillar declares the VM checks: the sighting goes.
+    assert repair(salt_env, "apply=True")["steps"] == []
+    assert seen_by_b() == 1
+    assert salt_env.ok("mc_cloud_compute_node.find_ip_for_vm", CN, GONE)  # declared here, held
+
+
+def test_the_command_line_repairs_the_registry_and_never_destroys(salt_env: SaltEnv,
+                                                                  sample: dict[str, Any]) -> None:
     pillar = {**sample, **FLAGS}
     salt_env.set_pillar(pillar)
     salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
     changed = copy.deepcopy(pillar)
     del changed[SEED_KEY][GONE]
+    changed[SEED_KEY][NEW] = {}
     salt_env.set_pillar(changed)
     env = {**os.environ, "MASTERSALT_CONFIG_DIR": str(salt_env.conf)}
     env.pop("MCCLOUD_STORE_DIR", None)
@@ -122,14 +203,17 @@ def test_the_command_line_repairs_the_registry(salt_env: SaltEnv, sample: dict[s
     def mccloud(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["mccloud", "repair", *args], capture_output=True, text=True, env=env, timeout=300)
 
-    p = mccloud("--after", "2")
+    p = mccloud("--window", "0")
     assert p.returncode == 2, p.stdout + p.stderr
-    header, row = p.stdout.splitlines()
-    assert header.split() == ["NODE", "VM", "KIND", "ACTION", "SEEN", "READY", "DONE"]
-    assert row.split() == [CN, GONE, "undeclared_vm", "free", "1/2", "no"], row
-    assert "1 step(s) planned" in p.stderr
-    p = mccloud("--after", "2", "--apply", "--output", "json")
+    header, *rows = p.stdout.splitlines()
+    assert header.split() == ["NODE", "VM", "KIND", "ACTION", "SEEN", "READY", "DONE/PLAN"]
+    assert [r.split()[:6] for r in rows] == [[CN, GONE, "undeclared_vm", "free", "0", "no"],
+                                             [CN, NEW, "unallocated_vm", "register", "0", "yes"]], rows
+    assert "2 step(s) planned" in p.stderr and "mastersalt-run mc_cloud.repair" in p.stderr
+    p = mccloud("--window", "0", "--apply", "--output", "json")
     out = json.loads(p.stdout)
-    assert p.returncode == 0 and out["steps"][0]["done"]["freed"]["ip"], p.stdout + p.stderr
-    p = mccloud()
-    assert p.returncode == 0 and "nothing to repair" in p.stderr, p.stdout + p.stderr
+    steps = {s["vm"]: s for s in out["steps"]}
+    assert steps[NEW]["done"] == "registered" and steps[GONE].get("done") is None, p.stdout + p.stderr
+    assert GONE in salt_env.ok("mc_cloud_compute_node.get_allocated_ips", CN)["ips"]
+    p = mccloud("--window", "soon")
+    assert p.returncode != 0 and "--window soon" in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -72,11 +72,17 @@ def parse_lxc_ls(text: str) -> dict[str, dict[str, Any]]:
 def guests(env: Env, target: str) -> dict[str, dict[str, Any]]:
     """The containers on compute node ``target``, whoever made them, but
     the images (mccloud's drift hook): ``{name: {running, ips, mac}}``, from
-    ``lxc-ls`` in every lxc path the node's VMs use."""
+    ``lxc-ls`` in every lxc path the node's VMs use, and in the default
+    path of the lxc settings (where a VM no longer declared may live; a
+    container is named after its VM)."""
     from mccloud.orchestration import transport
 
-    data = env.node_data(target)
-    paths = {str(vm_data(env, vm, target)["lxc_path"]) for vm, v in data["vms"].items() if v.get("vt") == "lxc"}
+    # From the declarations (no registration: repair asks this in a plan).
+    vms = (env.config.compute_node_settings().get("targets") or {}).get(target, {}).get("vms") or {}
+    paths = {str(vm_data(env, vm, target)["lxc_path"]) for vm, vt in vms.items() if vt == "lxc"}
+    default = (env.config.lxc_settings().get("defaults") or {}).get("lxc_path")
+    if default:
+        paths.add(str(default))
     skip = set(images(env))
     out: dict[str, dict[str, Any]] = {}
     with transport.local_client(env.opts["conf_file"]) as client:

@@ -372,75 +372,117 @@ def remove_allocated_ip(target, ip, vm=None):
     return reg.allocated(target, "ip")
 
 
+def _cleanup(target, apply, max_changes, window):
+    """The leaked allocations of node ``target`` (VMs it no longer
+    declares), planned, and with ``apply`` freed where the evidence is
+    there, as ``mastersalt-run mc_cloud.repair`` frees them (it asks the
+    node through the controller's master): ``(registry, plan steps, freed
+    {vm: what it held})``."""
+    from mccloud.orchestration import repair
+
+    apply = _ms.boolean("apply", apply)
+    if __pillar__.get("_errors"):
+        raise _ms.MccloudError("the pillar does not render (" + "; ".join(map(str, __pillar__["_errors"]))
+                               + "): nothing is freed while the declarations are unknown")
+    target = str(target)
+    reg = _registry()
+    env = repair.controller_env(__opts__, "mc_cloud_compute_node.cleanup")
+    out = repair.repair(env, target, apply, False, window, max_changes, frees_only=True)
+    if out.get("refused") or out["errors"]:
+        raise _ms.MccloudError("; ".join([*(f"{k}: {v}" for k, v in sorted(out["errors"].items())),
+                                          *([out["refused"]] if out.get("refused") else [])]))
+    freed = {s["vm"]: s["done"]["freed"] for s in out["steps"] if isinstance(s.get("done"), dict)
+             and "freed" in s["done"]}
+    return reg, out["steps"], freed
+
+
+def _log_plan(target, steps):
+    import logging
+
+    for s in steps:
+        if s.get("done") is None:
+            logging.getLogger(__name__).warning("mccloud: %s %s: %s", target, s["vm"], s["plan"])
+
+
 @_ms.salt_errors
-def cleanup_allocated_ips(target):
-    """Frees the IPs of VMs no longer declared on the node; returns the
-    node's allocated-IP record (``{'api': 2, 'ips': {vm: ip}}``) with the
-    freed ones under ``freed``.
+def cleanup_allocated_ips(target, apply=False, max_changes=None, window=None):
+    """Frees the allocations of VMs no longer declared on the node; returns
+    the node's allocated-IP record (``{'api': 2, 'ips': {vm: ip}}``), the
+    freed IPs under ``freed`` and every step under ``plan``.
+
+    Plan first: without ``apply=True`` nothing is freed. A VM no longer
+    declared is freed whole (IPs, ports, id block, MACs retired, password
+    forgotten) only on evidence, as ``mastersalt-run mc_cloud.repair``
+    frees it: seen by applying checks over ``window`` (default 24h, pillar
+    ``makina-states.cloud.repair.window``) and absent from its node (asked
+    through the controller's master). More than 10% of the node's VMs, the
+    whole node or a VM placed by policy at once is refused unless
+    ``max_changes`` allows that many. ``cleanup_ssh_ports``,
+    ``cleanup_snmp_ports`` and ``cleanup_idmaps`` do the same and return
+    what is still allocated of their kind.
 
     CLI Example:
 
     .. code-block:: bash
 
         mastersalt-call mc_cloud_compute_node.cleanup_allocated_ips devhost10.local
+        mastersalt-call mc_cloud_compute_node.cleanup_allocated_ips devhost10.local apply=True
     """
-    reg = _registry()
-    freed = reg.cleanup(str(target), "ip")
-    return _ips_record(reg, target, freed=freed)
+    reg, steps, freed = _cleanup(target, apply, max_changes, window)
+    return _ips_record(reg, target, freed={vm: f["ip"] for vm, f in freed.items() if "ip" in f}, plan=steps)
 
 
-@_ms.salt_errors
-def cleanup_ssh_ports(target, target_data=None):
-    """Frees the ssh ports of VMs no longer declared on the node; returns
-    the ports still allocated, ``{vm: port}``. ``target_data`` (the node's
-    settings, as the original took them) is accepted; the pillar's
-    declaration decides which VMs stay.
-
-    CLI Example:
-
-    .. code-block:: bash
-
-        mastersalt-call mc_cloud_compute_node.cleanup_ssh_ports devhost10.local
-    """
+def _cleanup_kind(kind, target, target_data, apply, max_changes, window):
     _vms_kept(target_data)
-    reg = _registry()
-    reg.cleanup(str(target), "ssh")
-    return reg.allocated(str(target), "ssh")
+    reg, steps, _ = _cleanup(target, apply, max_changes, window)
+    _log_plan(target, steps)
+    return reg.allocated(str(target), kind)
 
 
 @_ms.salt_errors
-def cleanup_snmp_ports(target, target_data=None):
-    """Frees the snmp ports of VMs no longer declared on the node; returns
-    the ports still allocated, ``{vm: port}``. ``target_data`` is accepted
-    as for ``cleanup_ssh_ports``.
+def cleanup_ssh_ports(target, target_data=None, apply=False, max_changes=None, window=None):
+    """Frees the allocations of VMs no longer declared on the node (see
+    ``cleanup_allocated_ips``); returns the ssh ports still allocated, ``{vm: port}`` (the plan goes to the
+    log). ``target_data`` (the node's settings, as the original took them)
+    is accepted; the pillar's declaration decides which VMs stay.
 
     CLI Example:
 
     .. code-block:: bash
 
-        mastersalt-call mc_cloud_compute_node.cleanup_snmp_ports devhost10.local
+        mastersalt-call mc_cloud_compute_node.cleanup_ssh_ports devhost10.local apply=True
     """
-    _vms_kept(target_data)
-    reg = _registry()
-    reg.cleanup(str(target), "snmp")
-    return reg.allocated(str(target), "snmp")
+    return _cleanup_kind("ssh", target, target_data, apply, max_changes, window)
 
 
 @_ms.salt_errors
-def cleanup_idmaps(target):
-    """Frees the subordinate id blocks of VMs no longer declared on the
-    node; returns the blocks still allocated, ``{vm: first host id}`` (each
-    block is 65,536 ids).
+def cleanup_snmp_ports(target, target_data=None, apply=False, max_changes=None, window=None):
+    """Frees the allocations of VMs no longer declared on the node (see
+    ``cleanup_allocated_ips``); returns the snmp ports still allocated, ``{vm: port}`` (the plan goes to the
+    log). ``target_data`` is accepted as for ``cleanup_ssh_ports``.
 
     CLI Example:
 
     .. code-block:: bash
 
-        mastersalt-call mc_cloud_compute_node.cleanup_idmaps devhost10.local
+        mastersalt-call mc_cloud_compute_node.cleanup_snmp_ports devhost10.local apply=True
     """
-    reg = _registry()
-    reg.cleanup(str(target), "idmap")
-    return reg.allocated(str(target), "idmap")
+    return _cleanup_kind("snmp", target, target_data, apply, max_changes, window)
+
+
+@_ms.salt_errors
+def cleanup_idmaps(target, apply=False, max_changes=None, window=None):
+    """Frees the allocations of VMs no longer declared on the node (see
+    ``cleanup_allocated_ips``); returns the subordinate id blocks still allocated, ``{vm: first host id}``
+    (each block is 65,536 ids; the plan goes to the log).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-call mc_cloud_compute_node.cleanup_idmaps devhost10.local apply=True
+    """
+    return _cleanup_kind("idmap", target, None, apply, max_changes, window)
 
 
 @_ms.salt_errors

@@ -268,6 +268,22 @@ def key_findings(opts: Mapping[str, Any], expected: set[str]) -> list[dict[str, 
     return found
 
 
+def keys_made(opts: Mapping[str, Any]) -> int:
+    """How many keys mccloud made are accepted on the masters (what the
+    share of keys a repair may delete is counted against)."""
+    n = 0
+    for mode in MODES:
+        try:
+            mopts = master_opts(opts, mode)
+        except mccloud.NotFoundError:
+            continue
+        if not (Path(str(mopts["pki_dir"])) / "minions").is_dir():
+            continue
+        n += sum(1 for m in wheel(mopts, "key.list")("accepted").get("minions", [])
+                 if _record(mopts, m).is_file() and ours(mopts, m))
+    return n
+
+
 def accepted(opts: Mapping[str, Any], minion: str, mode: str) -> bool:
     """Whether the master of ``mode`` accepted ``minion``'s key."""
     return minion in wheel(master_opts(opts, mode), "key.list")("accepted").get("minions", [])

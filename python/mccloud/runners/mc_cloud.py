@@ -8,7 +8,7 @@ import json
 import mccloud
 import mccloud.orchestration as _o
 from mccloud import saltsupport
-from mccloud.orchestration import minions
+from mccloud.orchestration import repair as _repair
 
 __virtualname__ = "mc_cloud"
 
@@ -19,23 +19,6 @@ def __virtual__():
 
 def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
-
-
-def _expected_minions(env):
-    """The minions that should exist: every declared VM, every saltify
-    target, the controller."""
-    targets = env.config.compute_node_settings().get("targets") or {}
-    vms = {vm for node in targets.values() for vm in (node.get("vms") or {})}
-    saltify = set((env.config.saltify_settings().get("targets") or {}).keys())
-    return vms | saltify | {env.controller}
-
-
-def _key_findings(env, target):
-    """Key drift (see ``minions.key_findings``), for every node only: keys
-    belong to the masters, not to one compute node."""
-    if target is not None:
-        return []
-    return minions.key_findings(env.opts, _expected_minions(env))
 
 
 def _cell(value):
@@ -60,27 +43,6 @@ def _table(env, out, key, columns, empty):
     return {"outputter": "table", "data": data}
 
 
-def _nodes_to_check(env, target):
-    targets = env.config.compute_node_settings().get("targets") or {}
-    return [str(target)] if target is not None else sorted(targets)
-
-
-def _node_findings(env, target, nodes, errors):
-    """With ``nodes``: the drift on each compute node itself (see
-    ``generic.node_drift``); a node that cannot be checked goes to
-    ``errors``."""
-    if not saltsupport.boolean("nodes", nodes):
-        return []
-    found = []
-    for cn in _nodes_to_check(env, target):
-        env.progress(f"{cn}: checking the node against the registry")
-        try:
-            found.extend(_o.node_drift(env, cn))
-        except mccloud.MccloudError as exc:
-            errors[cn] = str(exc)
-    return found
-
-
 @_o.strict
 def drift(target=None, nodes=False, **kwargs):
     """Where the cloud drifted from what the pillar declares, for compute
@@ -94,6 +56,9 @@ def drift(target=None, nodes=False, **kwargs):
       declares (freed by ``mc_cloud.repair``, ``mc_cloud_compute_node.cleanup_*``
       or a destroy);
     - ``unallocated_vm``: a declared VM holds no IP yet (never registered);
+    - ``unplaced_vm`` (node empty): a VM declared without a node is not
+      placed (its size or the placement pillar does not read, or it fits
+      nowhere: ``found`` says why); the placements made before stand;
     - ``ip_outside_network``, ``port_outside_range``,
       ``idmap_outside_range``: a value held outside today's network or
       ranges;
@@ -127,7 +92,8 @@ def drift(target=None, nodes=False, **kwargs):
 
     def body(env):
         out = env.registry.drift(None if target is None else str(target))
-        more = _key_findings(env, target) + _node_findings(env, target, nodes, out["errors"])
+        keys, _ = _repair.key_drift(env, target, out["errors"])
+        more = keys + _repair.node_findings(env, target, nodes, out["errors"])
         out["findings"].extend(more)
         if out["errors"]:
             out["retcode"] = 1
@@ -142,34 +108,47 @@ def drift(target=None, nodes=False, **kwargs):
 
 
 @_o.strict
-def repair(target=None, apply=False, force=False, after=3, nodes=False, **kwargs):
+def repair(target=None, apply=False, force=False, window=None, max_changes=None, nodes=False, **kwargs):
     """Repairs the drift ``mc_cloud.drift`` finds, for compute node
     ``target`` or every node: shows the plan, and carries it out only with
     ``apply=True``. One step per finding, with its ``action``, whether it is
-    ``ready``, ``seen`` (the consecutive repair checks that found it) and,
-    once applied, ``done`` (what it did):
+    ``ready``, ``seen`` (the applying checks that found it in a row),
+    ``since``, ``plan`` (what it does, or what it waits for) and, once
+    applied, ``done`` (what it did):
 
     - ``free`` (``undeclared_vm``, a leaked allocation): frees what the VM
-      holds on the node, only once ``after`` consecutive checks (default 3;
-      each repair call, planned or applied, is a check) found it, or at once
-      with ``force=True``: a VM between two pillar edits is never freed by
-      one look;
+      holds on the node;
+    - ``delete_key`` (``orphan_minion_key``): deletes the key mccloud made
+      for a minion no longer declared (never a key it did not make);
     - ``register`` (``unallocated_vm``, ``declared_ip_not_held``,
       ``declared_mac_not_held``): registers the node, allocating what its
       declarations ask for;
-    - ``delete_key`` (``orphan_minion_key``): deletes the key mccloud made
-      for a minion no longer declared (never a key it did not make);
     - ``render`` (``node_config_drift``, with ``nodes=True``): applies the
       node's SLS again (reverse proxy, firewall and DNAT, hosts…), once per
       node;
-    - ``manual`` (values outside today's ranges, a missing minion key, a
-      guest missing, stopped or with another address, a stray guest): left
-      to the operator, with what to do (a running VM is never renumbered;
-      mccloud never touches a guest it did not make).
+    - ``manual`` (a VM declared without a node that is not placed, values
+      outside today's ranges, a missing minion key, a guest missing,
+      stopped or with another address, a stray guest): left to the
+      operator, with what to do.
+
+    Freeing and deleting act on evidence, never on repetition: the
+    finding was seen by applying checks (``apply=True``; a plan is no
+    check) over at least ``window`` (seconds, or ``30m``, ``24h``, ``7d``;
+    default: pillar ``makina-states.cloud.repair.window``, else 24h), with
+    no check in between that did not see it; **and** the node, asked
+    through its drivers' ``guests`` hooks, has no such guest (a key also
+    needs its minion not to answer a ping). ``force=True`` waives the
+    window, never the node's word: a VM whose guest still exists is
+    reported "declared nowhere, still running" and never freed. A repair
+    that would free more than 10% of a node's VMs, a whole node or a VM
+    placed by policy, or delete more than 10% of the keys mccloud made,
+    refuses every destroying step and says why, unless ``max_changes``
+    allows that many. A node whose declaration is broken, or a pillar
+    that does not render, is "unknown": nothing of it is destroyed.
 
     Each step is idempotent; every change is in the audit journal.
     ``retcode``: 0 when nothing is left to do, 2 when steps wait (or were
-    only planned), 1 on an error.
+    only planned), 1 on an error or a refusal.
 
     CLI Example:
 
@@ -177,58 +156,14 @@ def repair(target=None, apply=False, force=False, after=3, nodes=False, **kwargs
 
         mastersalt-run mc_cloud.repair
         mastersalt-run mc_cloud.repair devhost10.local apply=True
-        mastersalt-run mc_cloud.repair apply=True force=True
+        mastersalt-run mc_cloud.repair apply=True window=1h max_changes=3
     """
     env = _env()
 
     def body(env):
         apply_, force_ = saltsupport.boolean("apply", apply), saltsupport.boolean("force", force)
-        if isinstance(after, bool) or not isinstance(after, int) or after < 1:
-            raise mccloud.ArgumentError(f"after={after!r}: give the number of consecutive checks (after=3)")
-        out = env.registry.repair(None if target is None else str(target), apply_, force_, after)
-        rendered = {}
-        for f in _node_findings(env, target, nodes, out["errors"]):
-            step = {**f, "seen": 1, "since": None}
-            if f["kind"] == "node_config_drift":
-                step.update(action="render", ready=True,
-                            plan=f"apply the node's SLS again on {f['node']} (state {f['what']})")
-                if apply_:
-                    if f["node"] not in rendered:
-                        done = _o.node_render(env, f["node"])
-                        rendered[f["node"]] = done
-                        if done.result:
-                            env.registry.record("repaired", f["node"], "", "node configuration", "", "rendered")
-                    done = rendered[f["node"]]
-                    step["done"] = "node SLS applied" if done.result else {"error": done.comment}
-            elif f["kind"] == "stray_guest":
-                step.update(action="manual", ready=False,
-                            plan=f"a guest nobody declared on {f['node']}: mccloud never touches a guest it did "
-                                 "not make; declare it or remove it by hand")
-            else:
-                step.update(action="manual", ready=False,
-                            plan=f"provision {f['vm']} again (mastersalt-run mc_cloud_vm.provision {f['vm']})")
-            out["steps"].append(step)
-        for f in _key_findings(env, target):
-            step = {**f, "seen": 1, "since": None}
-            if f["kind"] == "orphan_minion_key":
-                step.update(action="delete_key", ready=True,
-                            plan=f"delete the key mccloud made for {f['vm']} from the {f['node']} master")
-                if apply_:
-                    gone = minions.forget(env.opts, f["vm"])
-                    for mode in gone:
-                        env.registry.record("key_deleted", mode, f["vm"], "minion key",
-                                            f"accepted on the {mode} master", "")
-                    step["done"] = f"deleted from the {', '.join(gone)} master" if gone else "no key left to delete"
-            else:
-                step.update(action="manual", ready=False,
-                            plan=f"provision {f['vm']} again (mastersalt-run mc_cloud_vm.provision, or "
-                                 f"mc_cloud_saltify.saltify for a target): its minion needs a new key")
-            out["steps"].append(step)
-        if out["errors"] or any(isinstance(s.get("done"), dict) and "error" in s["done"] for s in out["steps"]):
-            out["retcode"] = 1
-        elif any(s.get("done") is None for s in out["steps"]) and out["retcode"] == 0:
-            out["retcode"] = 2
-        return out
+        return _repair.repair(env, None if target is None else str(target), apply_, force_, window,
+                              max_changes, nodes)
 
     out = _o.answer("repair", body, env, **kwargs)
     if out.get("retcode"):

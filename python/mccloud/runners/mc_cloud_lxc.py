@@ -273,10 +273,13 @@ def vm_destroy(vm, target=None, **kwargs):
 
 
 @_o.strict
-def guests(target, **kwargs):
+def guests(target, also=None, **kwargs):
     """The containers on compute node ``target``, declared or not (but the
     images), as ``mc_cloud.drift nodes=True`` compares them with the
-    registry: ``{name: {running, ips, mac}}``.
+    registry and ``mc_cloud.repair`` asks before it frees anything:
+    ``{name: {running, ips, mac}}``. ``also``: VMs no longer declared there
+    that the caller asks about (a container is named after its VM, so the
+    list names them already).
 
     CLI Example:
 

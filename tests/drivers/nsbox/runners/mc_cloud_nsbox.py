@@ -121,7 +121,7 @@ def vm_destroy(vm, target=None, **kwargs):
     return run("vm_destroy", _destroy, _env(), str(vm), target, **kwargs)
 
 
-def guests(target, **kwargs):
+def guests(target, also=None, **kwargs):
     """The nsbox guests on compute node ``target``, declared or not
     (mccloud's drift hook): ``{name: {running, ips, mac}}``, named by VM for
     the guests of declared VMs, by namespace for the others.
@@ -139,6 +139,7 @@ def guests(target, **kwargs):
         raise mccloud.MccloudError(f"{target} did not list its nsbox guests: {ret!r}")
     live = dict(ret["ret"])
     declared = {vm for vm, v in env.node_data(str(target))["vms"].items() if v.get("vt") == VT}
+    declared |= set(also or [])  # VMs no longer declared, named as such
     out = {}
     for vm in sorted(declared):
         ns = _guest(vm)["netns"]
