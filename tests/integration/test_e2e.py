@@ -127,8 +127,9 @@ def e2e(cloud: PgCloud, e2e_timings: list[str],
     own = {**{vm: {"profile_type": "overlayfs"} for vm in OVERLAYS},
            MASTERSALT: {"mode": "mastersalt", "master_port": mastersalt_master.config["ret_port"]}}
     cloud.mastersalt = mastersalt_master  # type: ignore[attr-defined]
-    cloud.e2e_declare = lambda more=None, **first: cloud.set_vms(  # type: ignore[attr-defined]
-        {vm: {**UNCONFINED, **own.get(vm, {}), **(first if vm == VMS[0] else {})} for vm in VMS},
+    cloud.e2e_declare = lambda more=None, without=(), **first: cloud.set_vms(  # type: ignore[attr-defined]
+        {vm: {**UNCONFINED, **own.get(vm, {}), **(first if vm == VMS[0] else {})} for vm in VMS
+         if vm not in without},
         **extra, **(more or {}),
     )
     cloud.e2e_declare()  # type: ignore[attr-defined]
@@ -404,6 +405,29 @@ def check_lxc_drift(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]]) ->
     assert rc == 0 and found == set(), data
 
 
+def check_running_never_freed(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]]) -> None:
+    """A VM left out of the pillar while its container runs is never freed
+    nor unkeyed, even forced: repair says it is declared nowhere and still
+    running, and asks the operator."""
+    kept = VMS[-1]
+    cloud.e2e_declare(without=(kept,))  # type: ignore[attr-defined]
+    try:
+        rc, data, out = cloud.run("mc_cloud.repair", "apply=True", "force=True", "window=0")
+        assert data and "Traceback" not in out, out
+        mine = {s["action"]: s for s in data["steps"] if s["vm"] == kept}
+        assert "free" in mine and not mine["free"]["ready"] and mine["free"].get("done") is None, data
+        assert "declared nowhere, still running" in mine["free"]["plan"], mine
+        assert "delete_key" not in mine or not mine["delete_key"]["ready"], mine
+        assert "RUNNING" in sh("lxc-info", "-P", str(lxc), "-n", kept, "-s").stdout
+        held = cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data["ips"]
+        assert held[kept] == seen[kept]["ip"], held
+        keys = master_of(cloud, kept).salt_key_cli().run("--list", "accepted", "--out=json").data
+        assert kept in keys["minions"], keys
+    finally:
+        cloud.e2e_declare()  # type: ignore[attr-defined]
+    ssh_banner("127.0.0.1", seen[kept]["ssh_reverse_proxy_port"])
+
+
 def test_a_container_end_to_end(e2e: tuple[PgCloud, Path, dict[str, float]]) -> None:
     cloud, lxc, phases = e2e
     timed(phases, "controller deploy", cloud, "mc_cloud_controller.deploy")
@@ -456,6 +480,7 @@ def test_a_container_end_to_end(e2e: tuple[PgCloud, Path, dict[str, float]]) -> 
     assert all(s["ip"].startswith(NET + ".") for s in seen.values())
     check_on_postgresql(cloud, seen)
     check_lxc_drift(cloud, lxc, seen)
+    check_running_never_freed(cloud, lxc, seen)
     a = seen[VMS[0]]
     ssh_banner("127.0.0.1", a["ssh_reverse_proxy_port"])  # the first is still reachable
     # Changed settings are applied by vm_reconfigure (the container restarts).

@@ -129,6 +129,51 @@ def check_node_drift(cloud: Cloud, seen: dict[str, dict[str, Any]]) -> None:
         subprocess.run(["ip", "netns", "del", "mcns-stray00000"], check=False)
 
 
+def repair_node(cloud: Cloud, *args: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``mc_cloud.repair`` of the node, applied: (its answer, the step of
+    the guest no longer declared)."""
+    rc, data, out = cloud.run("mc_cloud.repair", f"target={cloud.node}", "apply=True", *args)
+    assert data and "Traceback" not in out and (rc != 0) == (data["retcode"] != 0), out
+    step = next(s for s in data["steps"] if s["vm"] == GUESTS[1] and s["kind"] == "undeclared_vm")
+    return data, step
+
+
+def check_repair_acts_on_evidence(cloud: Cloud, seen: dict[str, dict[str, Any]]) -> None:
+    """The last guest left out of the pillar while it runs is never freed,
+    forced or not; once its namespace is gone it is the node's only VM, so
+    freeing it is refused without max_changes; with it, and once applying
+    checks saw it over the window, the leak is freed."""
+    kept = GUESTS[1]
+    netns = cloud.run("mc_cloud_nsbox.vm_data", kept)[1]["netns"]
+    pillar = {**nsbox_pillar(cloud), f"makina-states.cloud.nsbox.vms.{cloud.node}": {GUESTS[0]: {}}}
+    cloud.set_vms({}, **pillar)
+
+    def held() -> dict[str, str]:
+        return dict(cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data["ips"])
+
+    data, step = repair_node(cloud, "force=True", "max_changes=5")
+    assert step["ready"] is False and step.get("done") is None, data
+    assert "declared nowhere, still running" in step["plan"], step
+    assert held()[kept] == seen[kept]["ip"]
+    assert ssh_banner(seen[kept]["ip"], 22) == f"SSH-2.0-nsbox {kept}\r\n".encode()
+
+    # The guest goes: its service stopped, its namespace deleted.
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", netns], check=True)
+    data, step = repair_node(cloud, "force=True")
+    assert data["retcode"] == 1 and "every VM of" in data["refused"] and "max_changes=1" in data["refused"], data
+    assert step["ready"] is False and held()[kept] == seen[kept]["ip"], data
+    data, step = repair_node(cloud, "window=1h", "max_changes=1")
+    assert step["ready"] is False and step["seen"] == 3 and "of the 1h" in step["plan"], step
+    data, step = repair_node(cloud, "window=0", "max_changes=1")
+    assert step["done"]["freed"]["ip"] == seen[kept]["ip"], data
+    assert kept not in held()
+    last = cloud.run("mc_cloud.audit", f"vm={kept}", "kind=repaired", "--out=json")[1]  # the last entry
+    assert (last["kind"], last["what"]) == ("repaired", ["leaked allocation"]), last
+
+
 def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox: Cloud) -> None:
     cloud = nsbox
     ok(cloud, "mc_cloud_controller.deploy")
@@ -179,3 +224,5 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
         socket.create_connection((seen[gone]["ip"], 22), timeout=2).close()
     # The other guest still answers.
     assert ssh_banner(seen[GUESTS[1]]["ip"], 22) == f"SSH-2.0-nsbox {GUESTS[1]}\r\n".encode()
+
+    check_repair_acts_on_evidence(cloud, seen)
