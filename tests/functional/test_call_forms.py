@@ -86,8 +86,10 @@ def test_allocated_ip_record(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
     assert r.returncode != 0 and "is not an IPv4 address" in r.output
     del sample[f"makina-states.services.cloud.lxc.targets.{CN}"][FIXED]
     salt_env.set_pillar(sample)
-    cleaned = salt_env.ok("mc_cloud_compute_node.cleanup_allocated_ips", CN)
-    assert cleaned["api"] == 2 and FIXED not in cleaned["ips"] and cleaned["freed"] == {FIXED: "10.5.10.16"}
+    # The cleanup plans first, and frees only on the node's word (no master here).
+    cleaned = salt_env.ok("mc_cloud_compute_node.cleanup_allocated_ips", CN, "apply=True")
+    assert cleaned["api"] == 2 and cleaned["ips"][FIXED] == "10.5.10.16" and cleaned["freed"] == {}, cleaned
+    assert [(s["vm"], s["action"], s["ready"]) for s in cleaned["plan"]] == [(FIXED, "free", False)], cleaned
 
 
 def test_target_data_is_accepted(salt_env: SaltEnv) -> None:

@@ -138,11 +138,13 @@ def test_maintenance_calls(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
     ports = salt_env.ok("mc_cloud_compute_node.get_ssh_port", "gfoobar4.test.com")
     del sample[f"makina-states.services.cloud.lxc.targets.{CN}"]["gfoobar4.test.com"]
     salt_env.set_pillar(sample)
+    # Plan first; freed only on the node's word, which no master here gives.
     ips = salt_env.ok("mc_cloud_compute_node.cleanup_allocated_ips", CN)
-    assert ips["freed"] == {"gfoobar4.test.com": "10.5.10.15"} and "gfoobar4.test.com" not in ips["ips"]
-    kept = salt_env.ok("mc_cloud_compute_node.cleanup_ssh_ports", CN)
-    assert "gfoobar4.test.com" not in kept and ports not in kept.values() and VM in kept
-    assert "gfoobar4.test.com" not in salt_env.ok("mc_cloud_compute_node.cleanup_snmp_ports", CN)
+    assert ips["freed"] == {} and ips["ips"]["gfoobar4.test.com"] == "10.5.10.15", ips
+    assert [s["vm"] for s in ips["plan"]] == ["gfoobar4.test.com"], ips
+    kept = salt_env.ok("mc_cloud_compute_node.cleanup_ssh_ports", CN, "apply=True")
+    assert kept["gfoobar4.test.com"] == ports and VM in kept
+    assert "gfoobar4.test.com" in salt_env.ok("mc_cloud_compute_node.cleanup_snmp_ports", CN, "apply=True")
 
 
 def _seed_vms(p: dict[str, Any]) -> dict[str, Any]:

@@ -130,7 +130,7 @@ def test_booleans_in_every_spelling(salt_env: SaltEnv, value: str, full: bool) -
 def test_runners_refuse_arguments_their_signature_does_not_name(salt_env: SaltEnv) -> None:
     r = salt_env.run("mc_cloud.repair", "aply=True")
     assert r.returncode == 1, r.output
-    assert "unexpected argument aply=True" in r.output and "it takes target, apply, force, after, nodes" in r.output
+    assert "unexpected argument aply=True" in r.output and "it takes target, apply, force, window, max_changes, nodes" in r.output
     r = salt_env.run("mc_cloud.place", "web3.example.com", "False", "extra")
     assert r.returncode == 1 and "mc_cloud.place: too many positional arguments" in r.output, r.output
     r = salt_env.run("mc_cloud.audit", "vm=nothing.example.com")

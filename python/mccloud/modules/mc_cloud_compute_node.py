@@ -386,7 +386,7 @@ def _cleanup(target, apply, max_changes, window):
                                + "): nothing is freed while the declarations are unknown")
     target = str(target)
     reg = _registry()
-    env = repair.controller_env(__opts__, "mc_cloud_compute_node.cleanup")
+    env = repair.controller_env(__opts__, __pillar__, "mc_cloud_compute_node.cleanup")
     out = repair.repair(env, target, apply, False, window, max_changes, frees_only=True)
     if out.get("refused") or out["errors"]:
         raise _ms.MccloudError("; ".join([*(f"{k}: {v}" for k, v in sorted(out["errors"].items())),

@@ -27,12 +27,13 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT = 5
 
 
-def controller_env(opts: Mapping[str, Any], name: str) -> Env:
+def controller_env(opts: Mapping[str, Any], pillar: Mapping[str, Any], name: str) -> Env:
     """The runners' view of the controller, from its minion (an execution
     module on the controller, such as the ``cleanup_*`` calls): the master
-    configuration beside the minion's, its runners (the drivers' hooks)
-    and its pillar. Refused elsewhere: only the controller's master can
-    ask the nodes."""
+    configuration beside the minion's and its runners (the drivers'
+    hooks), over the minion's own ``pillar``, configuration and registry
+    (the calls answer what the minion declares). Refused elsewhere: only
+    the controller's master can ask the nodes."""
     from mccloud import saltcompat
 
     master = os.path.join(saltsupport.config_dir(opts), "master")
@@ -41,7 +42,10 @@ def controller_env(opts: Mapping[str, Any], name: str) -> Env:
                                     f"configuration {master} does not exist here: run it on the controller "
                                     "(mastersalt-call there, or mastersalt-run mc_cloud.repair)")
     mopts = saltcompat.master_config(master)
-    return Env(mopts, saltcompat.runners(mopts), {}, None, name)
+    cfg = saltsupport.config(opts, pillar)
+    context = {"mccloud.pillar": dict(pillar), "mccloud.config": cfg,
+               "mccloud.registry": saltsupport.registry_for(opts, cfg, f"salt-call {name}")}
+    return Env(mopts, saltcompat.runners(mopts), context, None, name)
 
 
 def expected_minions(env: Env) -> tuple[set[str], list[str]]:
