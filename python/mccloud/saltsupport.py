@@ -104,10 +104,8 @@ def controller_id(opts: Mapping[str, Any]) -> str:
 
 def cloud_pillar(pillar: Mapping[str, Any]) -> dict[str, Any]:
     """The part of the pillar the registry reads (``makina-states.*``)."""
-    out = {k: v for k, v in pillar.items() if isinstance(k, str) and k.startswith(PILLAR_PREFIX)}
-    if "default_env" in pillar:
-        out["default_env"] = pillar["default_env"]
-    return out
+    return {k: v for k, v in saltcompat.pillar_items(pillar)
+            if isinstance(k, str) and (k.startswith(PILLAR_PREFIX) or k == "default_env")}
 
 
 def config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
@@ -263,8 +261,9 @@ def with_vm_values(pillar: Mapping[str, Any], vt: str, cn: str, vm: str, values:
     """A copy of ``pillar`` where ``values`` are added to the declaration of
     ``vm`` (as its flat key ``makina-states.cloud.<vt>.vms.<cn>.<vm>``)."""
     key = f"{PILLAR_PREFIX}cloud.{vt}.vms.{cn}.{vm}"
-    own = pillar.get(key)
-    return {**pillar, key: {**(own if isinstance(own, Mapping) else {}), **values}}
+    copy = dict(saltcompat.pillar_items(pillar))
+    own = copy.get(key)
+    return {**copy, key: {**(own if isinstance(own, Mapping) else {}), **values}}
 
 
 def node_settings(opts: Mapping[str, Any], cfg: mccloud.Config, reg: mccloud.Registry, cn: str,
@@ -374,5 +373,12 @@ def salt_errors(func: F) -> F:
             raise SaltInvocationError(str(exc)) from None
         except MccloudError as exc:
             raise CommandExecutionError(str(exc)) from None
+        except RecursionError:
+            # The core names the key of a pillar value nested too deep;
+            # Python itself may give up first on one nested thousands of
+            # levels deep (Salt's copy of the pillar, a module's walk).
+            raise CommandExecutionError(
+                "a value is nested too deep for Python to read: look for a pillar value nested thousands of "
+                "levels deep, or one containing itself (an ext_pillar or `#!py` pillar that loops)") from None
 
     return wrapper  # type: ignore[return-value]
