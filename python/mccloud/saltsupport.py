@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import getpass
 import logging
 import os
 from importlib import resources
@@ -227,14 +226,39 @@ def caller(opts: Mapping[str, Any], via: str | None = None) -> str:
     """Who makes the registry's changes, as the audit journal names it: the
     program (``via``, else ``salt-run`` on a master and ``salt-call`` on a
     minion), the user running it and the Salt id, as in
-    ``salt-run mc_cloud_lxc (alice@controller.local)``."""
+    ``salt-run mc_cloud_lxc (alice@controller.local)``.
+
+    The user is the process's real uid (its name, or the number when it has
+    none), never an environment variable, which anyone can set. Under sudo
+    (``SUDO_USER`` set, the real uid root's or ``SUDO_UID``'s), the user
+    sudo says ran it is added, marked as what the environment claims:
+    ``salt-run mc_cloud_lxc (root@controller.local, via sudo by alice)``."""
     program = via or ("salt-run" if opts.get("__role") == "master" else "salt-call")
-    try:
-        user = os.environ.get("SUDO_USER") or getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid
-        user = str(os.getuid())
+    uid = os.getuid()
+    who = real_user(uid)
     ident = opts.get("id")
-    return f"{program} ({user}@{ident})" if ident else f"{program} ({user})"
+    if ident:
+        who = f"{who}@{ident}"
+    sudo_user = os.environ.get("SUDO_USER")
+    if sudo_user and (uid == 0 or os.environ.get("SUDO_UID") == str(uid)):
+        who = f"{who}, via sudo by {_printable(sudo_user)}"
+    return f"{program} ({who})"
+
+
+def _printable(text: str, limit: int = 64) -> str:
+    """``text`` cut to ``limit`` characters, anything unprintable shown as
+    ``?`` (what an environment variable claims reaches the journal)."""
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+
+
+def real_user(uid: int) -> str:
+    """The name of user ``uid`` (the number when it has none)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def share_ca(opts: Mapping[str, Any], cfg: mccloud.Config, ssl_dir: str) -> None:
