@@ -1031,6 +1031,13 @@ pub trait TxOps {
     /// Compute nodes the store knows of.
     fn nodes(&self) -> Result<Vec<String>>;
 
+    /// Whether the store knows compute node `name` (it holds numbers,
+    /// active MACs or secrets there): what a VM's allocation asks, a few
+    /// index lookups.
+    fn is_node(&self, name: &str) -> Result<bool> {
+        Ok(self.nodes()?.iter().any(|n| n == name))
+    }
+
     /// A metadata value.
     fn meta(&self, key: &str) -> Result<Option<String>>;
 
@@ -1464,6 +1471,17 @@ impl TxOps for SqliteTx<'_> {
             )?);
         }
         Ok(nodes.into_iter().collect())
+    }
+
+    fn is_node(&self, name: &str) -> Result<bool> {
+        self.conn
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM passwords WHERE cn=?1)
+                     OR EXISTS(SELECT 1 FROM macs WHERE cn=?1 AND retired=0)
+                     OR EXISTS(SELECT 1 FROM numbers WHERE kind IN ('ip', 'ssh', 'snmp', 'idmap') AND cn=?1)",
+            )
+            .and_then(|mut s| s.query_row(params![name], |r| r.get(0)))
+            .at(self.path)
     }
 
     fn meta(&self, key: &str) -> Result<Option<String>> {

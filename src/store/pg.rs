@@ -1157,6 +1157,17 @@ impl TxOps for PgTx<'_> {
         )
     }
 
+    fn is_node(&self, name: &str) -> Result<bool> {
+        self.write_changes()?;
+        let row = self.opt(
+            "SELECT EXISTS(SELECT 1 FROM passwords WHERE cn = $1)
+                 OR EXISTS(SELECT 1 FROM macs WHERE cn = $1 AND retired = 0)
+                 OR EXISTS(SELECT 1 FROM numbers WHERE cn = $1)",
+            &[&name],
+        )?;
+        row.map_or(Ok(false), |r| self.col(&r, 0))
+    }
+
     fn meta(&self, key: &str) -> Result<Option<String>> {
         self.write_changes()?;
         self.opt("SELECT value FROM meta WHERE key=$1", &[&key])?

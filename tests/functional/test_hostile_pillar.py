@@ -1,9 +1,12 @@
 """Pillar values no YAML file can hold, from a ``#!py`` pillar (an
 ext_pillar can hand over the same), through the real ``salt-call`` and
 ``salt-run``: a value nested thousands of levels deep, or one containing
-itself, is a one-line error naming its pillar key, never a crash."""
+itself, is a one-line error naming its pillar key, never a crash; and a
+VM named after a node known only by its capacity is refused."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +59,13 @@ def test_a_deep_pillar_value_is_named_by_the_runners_too(salt_env: SaltEnv) -> N
     r = salt_env.run("mc_cloud.drift")
     refused(r.output, r.returncode, f"pillar key {KEY}.{VM}.foo.foo", "nested more than 128 levels deep")
 
+
+def test_a_vm_named_after_a_node_known_by_its_capacity_is_refused(salt_env: SaltEnv, sample: dict) -> None:
+    node = "spare1.example.net"
+    pillar = {**sample, "makina-states.cloud.compute_node.capacity": {node: {"vms": 10}}}
+    pillar[f"makina-states.services.cloud.lxc.targets.{CN}"][node] = {}
+    salt_env.set_pillar(pillar)
+    r = salt_env.call("mc_cloud_lxc.get_settings_for_vm", CN, node)
+    refused(r.output, r.returncode, f"VM {node} on compute node {CN} has the minion id of compute node {node} "
+            "(declared by its capacity): a VM would take over its Salt key; give the VM another name")
+    assert not Path(salt_env.store_file).exists()
