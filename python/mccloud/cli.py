@@ -299,9 +299,15 @@ def store_dir_of(args: argparse.Namespace) -> str:
     return saltsupport.store_location(opts, saltsupport.config(opts, {}))
 
 
+def _caller(args: argparse.Namespace) -> str:
+    """Who runs this command, as the audit journal names it (see
+    :func:`mccloud.saltsupport.caller`): ``mccloud repair (alice)``."""
+    return saltsupport.caller({}, f"mccloud {args.command}")
+
+
 def store_backup(args: argparse.Namespace) -> int:
     """Copies the store consistently to ``args.dest`` (must not exist)."""
-    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args))
+    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), _caller(args))
     reg.backup(args.dest)
     print(f"backed up {reg.store_path} to {args.dest}")
     return 0
@@ -310,7 +316,7 @@ def store_backup(args: argparse.Namespace) -> int:
 def store_check(args: argparse.Namespace) -> int:
     """Prints the store's integrity check, schema version and identity;
     non-zero when the integrity check finds a problem."""
-    report = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args)).check()
+    report = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), _caller(args)).check()
     _emit(report, args.output, lambda: "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
                                                   for k, v in sorted(report.items())))
     return 0 if report["integrity"] == "ok" else 1
@@ -332,8 +338,9 @@ def store_migrate(args: argparse.Namespace) -> int:
         opts = _salt_opts(args)
         source = saltsupport.store_dir(opts, saltsupport.config(opts, {}))
     cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(pillar))
-    reg = mccloud.Registry(cfg, source)
-    print(f"copying {reg.store_path} to {mccloud.Registry(cfg, args.to).store_path} …", file=sys.stderr)
+    reg = mccloud.Registry(cfg, source, _caller(args))
+    print(f"copying {reg.store_path} to {mccloud.Registry(cfg, args.to, _caller(args)).store_path} …",
+          file=sys.stderr)
     counts = reg.migrate_to(args.to)
     total = sum(counts.values())
     print(f"copied {total} rows, compared row by row: " + ", ".join(f"{t} {n}" for t, n in sorted(counts.items())))
@@ -378,7 +385,7 @@ def _registry_arguments(p: argparse.ArgumentParser, pillar: bool = True) -> None
 def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
     """The registry of the options of :func:`_registry_arguments`."""
     cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(_pillar_of(args)))
-    store, caller = store_dir_of(args), saltsupport.caller({}, f"mccloud {args.command}")
+    store, caller = store_dir_of(args), _caller(args)
     reg = mccloud.Registry(cfg, store, caller)
     # VMs declared without a node are on the node the store placed them on,
     # as mastersalt-call sees them (placing those left, as the controller
@@ -464,7 +471,7 @@ def audit(args: argparse.Namespace) -> int:
     """Prints the audit journal's entries (see ``mastersalt-run
     mc_cloud.audit``), oldest first: every allocation, free, move, secret
     created or forgotten (never its value), key seeded or deleted, repair."""
-    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args))
+    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), _caller(args))
     entries = reg.audit(vm=args.vm, node=args.node, kind=args.kind, since=args.since, limit=args.limit)
     if args.output != "table":
         _emit(entries, args.output, str)

@@ -15,7 +15,7 @@ the CLI's store commands) imports without Salt.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 #: The Salt release lines mccloud supports and tests (oldest first); the
 #: package metadata's ``salt`` requirement says the same range.
@@ -76,7 +76,16 @@ def compile_pillar(opts: Mapping[str, Any], grains_: Mapping[str, Any], minion_i
     Rendering errors are left in ``_errors``, as Salt returns them."""
     import salt.pillar
 
-    return plain(salt.pillar.get_pillar(dict(opts), dict(grains_), minion_id, saltenv=saltenv).compile_pillar())
+    def compiled(opts: Mapping[str, Any]) -> Any:
+        return salt.pillar.get_pillar(dict(opts), dict(grains_), minion_id, saltenv=saltenv).compile_pillar()
+
+    try:
+        return plain(compiled(opts))
+    except RecursionError:
+        # The master's pillar cache (its minion data cache) cannot store a
+        # pillar nested thousands of levels deep: compiled again without
+        # it, so that the core can name the key of the value.
+        return plain(compiled({**opts, "pillar_cache": False, "minion_data_cache": False}))
 
 
 # -- pillar masking (Salt 3008) ----------------------------------------------------
@@ -101,6 +110,20 @@ def plain(value: Any) -> Any:
     dicts and lists (``value`` itself where Salt does not mask)."""
     secret = _secret_module()
     return value if secret is None else secret.expose(value)
+
+
+def pillar_items(pillar: Mapping[str, Any]) -> Iterable[tuple[Any, Any]]:
+    """The top-level ``(key, value)`` pairs of ``pillar`` (a module's
+    ``__pillar__`` or a plain mapping), read as they are. Salt 3008 hands
+    modules a copy-on-write pillar whose first read of a mapping value
+    deep-copies the whole pillar: a large pillar costs that copy on every
+    call, and one nested thousands of levels deep (or containing itself)
+    fails inside Salt's copy, where nothing can say which key it is.
+    mccloud only reads the pillar (the core converts what it reads, and
+    names the key of a value nested too deep)."""
+    value = getattr(pillar, "value", None)  # the loader's named context
+    raw = value() if callable(value) else pillar
+    return list(raw.items())
 
 
 def pillar_get(salt_: Mapping[str, Any], key: str, default: Any) -> Any:

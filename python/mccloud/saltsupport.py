@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import getpass
 import logging
 import os
 from importlib import resources
@@ -104,10 +103,8 @@ def controller_id(opts: Mapping[str, Any]) -> str:
 
 def cloud_pillar(pillar: Mapping[str, Any]) -> dict[str, Any]:
     """The part of the pillar the registry reads (``makina-states.*``)."""
-    out = {k: v for k, v in pillar.items() if isinstance(k, str) and k.startswith(PILLAR_PREFIX)}
-    if "default_env" in pillar:
-        out["default_env"] = pillar["default_env"]
-    return out
+    return {k: v for k, v in saltcompat.pillar_items(pillar)
+            if isinstance(k, str) and (k.startswith(PILLAR_PREFIX) or k == "default_env")}
 
 
 def config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
@@ -240,14 +237,39 @@ def caller(opts: Mapping[str, Any], via: str | None = None) -> str:
     """Who makes the registry's changes, as the audit journal names it: the
     program (``via``, else ``salt-run`` on a master and ``salt-call`` on a
     minion), the user running it and the Salt id, as in
-    ``salt-run mc_cloud_lxc (alice@controller.local)``."""
+    ``salt-run mc_cloud_lxc (alice@controller.local)``.
+
+    The user is the process's real uid (its name, or the number when it has
+    none), never an environment variable, which anyone can set. Under sudo
+    (``SUDO_USER`` set, the real uid root's or ``SUDO_UID``'s), the user
+    sudo says ran it is added, marked as what the environment claims:
+    ``salt-run mc_cloud_lxc (root@controller.local, via sudo by alice)``."""
     program = via or ("salt-run" if opts.get("__role") == "master" else "salt-call")
-    try:
-        user = os.environ.get("SUDO_USER") or getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid
-        user = str(os.getuid())
+    uid = os.getuid()
+    who = real_user(uid)
     ident = opts.get("id")
-    return f"{program} ({user}@{ident})" if ident else f"{program} ({user})"
+    if ident:
+        who = f"{who}@{ident}"
+    sudo_user = os.environ.get("SUDO_USER")
+    if sudo_user and (uid == 0 or os.environ.get("SUDO_UID") == str(uid)):
+        who = f"{who}, via sudo by {_printable(sudo_user)}"
+    return f"{program} ({who})"
+
+
+def _printable(text: str, limit: int = 64) -> str:
+    """``text`` cut to ``limit`` characters, anything unprintable shown as
+    ``?`` (what an environment variable claims reaches the journal)."""
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+
+
+def real_user(uid: int) -> str:
+    """The name of user ``uid`` (the number when it has none)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def share_ca(opts: Mapping[str, Any], cfg: mccloud.Config, ssl_dir: str) -> None:
@@ -274,8 +296,9 @@ def with_vm_values(pillar: Mapping[str, Any], vt: str, cn: str, vm: str, values:
     """A copy of ``pillar`` where ``values`` are added to the declaration of
     ``vm`` (as its flat key ``makina-states.cloud.<vt>.vms.<cn>.<vm>``)."""
     key = f"{PILLAR_PREFIX}cloud.{vt}.vms.{cn}.{vm}"
-    own = pillar.get(key)
-    return {**pillar, key: {**(own if isinstance(own, Mapping) else {}), **values}}
+    copy = dict(saltcompat.pillar_items(pillar))
+    own = copy.get(key)
+    return {**copy, key: {**(own if isinstance(own, Mapping) else {}), **values}}
 
 
 def node_settings(opts: Mapping[str, Any], cfg: mccloud.Config, reg: mccloud.Registry, cn: str,
@@ -385,5 +408,12 @@ def salt_errors(func: F) -> F:
             raise SaltInvocationError(str(exc)) from None
         except MccloudError as exc:
             raise CommandExecutionError(str(exc)) from None
+        except RecursionError:
+            # The core names the key of a pillar value nested too deep;
+            # Python itself may give up first on one nested thousands of
+            # levels deep (Salt's copy of the pillar, a module's walk).
+            raise CommandExecutionError(
+                "a value is nested too deep for Python to read: look for a pillar value nested thousands of "
+                "levels deep, or one containing itself (an ext_pillar or `#!py` pillar that loops)") from None
 
     return wrapper  # type: ignore[return-value]

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{allocate_vm, reserve_claims, Kind};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pools::Pool;
 use crate::settings::{Config, NodePlan, VmAllocation, VmPlan};
 use crate::store::{legacy, Tx};
@@ -40,6 +40,11 @@ pub fn one(
     let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
     if let Some(dir) = store_dir {
         legacy::import_node(tx, dir, cn, config.node_vms(cn)?)?;
+    }
+    for name in names_of(vm) {
+        if tx.is_node(&name)? {
+            return Err(taken_by_node(cn, vm, &name));
+        }
     }
     tx.set_destroyed(cn, vm, false)?;
     let conflicts = reserve_claims(tx, node, &tx.destroyed(cn)?)?;
@@ -80,11 +85,16 @@ pub fn node(
             .or_default()
             .insert(slot.clone(), m.clone());
     }
+    let stored: HashSet<String> = tx.nodes()?.into_iter().collect();
     let mut out = vec![];
     let mut errors = BTreeMap::new();
     for p in node.vms.iter().filter(|p| !skip.contains(&p.vm)) {
         if let Some(e) = conflicts.get(&p.vm) {
             errors.insert(p.vm.clone(), e.to_string());
+            continue;
+        }
+        if let Some(name) = names_of(&p.vm).find(|n| stored.contains(n)) {
+            errors.insert(p.vm.clone(), taken_by_node(cn, &p.vm, &name).to_string());
             continue;
         }
         // Everything already held and still valid: read, not allocated.
@@ -135,6 +145,26 @@ pub fn node(
         errors,
         node: Arc::clone(&node),
     })
+}
+
+/// The names a compute node the store knows may have for VM `vm` to be
+/// refused: its own, and its own lower-cased (a node of the store is
+/// looked up from its indexes, which compare exactly).
+fn names_of(vm: &str) -> impl Iterator<Item = String> {
+    let lower = vm.to_ascii_lowercase();
+    let also = (lower != vm).then_some(lower);
+    std::iter::once(vm.to_owned()).chain(also)
+}
+
+/// Refuses VM `vm` of `cn` named after `node`, a compute node the store
+/// knows: as for the nodes the pillar declares (`Config::check_vm_id`),
+/// the VM would take over the node's Salt key, and a node the pillar no
+/// longer declares is still a minion.
+fn taken_by_node(cn: &str, vm: &str, node: &str) -> Error {
+    Error::invalid(format!(
+        "VM {vm} on compute node {cn} has the minion id of compute node {node}, which the \
+         registry's store knows: a VM would take over its Salt key; give the VM another name"
+    ))
 }
 
 /// A VM now declared on `cn` but holding values on nodes that no longer

@@ -7,8 +7,9 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
-use pythonize::{depythonize, pythonize};
-use serde_json::{Map, Value};
+use pythonize::pythonize;
+
+mod input;
 
 use crate::alloc::Kind;
 use crate::error::{Error, ErrorKind};
@@ -142,8 +143,10 @@ impl<'py> Objects<'py> {
     }
 }
 
-fn input<T: serde::de::DeserializeOwned>(what: &str, obj: &Bound<'_, PyAny>) -> PyResult<T> {
-    depythonize(obj).map_err(|e| InvalidInputError::new_err(format!("{what}: {e}")))
+/// The context a `Config` is built in, from a mapping of plain values.
+fn context(obj: &Bound<'_, PyAny>) -> PyResult<crate::Context> {
+    let v = input::plain("context", obj).map_err(InvalidInputError::new_err)?;
+    serde_json::from_value(v).map_err(|e| InvalidInputError::new_err(format!("context: {e}")))
 }
 
 /// Settings computed from a pillar, seen from a Salt context.
@@ -163,8 +166,8 @@ impl Config {
         pillar: &Bound<'_, PyAny>,
         placements: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<Self> {
-        let ctx: crate::Context = input("context", context.as_any())?;
-        let pillar: Map<String, Value> = input("pillar", pillar)?;
+        let ctx = self::context(context.as_any())?;
+        let pillar = input::pillar(pillar).map_err(InvalidInputError::new_err)?;
         let inner = crate::Config::new(ctx, pillar);
         Ok(Config {
             inner: match placements {

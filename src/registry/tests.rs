@@ -619,6 +619,35 @@ fn node_registration_retires_what_a_moved_vm_left_behind() {
 }
 
 #[test]
+fn a_vm_may_not_take_the_name_of_a_node_only_the_store_knows() {
+    // old.test held VMs, then left the pillar: its allocations stay.
+    let gone = "old.test";
+    let (dir, reg) = open(pillar(&Pools::small(), &[gone], &plain_vms(&["a.test"])));
+    reg.find_ip(gone, "a.test").unwrap();
+    drop(reg);
+    let vms = plain_vms(&["old.test", "b.test"]);
+    let reg = open_at(&dir, pillar(&Pools::small(), &[CN], &vms));
+    let before = dump(&reg);
+    for r in [reg.find_ip(CN, "old.test"), reg.find_mac(CN, "old.test")] {
+        failed(
+            r,
+            Error::Invalid,
+            &["VM old.test", CN, "compute node old.test", "Salt key"],
+        );
+    }
+    assert_eq!(dump(&reg), before, "a refused VM changes nothing");
+    // Registering the node fails that VM only.
+    let node = reg.target_settings(CN, &[]).unwrap();
+    assert!(node["vms"].get("old.test").is_none(), "{node}");
+    assert!(node["errors"]["old.test"]
+        .as_str()
+        .unwrap()
+        .contains("compute node old.test"));
+    assert!(node["vms"].get("b.test").is_some(), "{node}");
+    assert!(!ip_map(&reg, CN).contains_key("old.test"));
+}
+
+#[test]
 fn a_vm_declaring_an_ip_cannot_have_it_set_by_hand() {
     let vms = json!({"a.test": {"ip": "10.5.0.9"}, "b.test": {}});
     let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));

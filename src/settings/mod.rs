@@ -162,13 +162,23 @@ impl Config {
 
     /// The minion ids that are not VMs, lower-cased, each with what it is:
     /// the controller's (this minion's and the cloud's `master`), every
-    /// compute node's and every saltify target's. A VM named after one of
-    /// them would take over its Salt key.
+    /// compute node's (declared with VMs, or only by its capacity) and
+    /// every saltify target's. A VM named after one of them would take
+    /// over its Salt key. (The nodes only the store knows are refused
+    /// where a VM is allocated, see `alloc::register`.)
     pub fn other_minions(&self) -> &BTreeMap<String, String> {
         self.minions.get_or_init(|| {
             let mut ids = BTreeMap::new();
             for t in self.saltify_target_names() {
                 ids.insert(t.to_ascii_lowercase(), format!("saltify target {t}"));
+            }
+            for cn in self
+                .declared_capacities()
+                .into_iter()
+                .flat_map(|c| c.into_keys())
+            {
+                let what = format!("compute node {cn} (declared by its capacity)");
+                ids.insert(cn.to_ascii_lowercase(), what);
             }
             for cn in self.declared().into_iter().flat_map(|d| d.keys()) {
                 ids.insert(cn.to_ascii_lowercase(), format!("compute node {cn}"));

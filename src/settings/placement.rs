@@ -267,6 +267,33 @@ impl Config {
     /// The capacities nodes declare
     /// (`makina-states.cloud.compute_node.capacity.<cn>`), checked.
     pub fn capacities(&self) -> Result<BTreeMap<String, Room>> {
+        let mut out = BTreeMap::new();
+        for (cn, (at, v)) in self.declared_capacities()? {
+            validate("compute node", &cn).map_err(|e| e.in_pillar(&format!("pillar key {at}")))?;
+            let Value::Object(m) = &v else {
+                return Err(Error::invalid(format!(
+                    "pillar key {at} must be a mapping such as {{vms: 20, cpus: 16, memory: 64G, disk: 2T}}, not {}",
+                    kind_of(&v)
+                )));
+            };
+            if let Some(k) = m.keys().find(|k| !DIMENSIONS.contains(&k.as_str())) {
+                return Err(Error::invalid(format!(
+                    "pillar key {at}: unknown capacity {k:?}: use vms, cpus, memory or disk"
+                )));
+            }
+            let mut room = Room::default();
+            for (i, slot) in room.0.iter_mut().enumerate() {
+                *slot = dimension(m, i, &format!("pillar key {at}"))?;
+            }
+            out.insert(cn, room);
+        }
+        Ok(out)
+    }
+
+    /// The nodes the pillar gives a capacity, each with its pillar key and
+    /// its capacity, unchecked (a node declared only by its capacity is a
+    /// minion all the same).
+    pub(crate) fn declared_capacities(&self) -> Result<BTreeMap<String, (String, Value)>> {
         let key = format!("{COMPUTE_NODE}.capacity");
         let parts: Vec<&str> = key.split('.').collect();
         let mut raw: BTreeMap<String, (String, Value)> = BTreeMap::new();
@@ -287,27 +314,7 @@ impl Config {
                 raw.insert(cn.to_string(), (k.clone(), v.clone()));
             }
         }
-        let mut out = BTreeMap::new();
-        for (cn, (at, v)) in raw {
-            validate("compute node", &cn).map_err(|e| e.in_pillar(&format!("pillar key {at}")))?;
-            let Value::Object(m) = &v else {
-                return Err(Error::invalid(format!(
-                    "pillar key {at} must be a mapping such as {{vms: 20, cpus: 16, memory: 64G, disk: 2T}}, not {}",
-                    kind_of(&v)
-                )));
-            };
-            if let Some(k) = m.keys().find(|k| !DIMENSIONS.contains(&k.as_str())) {
-                return Err(Error::invalid(format!(
-                    "pillar key {at}: unknown capacity {k:?}: use vms, cpus, memory or disk"
-                )));
-            }
-            let mut room = Room::default();
-            for (i, slot) in room.0.iter_mut().enumerate() {
-                *slot = dimension(m, i, &format!("pillar key {at}"))?;
-            }
-            out.insert(cn, room);
-        }
-        Ok(out)
+        Ok(raw)
     }
 
     /// The VMs declared without a compute node, by name.

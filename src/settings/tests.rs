@@ -1318,6 +1318,31 @@ fn a_vm_may_not_take_another_minions_id() {
         let msg = invalid(cfg.vm_plan(CN, vm), &[vm, other, "take over its Salt key"]);
         assert!(msg.contains("another name"), "{msg}");
     }
+    // So does a node declared only by its capacity (nested or flat), even
+    // when that capacity is wrong.
+    for (key, value) in [
+        (
+            format!("{COMPUTE_NODE}.capacity"),
+            json!({"cap.test": {"vms": 4}}),
+        ),
+        (
+            format!("{COMPUTE_NODE}.capacity.Cap.test"),
+            json!({"vms": 4}),
+        ),
+        (
+            format!("{COMPUTE_NODE}.capacity.cap.test"),
+            json!({"bogus": 4}),
+        ),
+    ] {
+        let p = object(node_pillar(
+            CN,
+            json!({"cap.test": {}}),
+            json!({ key: value }),
+        ));
+        let cfg = Config::new(ctx("ctl"), p);
+        let msg = invalid(cfg.vm_plan(CN, "cap.test"), &["cap.test", "capacity"]);
+        assert!(msg.contains("take over its Salt key"), "{msg}");
+    }
     // The controller's own minion id counts too.
     let cfg = Config::new(
         ctx("ok.test"),

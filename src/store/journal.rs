@@ -532,6 +532,9 @@ impl TxOps for Journaled<'_> {
     fn nodes(&self) -> Result<Vec<String>> {
         self.inner.nodes()
     }
+    fn is_node(&self, name: &str) -> Result<bool> {
+        self.inner.is_node(name)
+    }
     fn meta(&self, key: &str) -> Result<Option<String>> {
         self.inner.meta(key)
     }

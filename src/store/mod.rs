@@ -1031,6 +1031,13 @@ pub trait TxOps {
     /// Compute nodes the store knows of.
     fn nodes(&self) -> Result<Vec<String>>;
 
+    /// Whether the store knows compute node `name` (it holds numbers,
+    /// active MACs or secrets there): what a VM's allocation asks, a few
+    /// index lookups.
+    fn is_node(&self, name: &str) -> Result<bool> {
+        Ok(self.nodes()?.iter().any(|n| n == name))
+    }
+
     /// A metadata value.
     fn meta(&self, key: &str) -> Result<Option<String>>;
 
@@ -1083,6 +1090,28 @@ pub trait TxOps {
 pub type Tx<'a> = dyn TxOps + 'a;
 
 impl SqliteTx<'_> {
+    /// The distinct values `next` steps through, smallest first: `next`
+    /// answers the smallest value above `?1` (of kind `?2`, if given) from
+    /// an index, so that a few lookups per value replace a scan of every
+    /// row (the store's nodes are asked for on every allocation).
+    fn walk(&self, next: &str, kind: Option<&str>) -> Result<Vec<String>> {
+        let mut s = self.conn.prepare_cached(next).at(self.path)?;
+        let mut out: Vec<String> = vec![];
+        loop {
+            let above = out.last().map_or("", String::as_str);
+            let found: Option<String> = match kind {
+                Some(k) => s.query_row(params![above, k], |r| r.get(0)),
+                None => s.query_row(params![above], |r| r.get(0)),
+            }
+            .optional()
+            .at(self.path)?;
+            match found {
+                Some(v) => out.push(v),
+                None => return Ok(out),
+            }
+        }
+    }
+
     /// Every row of a query, each mapped by `f`.
     fn rows<T, P: rusqlite::Params>(
         &self,
@@ -1425,12 +1454,37 @@ impl TxOps for SqliteTx<'_> {
     }
 
     fn nodes(&self) -> Result<Vec<String>> {
-        self.rows(
-            "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0
-                 UNION SELECT cn FROM passwords ORDER BY 1",
-            [],
-            |r| r.get(0),
-        )
+        let mut nodes = std::collections::BTreeSet::new();
+        nodes.extend(self.walk(
+            "SELECT cn FROM passwords WHERE cn > ?1 ORDER BY cn LIMIT 1",
+            None,
+        )?);
+        nodes.extend(self.walk(
+            "SELECT cn FROM macs WHERE retired=0 AND cn > ?1 ORDER BY cn LIMIT 1",
+            None,
+        )?);
+        let kinds = self.walk(
+            "SELECT kind FROM numbers WHERE kind > ?1 ORDER BY kind LIMIT 1",
+            None,
+        )?;
+        for kind in kinds {
+            nodes.extend(self.walk(
+                "SELECT cn FROM numbers WHERE kind=?2 AND cn > ?1 ORDER BY cn LIMIT 1",
+                Some(&kind),
+            )?);
+        }
+        Ok(nodes.into_iter().collect())
+    }
+
+    fn is_node(&self, name: &str) -> Result<bool> {
+        self.conn
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM passwords WHERE cn=?1)
+                     OR EXISTS(SELECT 1 FROM macs WHERE cn=?1 AND retired=0)
+                     OR EXISTS(SELECT 1 FROM numbers WHERE kind IN ('ip', 'ssh', 'snmp', 'idmap') AND cn=?1)",
+            )
+            .and_then(|mut s| s.query_row(params![name], |r| r.get(0)))
+            .at(self.path)
     }
 
     fn meta(&self, key: &str) -> Result<Option<String>> {

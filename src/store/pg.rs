@@ -1137,10 +1137,35 @@ impl TxOps for PgTx<'_> {
     }
 
     fn nodes(&self) -> Result<Vec<String>> {
+        // Each node found from an index, a few lookups per node (the
+        // store's nodes are asked for on every allocation): not a scan of
+        // every row.
         self.strings(
-            "SELECT cn FROM numbers UNION SELECT cn FROM macs WHERE retired=0 UNION SELECT cn FROM passwords ORDER BY 1",
+            "WITH RECURSIVE
+               p(cn) AS (SELECT (SELECT cn FROM passwords ORDER BY cn LIMIT 1) UNION ALL
+                         SELECT (SELECT cn FROM passwords WHERE cn > p.cn ORDER BY cn LIMIT 1)
+                         FROM p WHERE p.cn IS NOT NULL),
+               m(cn) AS (SELECT (SELECT cn FROM macs WHERE retired = 0 ORDER BY cn LIMIT 1) UNION ALL
+                         SELECT (SELECT cn FROM macs WHERE retired = 0 AND cn > m.cn ORDER BY cn LIMIT 1)
+                         FROM m WHERE m.cn IS NOT NULL),
+               n(cn) AS (SELECT (SELECT cn FROM numbers ORDER BY cn LIMIT 1) UNION ALL
+                         SELECT (SELECT cn FROM numbers WHERE cn > n.cn ORDER BY cn LIMIT 1)
+                         FROM n WHERE n.cn IS NOT NULL)
+             SELECT cn FROM p WHERE cn IS NOT NULL UNION SELECT cn FROM m WHERE cn IS NOT NULL
+             UNION SELECT cn FROM n WHERE cn IS NOT NULL ORDER BY 1",
             &[],
         )
+    }
+
+    fn is_node(&self, name: &str) -> Result<bool> {
+        self.write_changes()?;
+        let row = self.opt(
+            "SELECT EXISTS(SELECT 1 FROM passwords WHERE cn = $1)
+                 OR EXISTS(SELECT 1 FROM macs WHERE cn = $1 AND retired = 0)
+                 OR EXISTS(SELECT 1 FROM numbers WHERE cn = $1)",
+            &[&name],
+        )?;
+        row.map_or(Ok(false), |r| self.col(&r, 0))
     }
 
     fn meta(&self, key: &str) -> Result<Option<String>> {

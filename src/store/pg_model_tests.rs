@@ -59,6 +59,7 @@ enum Op {
     SetDestroyed(usize, usize, bool),
     Destroyed(usize),
     Nodes,
+    IsNode(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -96,6 +97,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (n.clone(), v, any::<bool>()).prop_map(|(n, v, b)| Op::SetDestroyed(n, v, b)),
         1 => n.prop_map(Op::Destroyed),
         1 => Just(Op::Nodes),
+        1 => (0..NODES.len()).prop_map(Op::IsNode),
     ]
 }
 
@@ -153,6 +155,7 @@ fn run(tx: &Tx, op: &Op) -> Result<String> {
         Op::SetDestroyed(n, v, d) => format!("{:?}", tx.set_destroyed(NODES[n], VMS[v], d)?),
         Op::Destroyed(n) => format!("{:?}", tx.destroyed(NODES[n])?),
         Op::Nodes => format!("{:?}", tx.nodes()?),
+        Op::IsNode(n) => format!("{:?}", tx.is_node(NODES[n])?),
     })
 }
 
@@ -162,6 +165,7 @@ fn every_answer(tx: &Tx, vms_first: bool) -> Result<Vec<String>> {
     let mut ops = vec![Op::Nodes];
     for n in 0..NODES.len() {
         ops.extend([
+            Op::IsNode(n),
             Op::Macs(n),
             Op::Vms(n),
             Op::HeldElsewhere(n),

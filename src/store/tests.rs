@@ -360,3 +360,29 @@ fn hints_drop_when_values_are_freed() {
     // ssh and snmp ports share one space: a freed port lowers both.
     assert_eq!(s.read(|tx| tx.hint("snmp:1-9", "cn")).unwrap(), Some(3));
 }
+
+#[test]
+fn nodes_are_those_holding_numbers_active_macs_or_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(|tx| {
+        tx.put_number("ssh", "b-ports", "vm", 40000)?;
+        tx.put_number("idmap", "c-ids", "vm", 1_000_000)?;
+        tx.put_mac("d-macs", "vm", "", "00:16:3e:00:00:01")?;
+        tx.put_mac("e-retired", "vm", "", "00:16:3e:00:00:02")?;
+        tx.retire_macs("e-retired", "vm")?;
+        tx.put_password("a-secret", "vm", "pw")
+    })
+    .unwrap();
+    let nodes = s.read(|tx| tx.nodes()).unwrap();
+    assert_eq!(nodes, ["a-secret", "b-ports", "c-ids", "d-macs"]);
+    for (name, known) in [
+        ("a-secret", true),
+        ("c-ids", true),
+        ("d-macs", true),
+        ("e-retired", false),
+        ("vm", false),
+    ] {
+        assert_eq!(s.read(|tx| tx.is_node(name)).unwrap(), known, "{name}");
+    }
+}

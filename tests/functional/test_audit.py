@@ -88,3 +88,32 @@ def test_the_journal_notes_every_change_by_its_caller_and_no_secret(salt_env: Sa
     assert "unknown kind" in r.output and "allocated" in r.output, r.output
     p = mccloud(salt_env, "--since", "yesterday")
     assert p.returncode == 1 and "not a UTC time" in p.stderr, p.stderr
+
+
+def journal(salt_env: SaltEnv, *filters: str) -> Any:
+    r = salt_env.run("mc_cloud.audit", *filters)
+    assert r.returncode == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_the_caller_is_the_real_user_whatever_the_environment_says(salt_env: SaltEnv) -> None:
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    env = {**os.environ, "MASTERSALT_CONFIG_DIR": str(salt_env.conf), "USER": "mallory", "LOGNAME": "mallory"}
+    for name in ("MCCLOUD_STORE_DIR", "SUDO_USER", "SUDO_UID"):
+        env.pop(name, None)
+    call = ["salt-call", "-c", str(salt_env.conf), "--local", "--out=json", "mc_cloud_compute_node.find_ip_for_vm"]
+    p = subprocess.run([*call, CN, GONE], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    entries = journal(salt_env)
+    assert entries and {e["caller"] for e in entries} == {f"salt-call ({me}@controller)"}, entries
+    # Under sudo (run by root, or by the uid sudo names), the user sudo
+    # says ran it is added beside the real user, as a claim.
+    env.update(SUDO_USER="alice", SUDO_UID=str(os.getuid()))
+    p = subprocess.run([*call, CN, "gfoobar.test.com"], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    since = max(e["id"] for e in entries)
+    entries = [e for e in journal(salt_env) if e["id"] > since]
+    assert entries and {e["caller"] for e in entries} == {f"salt-call ({me}@controller, via sudo by alice)"}, \
+        entries

@@ -37,6 +37,76 @@ def test_bad_input_is_invalid_input(tmp_path: Path) -> None:
         reg.find_ip(CN, "../../etc/passwd")
 
 
+def nested(levels: int) -> dict[str, Any]:
+    """``{"foo": {"foo": ...}}``, ``levels`` mappings deep."""
+    top = inner = {}  # type: dict[str, Any]
+    for _ in range(levels - 1):
+        inner["foo"] = {}
+        inner = inner["foo"]
+    return top
+
+
+VM_KEY = f"makina-states.cloud.lxc.vms.{CN}"
+
+
+@pytest.mark.parametrize("levels", [10_000, 130])
+def test_a_deep_pillar_value_is_an_error_naming_its_key(levels: int) -> None:
+    pillar = {VM_KEY: {"vm1": nested(levels)}}
+    with pytest.raises(InvalidInputError) as err:
+        mccloud.Config(CTX, pillar)
+    msg = str(err.value)
+    assert msg.startswith(f"pillar key {VM_KEY}.vm1.foo.foo"), msg
+    assert "…" in msg and "nested more than 128 levels deep" in msg and "flatten or remove" in msg, msg
+    assert "\n" not in msg and len(msg) < 400, msg
+    # The process survived, and a real pillar is as deep as it likes below
+    # the limit (the sample is 8 levels deep).
+    assert mccloud.Config(CTX, {VM_KEY: {"vm1": {"note": nested(100)}}}).node_of("vm1") == CN
+
+
+def test_a_pillar_value_containing_itself_is_an_error_naming_its_key() -> None:
+    loop: dict[str, Any] = {}
+    loop["foo"] = loop
+    looped_list: list[Any] = []
+    looped_list.append(looped_list)
+    for value, back in [(loop, f"{VM_KEY}.vm1.foo refers back to {VM_KEY}.vm1;"),
+                        ({"x": looped_list}, f"{VM_KEY}.vm1.x.0 refers back to {VM_KEY}.vm1.x;")]:
+        with pytest.raises(InvalidInputError) as err:
+            mccloud.Config(CTX, {VM_KEY: {"vm1": value}})
+        msg = str(err.value)
+        assert msg.startswith(f"pillar key {VM_KEY}.vm1.") and "contains itself" in msg, msg
+        assert back in msg, msg
+    with pytest.raises(InvalidInputError, match="context foo.foo.*contains itself"):
+        mccloud.Config(loop, {})
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ({80: "x"}, "has the key 80, which is not a string"),
+    (b"bytes", "holds a value of type bytes"),
+    (object(), "holds a value of type object"),
+    (2**70, "integer beyond 64 bits"),
+])
+def test_a_value_no_pillar_holds_is_an_error_naming_its_key(value: Any, shown: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"pillar key makina-states.cloud.lxc.defaults.*{shown}"):
+        mccloud.Config(CTX, {"makina-states.cloud.lxc": {"defaults": {"bridge": value}}})
+
+
+def test_ordered_and_other_containers_convert_as_before() -> None:
+    from collections import OrderedDict
+
+    ordered = OrderedDict([("b", "2"), ("a", "1")])
+    ordered.move_to_end("b")
+    cfg = mccloud.Config(CTX, {
+        "makina-states.cloud.lxc.defaults": OrderedDict(bridge="br9", users=("root", "ops")),
+        "makina-states.cloud.lxc.dnsservers": ["8.8.8.8"],
+        VM_KEY: {"vm1": {"notes": [ordered], "ratio": 1.5, "flag": True, "none": None}},
+    })
+    defaults = cfg.lxc_settings()["defaults"]
+    assert defaults["bridge"] == "br9" and {"root", "ops"} <= set(defaults["users"])
+    declared = cfg.vm_declared_settings(CN, "vm1")
+    assert list(declared["notes"][0]) == ["a", "b"]  # the mapping's own order
+    assert (declared["ratio"], declared["flag"], declared["none"]) == (1.5, True, None)
+
+
 def test_conflicts_and_exhaustion_are_allocation_errors(tmp_path: Path) -> None:
     reg = registry(tmp_path, {"a.vm": {}, "b.vm": {}})
     mac = reg.find_mac(CN, "a.vm")
