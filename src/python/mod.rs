@@ -432,9 +432,9 @@ impl Registry {
         evidence: Option<&Bound<'_, PyAny>>,
         frees_only: bool,
     ) -> PyResult<Py<PyAny>> {
-        let evidence: Value = match evidence {
-            Some(e) => input("evidence", e)?,
-            None => Value::Null,
+        let evidence = match evidence {
+            Some(e) => input::plain("evidence", e).map_err(InvalidInputError::new_err)?,
+            None => serde_json::Value::Null,
         };
         let how = crate::registry::Repair {
             apply,
@@ -560,7 +560,7 @@ fn is_postgres(location: &str) -> bool {
 /// (`30s`, `15m`, `24h`, `7d`, `2w`); `InvalidInputError` otherwise.
 #[pyfunction]
 fn duration_secs(value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    let v: Value = input("duration", value)?;
+    let v = input::plain("duration", value).map_err(InvalidInputError::new_err)?;
     crate::registry::duration_secs(&v, "duration").map_err(to_py)
 }
 
