@@ -10,7 +10,8 @@ with the change counts they add, as the transactions that wrote them would
 have) and scraped again. Each scrape runs in a process of its own:
 
 1. ``Registry.metrics()`` in-process (the first, which opens the store,
-   then the median of several), the peak RSS they add (the process's high-water mark after the scrapes, less its RSS
+   then the median of several; each the median of as many processes),
+   the peak RSS they add (the process's high-water mark after the scrapes, less its RSS
    before them) and the size of the text;
 2. ``mccloud metrics`` on the command line, start to end (Python's and the
    pillar's start included).
@@ -48,6 +49,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import results  # noqa: E402  (bench/results.py, beside this script)
 
+#: The command line of the interpreter running the benchmark (its virtualenv's).
+MCCLOUD = next((p for p in (os.path.join(os.path.dirname(sys.executable), "mccloud"),) if os.path.exists(p)),
+               "mccloud")
 #: The kinds of the old journal's entries, in the order a VM's life writes them.
 LIFE = ("allocated", "secret_created", "provision_finished", "destroyed", "freed", "mac_retired",
         "secret_forgotten")
@@ -126,6 +130,9 @@ def grow(store: str, n: int, nodes: list[str]) -> float:
     db.execute("COMMIT")
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
+    # The scrapes measured next should not wait for the disk to take the
+    # file just written (a journal grows slowly, not by a million at once).
+    os.sync()
     return time.perf_counter() - t
 
 
@@ -137,15 +144,20 @@ def entries(store: str) -> int:
 def scrape(store: str, pillar_data: dict[str, Any], pillar_file: str, runs: int) -> dict[str, Any]:
     """The figures of a scrape of ``store``: in-process (a process of its
     own) and through ``mccloud metrics``."""
-    p = subprocess.run([sys.executable, "-c", PROBE, store, json.dumps(pillar_data), str(runs)],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"the scrape failed:\n{p.stderr}")
-    figures = json.loads(p.stdout)
+    probes = []
+    for _ in range(runs):
+        p = subprocess.run([sys.executable, "-c", PROBE, store, json.dumps(pillar_data), str(runs)],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"the scrape failed:\n{p.stderr}")
+        probes.append(json.loads(p.stdout))
+    # the median process of each figure (a shared machine's noise is of
+    # the order of these milliseconds)
+    figures = {k: statistics.median(f[k] for f in probes) for k in probes[0]}
     cli = []
     for _ in range(runs):
         t = time.perf_counter()
-        c = subprocess.run(["mccloud", "metrics", "--store", store, "--pillar", pillar_file],
+        c = subprocess.run([MCCLOUD, "metrics", "--store", store, "--pillar", pillar_file],
                            capture_output=True, text=True)
         cli.append(time.perf_counter() - t)
         if c.returncode != 0:
