@@ -3,8 +3,9 @@
 ``bench/bench.py`` records what it measured in ``bench/results.json``, each
 section with the commit and machine it measured, then renders the README's
 registry table from that file (between the ``bench:registry`` markers);
-``bench/provision.py`` and ``bench/store.py`` record sections of their own,
-rendered between the ``bench:provisioning`` and ``bench:store`` markers.
+``bench/provision.py``, ``bench/store.py`` and ``bench/metrics.py`` record
+sections of their own, rendered between the ``bench:provisioning``,
+``bench:store`` and ``bench:metrics`` markers.
 The tests check that the README's table is the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
@@ -31,6 +32,8 @@ START, END = "<!-- bench:registry:start -->", "<!-- bench:registry:end -->"
 PSTART, PEND = "<!-- bench:provisioning:start -->", "<!-- bench:provisioning:end -->"
 #: The stores' table's markers (``bench/store.py`` records its section, ``store``).
 SSTART, SEND = "<!-- bench:store:start -->", "<!-- bench:store:end -->"
+#: The metrics table's markers (``bench/metrics.py`` records its section, ``metrics``).
+MSTART, MEND = "<!-- bench:metrics:start -->", "<!-- bench:metrics:end -->"
 #: The stores of the ``store`` section, in the table's column order.
 STORES = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
 #: Goal of provisioning, destroy and orchestration, as ratios to their floors.
@@ -266,6 +269,34 @@ def render_store(data: dict[str, Any]) -> str:
                                              f"{_stamp(store)}"])
 
 
+def render_metrics(data: dict[str, Any]) -> str:
+    """The scrapes' table (markdown) of ``data``'s ``metrics`` section."""
+    m = data.get("metrics")
+    if not m:
+        return "No metrics figures recorded yet: run ./run bench metrics."
+    base, large = m["scrapes"]
+
+    def row(what: str, fmt: Any) -> str:
+        return f"| {what} | {fmt(base)} | {fmt(large)} |"
+
+    rows = [f"| measure | registration only ({base['entries']:,} journal entries) | "
+            f"{m['old_entries']:,} old entries more ({large['entries']:,}) |", "|---|---|---|",
+            row(f"`Registry.metrics()`, first call of a process (opens the store; median of {m['runs']} processes)",
+                lambda f: f"{f['first_s'] * 1000:.1f} ms"),
+            row(f"`Registry.metrics()`, again (median of {m['runs']} calls, median process)",
+                lambda f: f"{f['scrape_s'] * 1000:.1f} ms"),
+            row("peak RSS the scrapes add", lambda f: f"{f['rss_delta_mib']:.1f} MiB"),
+            row("text", lambda f: f"{f['text_bytes'] / 1024:.1f} KiB ({f['series']:,} series)"),
+            row(f"`mccloud metrics`, start to end (median of {m['runs']})", lambda f: f"{f['cli_s']:.2f} s")]
+    notes = [f"- The store: {m['nodes']} compute nodes declaring {m['vms']} VMs each, registered, each VM's "
+             f"provision and each node's deploy noted; then {m['old_entries']:,} entries of VMs provisioned and "
+             f"destroyed in 2025 inserted in one SQL transaction ({m['insert_s']:.1f} s), with the change "
+             f"counts they add.",
+             f"- The prune of those {m['pruned']:,} entries (`Registry.prune_journal`, what `mccloud audit prune "
+             f"--before 2026-01-01` calls): {m['prune_s']:.1f} s; the change counters kept them."]
+    return "\n".join([*rows, "", *notes, "", f"Measured (`./run bench metrics`, `bench/results.json`): {_stamp(m)}"])
+
+
 def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
     try:
         head, rest = text.split(start, 1)
@@ -279,14 +310,15 @@ def _replace(path: Path, text: str, start: str, end: str, body: str, required: b
 
 def update_readme(readme: str | os.PathLike[str], data: dict[str, Any], check: bool = False) -> bool:
     """Puts the renderings of ``data`` between the markers of ``readme``
-    (the registry's, and the provisioning's and stores' where the README
-    has them);
+    (the registry's, and the provisioning's, stores' and metrics' where the
+    README has them);
     with ``check``, only tells whether they are there already."""
     path = Path(readme)
     text = path.read_text()
     new = _replace(path, text, START, END, render(data), required=True)
     new = _replace(path, new, PSTART, PEND, render_provisioning(data), required=False)
     new = _replace(path, new, SSTART, SEND, render_store(data), required=False)
+    new = _replace(path, new, MSTART, MEND, render_metrics(data), required=False)
     if check:
         return new == text
     if new != text:

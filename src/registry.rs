@@ -220,7 +220,11 @@ impl Registry {
             ));
         }
         self.import_legacy()?;
-        let rows = self.inspect()?.dump()?;
+        // Opened as any call opens it: an older schema is upgraded first,
+        // so that every table is there to copy.
+        let rows = Store::open_existing(&self.dir)?
+            .ok_or_else(|| self.no_store())?
+            .dump()?;
         PgStore::connect(target)?.load(&rows)?;
         Ok(rows.counts())
     }
@@ -653,26 +657,12 @@ impl Registry {
                 c.error.is_some(),
             );
         }
-        // The journal's figures, from one snapshot.
-        let (counts, mut runs) = self
-            .read(|tx| {
-                let mut runs = vec![];
-                for kind in [
-                    "provision_finished",
-                    "provision_failed",
-                    "deploy_finished",
-                    "deploy_failed",
-                ] {
-                    let q = journal::Query {
-                        kind: Some(kind.into()),
-                        ..Default::default()
-                    };
-                    runs.extend(tx.journal(&q)?);
-                }
-                Ok((tx.journal_counts()?, runs))
-            })?
+        // The journal's figures, from one snapshot of the small tables
+        // kept beside it (never the journal itself: a scrape costs the
+        // same at any journal length).
+        let (counts, runs) = self
+            .read(|tx| Ok((tx.changes()?, tx.last_runs()?)))?
             .unwrap_or_default();
-        runs.sort_by_key(|e| e.id);
         metrics.journal(&counts, &runs);
         Ok(metrics.render())
     }
@@ -835,6 +825,16 @@ impl Registry {
         query.check()?;
         let entries = self.read(|tx| tx.journal(query))?.unwrap_or_default();
         Ok(entries.iter().map(journal::Entry::to_json).collect())
+    }
+
+    /// Deletes the audit journal's entries written before `before` (a UTC
+    /// date or time, as `since` takes it) and notes the prune in the
+    /// journal (`journal_pruned`); how many went (0 without a store). The
+    /// change counts the metrics show keep them (counters never go down).
+    pub fn prune_journal(&self, before: &str) -> Result<u64> {
+        let bound = journal::prune_bound(before)?;
+        let removed = self.write_existing(|tx| tx.prune_journal(&bound))?;
+        Ok(removed.unwrap_or(0))
     }
 
     /// Notes in the audit journal a change made outside the store (a

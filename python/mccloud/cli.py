@@ -471,6 +471,8 @@ def audit(args: argparse.Namespace) -> int:
     """Prints the audit journal's entries (see ``mastersalt-run
     mc_cloud.audit``), oldest first: every allocation, free, move, secret
     created or forgotten (never its value), key seeded or deleted, repair."""
+    if args.audit_command == "prune":
+        return audit_prune(args)
     reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), _caller(args))
     entries = reg.audit(vm=args.vm, node=args.node, kind=args.kind, since=args.since, limit=args.limit)
     if args.output != "table":
@@ -484,6 +486,20 @@ def audit(args: argparse.Namespace) -> int:
                        shown(e["before"]), shown(e["after"])] for e in entries],
                      ["AT", "CALLER", "KIND", "NODE", "VM", "WHAT", "BEFORE", "AFTER"]))
     print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", file=sys.stderr)
+    return 0
+
+
+def audit_prune(args: argparse.Namespace) -> int:
+    """Deletes the audit journal's entries written before ``--before`` (a
+    UTC date or time) and says how many went; the prune itself is noted in
+    the journal (``journal_pruned``). The change counters of ``mccloud
+    metrics`` keep the entries pruned (Prometheus counters never go down)."""
+    caller = saltsupport.caller({}, "mccloud audit prune")
+    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), caller)
+    removed = reg.prune_journal(args.before)
+    out = {"removed": removed, "before": args.before}
+    _emit(out, args.output, lambda: f"removed {removed} entr{'y' if removed == 1 else 'ies'} written before "
+                                    f"{args.before} from the audit journal of {reg.store_path}")
     return 0
 
 
@@ -560,8 +576,8 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    def output(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
+    def output(p: argparse.ArgumentParser, default: str = "table") -> None:
+        p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default=default,
                        help="a table (the default), or the whole answer as JSON or YAML")
 
     p = command("demo", demo, "run the registry on the sample pillar (masterless, no LXC)",
@@ -591,7 +607,8 @@ def _parser() -> argparse.ArgumentParser:
     _registry_arguments(p)
     output(p)
     p = command("audit", audit, "the audit journal: who changed what in the registry, and when",
-                "  mccloud audit --vm web1.example.com\n  mccloud audit --kind freed --since 2026-11-01 -o json")
+                "  mccloud audit --vm web1.example.com\n  mccloud audit --kind freed --since 2026-11-01 -o json\n"
+                "  mccloud audit prune --before 2026-01-01")
     p.add_argument("--vm", help="entries of this VM")
     p.add_argument("--node", help="entries on this compute node")
     p.add_argument("--kind", help="entries of this kind (allocated, freed, moved, secret_created, key_seeded, …)")
@@ -599,6 +616,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="only the newest N entries")
     _registry_arguments(p, pillar=False)
     output(p)
+    audits = p.add_subparsers(dest="audit_command", metavar="prune", required=False)
+    # Options left out keep the values given before "prune" (or their defaults).
+    p = audits.add_parser("prune", help="delete the entries written before a date", formatter_class=fmt,
+                          description=" ".join((audit_prune.__doc__ or "").split()),
+                          epilog="examples:\n  mccloud audit prune --before 2026-01-01\n"
+                                 "  mccloud audit prune --before 2026-11-26T10:00Z -o json",
+                          argument_default=argparse.SUPPRESS)
+    p.add_argument("--before", required=True, help="delete the entries written before this UTC date or time "
+                   "(2026-01-01, 2026-01-01T10:00Z)")
+    _registry_arguments(p, pillar=False)
+    output(p, default=argparse.SUPPRESS)
     p = command("metrics", metrics, "the registry's figures in the Prometheus text format",
                 "  mccloud metrics\n  mccloud metrics --textfile /var/lib/node_exporter/mccloud.prom")
     p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "

@@ -169,8 +169,8 @@ fn taken_by_node(cn: &str, vm: &str, node: &str) -> Error {
 
 /// A VM now declared on `cn` but holding values on nodes that no longer
 /// declare it has moved: like a destroyed VM there, its MACs are retired
-/// and its secrets forgotten (its IP and ports there are freed by that
-/// node's cleanup calls).
+/// and its secrets and last provision there forgotten (its IP and ports
+/// there are freed by that node's cleanup calls).
 fn retire_moved(tx: &Tx, config: &Config, cn: &str, vm: &str) -> Result<()> {
     for other in tx.other_nodes_of(vm, cn)? {
         retire_moved_from(tx, config, cn, &other, vm)?;
@@ -196,6 +196,7 @@ fn retire_moved_from(tx: &Tx, config: &Config, cn: &str, other: &str, vm: &str) 
         ))?;
         tx.retire_macs(other, vm)?;
         tx.remove_password(other, vm)?;
+        tx.forget_last_run(other, vm)?;
     }
     Ok(())
 }

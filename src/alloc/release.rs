@@ -30,7 +30,8 @@ pub fn set_ip(tx: &Tx, cn: &str, vm: &str, ip: Ipv4Addr) -> Result<()> {
 
 /// Frees the values of kind `kind` held on `cn` by VMs not in `declared`
 /// (additional IPs too) and, as a destruction does, retires their MACs and
-/// forgets their passwords. Returns what was freed, by VM.
+/// forgets their passwords and last provisions. Returns what was freed, by
+/// VM.
 pub fn cleanup(
     tx: &Tx,
     cn: &str,
@@ -53,12 +54,20 @@ pub fn cleanup(
         tx.retire_macs(cn, &vm)?;
         tx.remove_password(cn, &vm)?;
     }
+    // Their last provisions go too (the metrics show live VMs only), also
+    // of VMs that held nothing any more.
+    for run in tx.last_runs()? {
+        if run.kind == "provision" && run.node == cn && !declared.contains(&run.vm) {
+            tx.forget_last_run(cn, &run.vm)?;
+        }
+    }
     Ok(freed)
 }
 
 /// Frees everything VM `vm` holds on `cn`: IPs (additional ones too) and
-/// ports return to their pools, the password is forgotten, MACs are
-/// retired; the VM is marked destroyed. Empty when it held nothing.
+/// ports return to their pools, the password and the last provision are
+/// forgotten, MACs are retired; the VM is marked destroyed. Empty when it
+/// held nothing.
 pub fn destroy(tx: &Tx, cn: &str, vm: &str) -> Result<Freed> {
     tx.set_destroyed(cn, vm, true)?;
     forget(tx, cn, vm)
@@ -93,5 +102,6 @@ pub fn forget(tx: &Tx, cn: &str, vm: &str) -> Result<Freed> {
     if tx.remove_password(cn, vm)? {
         f.insert("password".into(), json!("forgotten"));
     }
+    tx.forget_last_run(cn, vm)?;
     Ok(f)
 }

@@ -493,6 +493,14 @@ impl Registry {
         out(py, r)
     }
 
+    /// Deletes the audit journal's entries written before `before` (a UTC
+    /// date or time) and notes the prune in the journal; how many went.
+    /// The change counts of the metrics keep them.
+    fn prune_journal(&self, py: Python<'_>, before: &str) -> PyResult<u64> {
+        py.detach(|| self.inner.prune_journal(before))
+            .map_err(to_py)
+    }
+
     /// Notes a change made outside the store (a key seeded or deleted, a
     /// repair) in the audit journal. Never pass a secret.
     #[pyo3(signature = (kind, node, vm="", what="", before="", after=""))]

@@ -14,6 +14,8 @@ use super::*;
 use crate::pools::mac;
 use crate::settings::{Context, COMPUTE_NODE, LXC};
 
+mod tallies;
+
 const CN: &str = "cn1.local";
 const CN2: &str = "cn2.local";
 
@@ -127,6 +129,8 @@ fn dump(reg: &Registry) -> Vec<String> {
         "hints",
         "placements",
         "journal",
+        "changes",
+        "last_runs",
     ] {
         let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
         let columns = st.column_count();

@@ -82,6 +82,20 @@ pub const TABLES: &[(&str, &[(&str, Col)])] = &[
             ("after_value", Col::Text),
         ],
     ),
+    (
+        "changes",
+        &[("kind", Col::Text), ("cn", Col::Text), ("n", Col::Int)],
+    ),
+    (
+        "last_runs",
+        &[
+            ("kind", Col::Text),
+            ("cn", Col::Text),
+            ("vm", Col::Text),
+            ("result", Col::Text),
+            ("millis", Col::Int),
+        ],
+    ),
 ];
 
 /// `SELECT <every column> FROM <table>`.

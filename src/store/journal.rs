@@ -7,7 +7,7 @@
 //! Secrets are noted, never their value.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,7 +38,119 @@ pub const KINDS: &[&str] = &[
     "provision_failed",
     "deploy_finished",
     "deploy_failed",
+    "journal_pruned",
 ];
+
+/// The kinds that end a run whose duration the metrics show, with the run
+/// (`provision` of a VM, `deploy` of a compute node) and its result.
+const RUNS: &[(&str, &str, &str)] = &[
+    ("provision_finished", "provision", "ok"),
+    ("provision_failed", "provision", "failed"),
+    ("deploy_finished", "deploy", "ok"),
+    ("deploy_failed", "deploy", "failed"),
+];
+
+/// The last run of a provision (of a VM) or of a deploy (of a compute
+/// node): what `mccloud_last_*_duration_seconds` shows. The store keeps
+/// one per VM provisioned (until the VM is destroyed, freed or moved
+/// away) and one per node deployed, updated in the transaction that
+/// journals the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastRun {
+    /// `provision` or `deploy`.
+    pub kind: String,
+    /// The compute node.
+    pub node: String,
+    /// The VM provisioned (empty for a deploy).
+    pub vm: String,
+    /// `ok` or `failed`.
+    pub result: String,
+    /// How long it took, in milliseconds.
+    pub millis: i64,
+}
+
+impl LastRun {
+    /// The run a journal row ends (one of the `provision_*`/`deploy_*`
+    /// kinds, its `after` holding `seconds`, a number or its text), if any.
+    pub fn of(event: &Event) -> Option<LastRun> {
+        let (_, kind, result) = RUNS.iter().find(|(k, _, _)| *k == event.kind)?;
+        let seconds = serde_json::from_str::<Value>(&event.after)
+            .ok()
+            .and_then(|v| {
+                v.get("seconds")
+                    .and_then(|s| s.as_str().and_then(|t| t.parse().ok()).or(s.as_f64()))
+            })
+            .filter(|s: &f64| s.is_finite() && *s > 0.0)
+            .unwrap_or(0.0);
+        Some(LastRun {
+            kind: (*kind).into(),
+            node: event.node.clone(),
+            vm: if *kind == "provision" {
+                event.vm.clone()
+            } else {
+                String::new()
+            },
+            result: (*result).into(),
+            // at most about 292 million years: the cast saturates
+            millis: (seconds * 1000.0).round() as i64,
+        })
+    }
+
+    /// How long the run took, in seconds.
+    pub fn seconds(&self) -> f64 {
+        self.millis as f64 / 1000.0
+    }
+}
+
+/// What journal rows add to the change counts: `(kind, node, rows)`. The
+/// counts are kept per kind and node so that, on PostgreSQL, writers of
+/// different nodes (who do not wait for each other) never update one row.
+pub fn tally(events: &[Event]) -> Vec<(String, String, u64)> {
+    let mut counts: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for e in events {
+        *counts.entry((e.kind, e.node.as_str())).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((kind, node), n)| (kind.to_string(), node.to_string(), n))
+        .collect()
+}
+
+/// Fills the change counts and the last runs of a store from its journal
+/// (once, when a store gains them): every entry counted, the last run of
+/// each node deployed, and the last run of each VM provisioned that the
+/// store still holds values for and does not mark destroyed.
+pub fn fill_tallies(tx: &dyn TxOps) -> Result<()> {
+    tx.add_changes(&tx.journal_counts()?)?;
+    let mut ended = vec![];
+    for (kind, _, _) in RUNS {
+        let q = Query {
+            kind: Some((*kind).into()),
+            ..Query::default()
+        };
+        ended.extend(tx.journal(&q)?);
+    }
+    ended.sort_by_key(|e| e.id);
+    let mut last: BTreeMap<(String, String, String), LastRun> = BTreeMap::new();
+    for run in ended.iter().filter_map(|e| LastRun::of(&e.event)) {
+        last.insert((run.kind.clone(), run.node.clone(), run.vm.clone()), run);
+    }
+    let mut held: HashMap<String, Vec<String>> = HashMap::new();
+    for run in last.into_values() {
+        if run.kind == "provision" {
+            if !held.contains_key(&run.node) {
+                held.insert(run.node.clone(), tx.vms(&run.node)?);
+            }
+            let live = held.get(&run.node).is_some_and(|vms| vms.contains(&run.vm))
+                && !tx.is_destroyed(&run.node, &run.vm)?;
+            if !live {
+                continue;
+            }
+        }
+        tx.put_last_run(&run)?;
+    }
+    Ok(())
+}
 
 /// One change, as [`Journaled`] notes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -226,10 +338,34 @@ impl Query {
 
     /// The `since` bound in the stored format (entries compare as text).
     pub fn since_bound(&self) -> Option<String> {
-        self.since
-            .as_ref()
-            .map(|s| s.trim_end_matches('Z').replace(' ', "T"))
+        self.since.as_deref().map(stored_bound)
     }
+}
+
+/// A UTC date or time, as `since` takes it, in the stored format (entries
+/// compare as text).
+fn stored_bound(time: &str) -> String {
+    time.trim_end_matches('Z').replace(' ', "T")
+}
+
+/// The bound of `mccloud audit prune --before` in the stored format:
+/// entries written before it go. A clear error for a missing or malformed
+/// time.
+pub fn prune_bound(before: &str) -> Result<String> {
+    let before = before.trim();
+    if before.is_empty() {
+        return Err(Error::Argument(
+            "audit prune: before is required: the entries written before this UTC date or time \
+             go (2026-01-01 or 2026-01-01T10:00:00Z)"
+                .into(),
+        ));
+    }
+    if !valid_since(before) {
+        return Err(Error::Argument(format!(
+            "audit prune: before {before:?} is not a UTC time: write 2026-01-01 or 2026-01-01T10:00:00Z"
+        )));
+    }
+    Ok(stored_bound(before))
 }
 
 /// `YYYY-MM-DD`, optionally followed by `THH:MM[:SS[.fff]]` and `Z`.
@@ -319,13 +455,20 @@ impl<'a> Journaled<'a> {
 
     /// Appends what was noted to the store's journal, in the transaction,
     /// under `caller`.
+    /// Counts them (see [`tally`]) and records the runs they end (see
+    /// [`LastRun`]), in the same transaction.
     pub fn finish(self, caller: &str) -> Result<()> {
         let changes = self.changes.into_inner();
         if changes.is_empty() {
             return Ok(());
         }
-        self.inner
-            .append_journal(&now(), caller, &coalesce(changes))
+        let events = coalesce(changes);
+        self.inner.append_journal(&now(), caller, &events)?;
+        self.inner.add_changes(&tally(&events))?;
+        for run in events.iter().filter_map(LastRun::of) {
+            self.inner.put_last_run(&run)?;
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -571,8 +714,45 @@ impl TxOps for Journaled<'_> {
     fn journal(&self, query: &Query) -> Result<Vec<Entry>> {
         self.inner.journal(query)
     }
-    fn journal_counts(&self) -> Result<Vec<(String, u64)>> {
+    fn journal_counts(&self) -> Result<Vec<(String, String, u64)>> {
         self.inner.journal_counts()
+    }
+    fn prune_journal(&self, before: &str) -> Result<u64> {
+        let removed = self.inner.prune_journal(before)?;
+        if removed > 0 {
+            self.push(
+                "journal_pruned",
+                "",
+                "",
+                "before",
+                None,
+                Some(json!(before)),
+            );
+            self.push(
+                "journal_pruned",
+                "",
+                "",
+                "removed",
+                None,
+                Some(json!(removed)),
+            );
+        }
+        Ok(removed)
+    }
+    fn add_changes(&self, counts: &[(String, String, u64)]) -> Result<()> {
+        self.inner.add_changes(counts)
+    }
+    fn changes(&self) -> Result<Vec<(String, u64)>> {
+        self.inner.changes()
+    }
+    fn put_last_run(&self, run: &LastRun) -> Result<()> {
+        self.inner.put_last_run(run)
+    }
+    fn forget_last_run(&self, cn: &str, vm: &str) -> Result<()> {
+        self.inner.forget_last_run(cn, vm)
+    }
+    fn last_runs(&self) -> Result<Vec<LastRun>> {
+        self.inner.last_runs()
     }
 }
 

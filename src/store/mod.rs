@@ -53,7 +53,7 @@ pub const FILE_NAME: &str = "registry.sqlite";
 /// The store's format, recorded in its identity record.
 pub const FORMAT: &str = "mccloud-registry";
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 const SCHEMA: &str = "
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE numbers(
@@ -88,6 +88,16 @@ CREATE TABLE IF NOT EXISTS journal(
     id INTEGER PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
     before_value TEXT NOT NULL DEFAULT '', after_value TEXT NOT NULL DEFAULT '');
+";
+/// The change counts and the last runs (schema version 5): what the
+/// metrics read instead of the journal, kept in the transactions that
+/// write it (see [`journal::tally`], [`journal::LastRun`]).
+const TALLIES: &str = "
+CREATE TABLE IF NOT EXISTS changes(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY(kind, cn)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS last_runs(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, result TEXT NOT NULL, millis INTEGER NOT NULL,
+    PRIMARY KEY(kind, cn, vm)) WITHOUT ROWID;
 ";
 /// Version 2 stores (before additional IPs, shared port space, salts and
 /// the identity record) are upgraded in place.
@@ -450,7 +460,7 @@ fn create(dir: &Path, path: &Path) -> Result<()> {
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA journal_mode=DELETE;")
             .at(path)?;
         conn.execute_batch(&format!(
-            "BEGIN; {SCHEMA} {JOURNAL} INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('identity', '{}');
+            "BEGIN; {SCHEMA} {JOURNAL} {TALLIES} INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('identity', '{}');
              PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
             new_identity()?
         ))
@@ -684,6 +694,16 @@ impl Store {
                 tx.set_meta("identity", &identity)?;
             }
             tx.conn.execute_batch(JOURNAL).at(tx.path)?;
+            if v < 5 {
+                // Counted from the journal once; from here on, each
+                // transaction that writes the journal counts its entries.
+                tx.conn
+                    .execute_batch(&format!(
+                        "{TALLIES} DELETE FROM changes; DELETE FROM last_runs;"
+                    ))
+                    .at(tx.path)?;
+                journal::fill_tallies(tx)?;
+            }
             tx.conn
                 .execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
                 .at(tx.path)
@@ -801,15 +821,16 @@ impl Store {
                 rows.collect::<rusqlite::Result<_>>().at(&path)?
             };
             let mut rows = std::collections::BTreeMap::new();
-            for t in [
-                "numbers",
-                "macs",
-                "passwords",
-                "salts",
-                "destroyed",
-                "hints",
-                "meta",
-            ] {
+            // (an older schema, inspected without being upgraded, lacks some)
+            let tables: Vec<String> = tx.rows(
+                "SELECT name FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )?;
+            for (t, _) in dump::TABLES
+                .iter()
+                .filter(|(t, _)| tables.iter().any(|n| n == t))
+            {
                 let n: i64 = tx
                     .conn
                     .query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
@@ -878,7 +899,7 @@ impl Store {
         write_backup(dest, |conn| {
             let tx = conn.transaction().at(dest)?;
             tx.execute_batch(&format!(
-                "{SCHEMA} {JOURNAL} PRAGMA user_version = {SCHEMA_VERSION};"
+                "{SCHEMA} {JOURNAL} {TALLIES} PRAGMA user_version = {SCHEMA_VERSION};"
             ))
             .at(dest)?;
             for (table, cols) in dump::TABLES {
@@ -1082,8 +1103,32 @@ pub trait TxOps {
     /// The journal entries `query` selects, oldest first.
     fn journal(&self, query: &journal::Query) -> Result<Vec<journal::Entry>>;
 
-    /// How many journal entries there are of each kind.
-    fn journal_counts(&self) -> Result<Vec<(String, u64)>>;
+    /// How many journal entries there are of each kind on each node
+    /// (reads the whole journal: see [`TxOps::changes`]).
+    fn journal_counts(&self) -> Result<Vec<(String, String, u64)>>;
+
+    /// Deletes the journal entries written before `before` (the stored
+    /// format, see [`journal::prune_bound`]); how many went. The change
+    /// counts keep them.
+    fn prune_journal(&self, before: &str) -> Result<u64>;
+
+    /// Adds `(kind, node, n)` to the change counts.
+    fn add_changes(&self, counts: &[(String, String, u64)]) -> Result<()>;
+
+    /// The changes counted since the store was made, by kind (journal
+    /// entries pruned since included): one small row per kind and node.
+    fn changes(&self) -> Result<Vec<(String, u64)>>;
+
+    /// Records the last run of a provision or a deploy, replacing the one
+    /// it follows.
+    fn put_last_run(&self, run: &journal::LastRun) -> Result<()>;
+
+    /// Forgets the last provision of VM `vm` on `cn` (the VM destroyed,
+    /// freed or moved away).
+    fn forget_last_run(&self, cn: &str, vm: &str) -> Result<()>;
+
+    /// Every last run, by kind, node and VM.
+    fn last_runs(&self) -> Result<Vec<journal::LastRun>>;
 }
 
 /// A transaction of the store (see [`TxOps`]).
@@ -1577,11 +1622,82 @@ impl TxOps for SqliteTx<'_> {
         Ok(())
     }
 
-    fn journal_counts(&self) -> Result<Vec<(String, u64)>> {
+    fn journal_counts(&self) -> Result<Vec<(String, String, u64)>> {
         self.rows(
-            "SELECT kind, count(*) FROM journal GROUP BY kind ORDER BY kind",
+            "SELECT kind, cn, count(*) FROM journal GROUP BY kind, cn ORDER BY kind, cn",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.unsigned_abs())),
+        )
+    }
+
+    fn prune_journal(&self, before: &str) -> Result<u64> {
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM journal WHERE at < ?1")
+            .and_then(|mut s| s.execute(params![before]))
+            .at(self.path)?;
+        Ok(n as u64)
+    }
+
+    fn add_changes(&self, counts: &[(String, String, u64)]) -> Result<()> {
+        let mut s = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO changes(kind, cn, n) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(kind, cn) DO UPDATE SET n = n + excluded.n",
+            )
+            .at(self.path)?;
+        for (kind, cn, n) in counts {
+            let n = i64::try_from(*n).unwrap_or(i64::MAX);
+            s.execute(params![kind, cn, n]).at(self.path)?;
+        }
+        Ok(())
+    }
+
+    fn changes(&self) -> Result<Vec<(String, u64)>> {
+        self.rows(
+            "SELECT kind, sum(n) FROM changes GROUP BY kind ORDER BY kind",
             [],
             |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.unsigned_abs())),
+        )
+    }
+
+    fn put_last_run(&self, run: &journal::LastRun) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO last_runs(kind, cn, vm, result, millis) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(kind, cn, vm) DO UPDATE SET result = excluded.result, millis = excluded.millis",
+            )
+            .and_then(|mut s| {
+                s.execute(params![run.kind, run.node, run.vm, run.result, run.millis])
+            })
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn forget_last_run(&self, cn: &str, vm: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM last_runs WHERE kind = 'provision' AND cn = ?1 AND vm = ?2",
+            )
+            .and_then(|mut s| s.execute(params![cn, vm]))
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn last_runs(&self) -> Result<Vec<journal::LastRun>> {
+        self.rows(
+            "SELECT kind, cn, vm, result, millis FROM last_runs ORDER BY kind, cn, vm",
+            [],
+            |r| {
+                Ok(journal::LastRun {
+                    kind: r.get(0)?,
+                    node: r.get(1)?,
+                    vm: r.get(2)?,
+                    result: r.get(3)?,
+                    millis: r.get(4)?,
+                })
+            },
         )
     }
 

@@ -36,7 +36,7 @@
 //! but whose answer was lost finds its own rows on the next attempt.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,7 @@ use postgres::types::ToSql;
 use postgres::{Client, Row, Statement};
 
 use super::dump::{Col, Dump, Field, TABLES};
+use super::journal::LastRun;
 use super::pg_cache::Cache;
 use super::{space_of, CheckReport, MacOwner, NumberOwner, Secret, TxOps};
 use crate::error::{Error, Result};
@@ -77,7 +78,11 @@ CREATE TABLE IF NOT EXISTS journal(
     id BIGSERIAL PRIMARY KEY, at TEXT NOT NULL, caller TEXT NOT NULL, kind TEXT NOT NULL,
     cn TEXT NOT NULL, vm TEXT NOT NULL, what TEXT NOT NULL,
     before_value TEXT NOT NULL DEFAULT '', after_value TEXT NOT NULL DEFAULT '');
-CREATE OR REPLACE FUNCTION mccloud_apply_v2(changes TEXT) RETURNS void LANGUAGE plpgsql AS $apply$
+CREATE TABLE IF NOT EXISTS changes(kind TEXT NOT NULL, cn TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY(kind, cn));
+CREATE TABLE IF NOT EXISTS last_runs(
+    kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, result TEXT NOT NULL, millis BIGINT NOT NULL,
+    PRIMARY KEY(kind, cn, vm));
+CREATE OR REPLACE FUNCTION mccloud_apply_v3(changes TEXT) RETURNS void LANGUAGE plpgsql AS $apply$
 DECLARE c jsonb := changes::jsonb;
 BEGIN
     DELETE FROM numbers t USING jsonb_to_recordset(c->'numbers_gone') AS d(kind TEXT, cn TEXT, vm TEXT, slot TEXT)
@@ -105,6 +110,13 @@ BEGIN
         SELECT at, caller, kind, cn, vm, what, before_value, after_value
         FROM jsonb_to_recordset(c->'journal') AS r(at TEXT, caller TEXT, kind TEXT, cn TEXT, vm TEXT,
                                                    what TEXT, before_value TEXT, after_value TEXT);
+    INSERT INTO changes(kind, cn, n) SELECT kind, cn, n
+        FROM jsonb_to_recordset(c->'changes') AS r(kind TEXT, cn TEXT, n BIGINT)
+        ON CONFLICT(kind, cn) DO UPDATE SET n = changes.n + excluded.n;
+    DELETE FROM last_runs t USING jsonb_to_recordset(c->'runs_gone') AS d(kind TEXT, cn TEXT, vm TEXT)
+        WHERE t.kind = d.kind AND t.cn = d.cn AND t.vm = d.vm;
+    INSERT INTO last_runs(kind, cn, vm, result, millis) SELECT kind, cn, vm, result, millis
+        FROM jsonb_to_recordset(c->'runs') AS r(kind TEXT, cn TEXT, vm TEXT, result TEXT, millis BIGINT);
 END
 $apply$;
 ";
@@ -392,8 +404,18 @@ impl PgStore {
             statements: RefCell::new(HashMap::new()),
         };
         store.whole(|tx| {
+            // A store made before the change counts and last runs gets
+            // them from its journal, once: when their table is created.
+            let fresh = tx
+                .opt("SELECT to_regclass('last_runs') IS NULL", &[])?
+                .map(|r| tx.col::<bool>(&r, 0))
+                .transpose()?
+                .unwrap_or(true);
             let r = tx.client.borrow_mut().batch_execute(SCHEMA);
             tx.checked(r)?;
+            if fresh {
+                super::journal::fill_tallies(tx)?;
+            }
             let r = tx.client.borrow_mut().batch_execute(LOAD_FUNCTION);
             tx.checked(r)?;
             if tx.meta("identity")?.is_none() {
@@ -498,6 +520,7 @@ impl PgStore {
             locked: RefCell::new(BTreeSet::new()),
             again: Cell::new(None),
             journal: RefCell::new(Vec::new()),
+            tallies: RefCell::new(Tallies::default()),
         };
         let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
         let again = scope.again.get();
@@ -679,6 +702,49 @@ pub struct PgTx<'a> {
     again: Cell<Option<Again>>,
     /// Journal entries not written yet (sent with the other changes).
     journal: RefCell<Vec<serde_json::Value>>,
+    /// Change counts and last runs not written yet (sent with them too).
+    tallies: RefCell<Tallies>,
+}
+
+/// What a transaction adds to the change counts and changes of the last
+/// runs, not written yet: one row per key, so that the statement that
+/// writes them never touches a row twice.
+#[derive(Default)]
+struct Tallies {
+    /// Counts to add, by kind and node.
+    changes: BTreeMap<(String, String), u64>,
+    /// The last run of each (kind, node, VM) changed: the new one, or
+    /// None when it is forgotten.
+    runs: BTreeMap<(String, String, String), Option<LastRun>>,
+}
+
+impl Tallies {
+    fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.runs.is_empty()
+    }
+
+    /// Adds them to the changes `mccloud_apply_v3` writes: `changes`,
+    /// `runs_gone` (every run changed, deleted first) and `runs`.
+    fn take_into(&mut self, out: &mut serde_json::Map<String, serde_json::Value>) {
+        let t = std::mem::take(self);
+        let changes: Vec<serde_json::Value> = t
+            .changes
+            .into_iter()
+            .map(|((kind, cn), n)| serde_json::json!({"kind": kind, "cn": cn, "n": n}))
+            .collect();
+        let mut gone = vec![];
+        let mut runs = vec![];
+        for ((kind, cn, vm), run) in t.runs {
+            gone.push(serde_json::json!({"kind": kind, "cn": cn, "vm": vm}));
+            if let Some(r) = run {
+                runs.push(serde_json::json!({"kind": r.kind, "cn": r.node, "vm": r.vm,
+                                             "result": r.result, "millis": r.millis}));
+            }
+        }
+        out.insert("changes".into(), changes.into());
+        out.insert("runs_gone".into(), gone.into());
+        out.insert("runs".into(), runs.into());
+    }
 }
 
 fn u32_of(label: &Path, v: i64) -> Result<u32> {
@@ -748,14 +814,15 @@ impl PgTx<'_> {
     /// does not know, and before the commit.
     fn write_changes(&self) -> Result<()> {
         let journal = std::mem::take(&mut *self.journal.borrow_mut());
-        if self.cache.borrow().clean() && journal.is_empty() {
+        if self.cache.borrow().clean() && journal.is_empty() && self.tallies.borrow().is_empty() {
             return Ok(());
         }
         let mut changes = self.cache.borrow_mut().take_changes();
         if let Some(c) = changes.as_object_mut() {
             c.insert("journal".into(), serde_json::Value::Array(journal));
+            self.tallies.borrow_mut().take_into(c);
         }
-        self.query("SELECT mccloud_apply_v2($1)", &[&changes.to_string()])?;
+        self.query("SELECT mccloud_apply_v3($1)", &[&changes.to_string()])?;
         Ok(())
     }
 
@@ -1263,14 +1330,78 @@ impl TxOps for PgTx<'_> {
         Ok(())
     }
 
-    fn journal_counts(&self) -> Result<Vec<(String, u64)>> {
+    fn journal_counts(&self) -> Result<Vec<(String, String, u64)>> {
         self.write_changes()?;
         let rows = self.query(
-            "SELECT kind, count(*) FROM journal GROUP BY kind ORDER BY kind",
+            "SELECT kind, cn, count(*) FROM journal GROUP BY kind, cn ORDER BY kind, cn",
+            &[],
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    self.col(r, 0)?,
+                    self.col(r, 1)?,
+                    self.col::<i64>(r, 2)?.unsigned_abs(),
+                ))
+            })
+            .collect()
+    }
+
+    fn prune_journal(&self, before: &str) -> Result<u64> {
+        self.write_changes()?;
+        self.exec("DELETE FROM journal WHERE at < $1", &[&before])
+    }
+
+    fn add_changes(&self, counts: &[(String, String, u64)]) -> Result<()> {
+        let mut t = self.tallies.borrow_mut();
+        for (kind, cn, n) in counts {
+            *t.changes.entry((kind.clone(), cn.clone())).or_default() += n;
+        }
+        Ok(())
+    }
+
+    fn changes(&self) -> Result<Vec<(String, u64)>> {
+        self.write_changes()?;
+        let rows = self.query(
+            "SELECT kind, sum(n)::BIGINT FROM changes GROUP BY kind ORDER BY kind",
             &[],
         )?;
         rows.iter()
             .map(|r| Ok((self.col(r, 0)?, self.col::<i64>(r, 1)?.unsigned_abs())))
+            .collect()
+    }
+
+    fn put_last_run(&self, run: &LastRun) -> Result<()> {
+        let key = (run.kind.clone(), run.node.clone(), run.vm.clone());
+        self.tallies
+            .borrow_mut()
+            .runs
+            .insert(key, Some(run.clone()));
+        Ok(())
+    }
+
+    fn forget_last_run(&self, cn: &str, vm: &str) -> Result<()> {
+        let key = ("provision".to_string(), cn.to_string(), vm.to_string());
+        self.tallies.borrow_mut().runs.insert(key, None);
+        Ok(())
+    }
+
+    fn last_runs(&self) -> Result<Vec<LastRun>> {
+        self.write_changes()?;
+        let rows = self.query(
+            "SELECT kind, cn, vm, result, millis FROM last_runs ORDER BY kind, cn, vm",
+            &[],
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok(LastRun {
+                    kind: self.col(r, 0)?,
+                    node: self.col(r, 1)?,
+                    vm: self.col(r, 2)?,
+                    result: self.col(r, 3)?,
+                    millis: self.col(r, 4)?,
+                })
+            })
             .collect()
     }
 

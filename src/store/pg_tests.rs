@@ -344,6 +344,100 @@ fn the_journal_is_written_with_its_change_or_not_at_all() {
 }
 
 #[test]
+fn postgresql_keeps_the_change_counts_and_last_runs() {
+    use super::tests::{old_history, old_history_tallies, tallies};
+    let Some(server) = Server::start() else {
+        return;
+    };
+    // A store made before them counts its journal once, when they are
+    // created, and not again.
+    let info = server.conninfo("tallies");
+    PgStore::connect(&info)
+        .unwrap()
+        .write(|tx| old_history(tx))
+        .unwrap();
+    let mut raw = postgres::Client::connect(&info, postgres::NoTls).unwrap();
+    raw.batch_execute("DROP TABLE changes; DROP TABLE last_runs")
+        .unwrap();
+    let mut pg = PgStore::connect(&info).unwrap();
+    assert_eq!(pg.read(|tx| tallies(tx)).unwrap(), old_history_tallies());
+    let mut pg = PgStore::connect(&info).unwrap();
+    assert_eq!(pg.read(|tx| tallies(tx)).unwrap(), old_history_tallies());
+    // A journaled write counts its entries and notes its runs; a VM
+    // destroyed leaves.
+    let run = |kind: &'static str, vm: &str, secs: &str| {
+        journal::Change::new(kind, "cn", vm, "seconds", None, Some(secs.into()))
+    };
+    pg.write(|tx| {
+        let j = journal::Journaled::new(tx);
+        j.put_number("ip", "cn", "c", 9)?;
+        j.note(run("provision_finished", "c", "0.5"))?;
+        j.note(run("deploy_finished", "", "7"))?;
+        j.finish("me")
+    })
+    .unwrap();
+    pg.write(|tx| {
+        let j = journal::Journaled::new(tx);
+        crate::alloc::release::destroy(&j, "cn", "a")?;
+        j.finish("me")
+    })
+    .unwrap();
+    let (counts, runs) = pg.read(|tx| tallies(tx)).unwrap();
+    let by_kind: std::collections::BTreeMap<String, u64> = counts.into_iter().collect();
+    let journal: u64 = pg
+        .read(|tx| tx.journal_counts())
+        .unwrap()
+        .iter()
+        .map(|(_, _, n)| n)
+        .sum();
+    assert_eq!(by_kind.values().sum::<u64>(), journal);
+    assert_eq!(
+        (
+            by_kind["provision_finished"],
+            by_kind["destroyed"],
+            by_kind["freed"]
+        ),
+        (4, 2, 1)
+    );
+    let shown: Vec<(&str, &str, i64)> = runs
+        .iter()
+        .map(|r| (r.kind.as_str(), r.vm.as_str(), r.millis))
+        .collect();
+    assert_eq!(shown, [("deploy", "", 7000), ("provision", "c", 500)]);
+    // A prune keeps them.
+    let pruned = pg.write(|tx| tx.prune_journal("2999-01-01")).unwrap();
+    assert_eq!(pruned, journal);
+    assert_eq!(pg.read(|tx| tx.journal_counts()).unwrap(), []);
+    assert_eq!(pg.read(|tx| tallies(tx)).unwrap().1, runs);
+    assert_eq!(
+        pg.read(|tx| tx.changes())
+            .unwrap()
+            .into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        by_kind
+    );
+    // A migration copies them, a backup too.
+    let dir = tempfile::tempdir().unwrap();
+    let mut lite = Store::open(dir.path()).unwrap();
+    lite.write(|tx| old_history(tx)).unwrap();
+    let mut target = PgStore::connect(&server.conninfo("tallies_migrated")).unwrap();
+    target.load(&lite.dump().unwrap()).unwrap();
+    assert_eq!(
+        target.read(|tx| tallies(tx)).unwrap(),
+        lite.read(tallies).unwrap()
+    );
+    let dest = dir.path().join("backup.sqlite");
+    Store::create_from(&dest, &pg.dump().unwrap()).unwrap();
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(&dest, copy.join(FILE_NAME)).unwrap();
+    assert_eq!(
+        Store::open(&copy).unwrap().read(tallies).unwrap(),
+        pg.read(|tx| tallies(tx)).unwrap()
+    );
+}
+
+#[test]
 fn the_connection_string_never_shows_its_password() {
     assert_eq!(
         shown("postgresql://reg:s3cret@db.example.net:5432/mccloud"),

@@ -1,6 +1,7 @@
 //! Tests of the store.
 
 use super::*;
+use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 
 #[test]
@@ -385,4 +386,136 @@ fn nodes_are_those_holding_numbers_active_macs_or_secrets() {
     ] {
         assert_eq!(s.read(|tx| tx.is_node(name)).unwrap(), known, "{name}");
     }
+}
+
+/// Writes a journal as a store made before the change counts wrote it
+/// (entries only): VM `a` allocated and provisioned twice (failed, then
+/// ok), `b` provisioned then destroyed, `gone` provisioned but holding
+/// nothing, the node deployed twice (ok, then failed).
+pub(crate) fn old_history(tx: &Tx) -> Result<()> {
+    let event = |kind: &'static str, vm: &str, after: Option<Value>| {
+        let c = journal::Change::new(kind, "cn", vm, "seconds", None, after);
+        journal::coalesce(vec![c]).remove(0)
+    };
+    let s = |v: &str| Some(Value::from(v));
+    tx.put_number("ip", "cn", "a", 7)?;
+    tx.put_number("ip", "cn", "b", 8)?;
+    tx.set_destroyed("cn", "b", true)?;
+    let events = [
+        event("allocated", "a", s("0.0.0.7")),
+        event("allocated", "b", s("0.0.0.8")),
+        event("provision_failed", "a", s("3.5")),
+        event("provision_finished", "a", s("12.25")),
+        event("provision_finished", "b", s("2")),
+        event("provision_finished", "gone", s("1")),
+        event("deploy_finished", "", s("40")),
+        event("deploy_failed", "", Some(Value::from(41.5))),
+        event("destroyed", "b", None),
+    ];
+    tx.append_journal("2026-11-26T10:00:00.000Z", "old", &events)
+}
+
+/// The change counts by kind and the last runs of a store.
+pub(crate) type Tallies = (Vec<(String, u64)>, Vec<journal::LastRun>);
+
+/// What [`old_history`] counts once filled in.
+pub(crate) fn old_history_tallies() -> Tallies {
+    let counts = [
+        ("allocated", 2),
+        ("deploy_failed", 1),
+        ("deploy_finished", 1),
+        ("destroyed", 1),
+        ("provision_failed", 1),
+        ("provision_finished", 3),
+    ];
+    let run = |kind: &str, vm: &str, result: &str, millis| journal::LastRun {
+        kind: kind.into(),
+        node: "cn".into(),
+        vm: vm.into(),
+        result: result.into(),
+        millis,
+    };
+    (
+        counts.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+        vec![
+            run("deploy", "", "failed", 41_500),
+            run("provision", "a", "ok", 12_250),
+        ],
+    )
+}
+
+/// The change counts and last runs of a store.
+pub(crate) fn tallies(tx: &Tx) -> Result<Tallies> {
+    Ok((tx.changes()?, tx.last_runs()?))
+}
+
+#[test]
+fn version_4_stores_count_their_journal_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    s.write(old_history).unwrap();
+    drop(s);
+    let old = Connection::open(dir.path().join(FILE_NAME)).unwrap();
+    old.execute_batch("DROP TABLE changes; DROP TABLE last_runs; PRAGMA user_version = 4;")
+        .unwrap();
+    drop(old);
+    // Inspecting reports the old version and changes nothing.
+    let mut s = Store::open_to_inspect(dir.path()).unwrap().unwrap();
+    assert_eq!(s.check().unwrap().schema_version, 4);
+    drop(s);
+    let mut s = Store::open(dir.path()).unwrap();
+    assert_eq!(s.read(tallies).unwrap(), old_history_tallies());
+    let r = s.check().unwrap();
+    assert_eq!((r.schema_version, r.rows["changes"]), (SCHEMA_VERSION, 6));
+    assert_eq!((r.rows["last_runs"], r.rows["journal"]), (2, 9));
+    drop(s);
+    // Once: opening again counts nothing twice.
+    let mut s = Store::open(dir.path()).unwrap();
+    assert_eq!(s.read(tallies).unwrap(), old_history_tallies());
+    // A backup holds them.
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("copy.sqlite");
+    s.backup(&dest).unwrap();
+    std::fs::create_dir(out.path().join("restore")).unwrap();
+    std::fs::copy(&dest, out.path().join("restore").join(FILE_NAME)).unwrap();
+    let mut restored = Store::open(&out.path().join("restore")).unwrap();
+    assert_eq!(restored.read(tallies).unwrap(), old_history_tallies());
+}
+
+#[test]
+fn a_journaled_write_counts_its_entries_and_notes_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path()).unwrap();
+    let run = |kind: &'static str, vm: &str, secs: &str| {
+        journal::Change::new(kind, "cn", vm, "seconds", None, Some(secs.into()))
+    };
+    s.write(|tx| {
+        let j = journal::Journaled::new(tx);
+        j.put_number("ip", "cn", "a", 7)?;
+        j.note(run("provision_finished", "a", "1.5"))?;
+        // the same kind for the same VM: one entry, the last value
+        j.note(run("provision_finished", "a", "2.5"))?;
+        j.finish("me")
+    })
+    .unwrap();
+    let (counts, runs) = s.read(tallies).unwrap();
+    assert_eq!(
+        counts,
+        [("allocated".into(), 1), ("provision_finished".into(), 1)]
+    );
+    assert_eq!(
+        runs.iter()
+            .map(|r| (r.vm.as_str(), r.millis))
+            .collect::<Vec<_>>(),
+        [("a", 2500)]
+    );
+    // A failed write counts nothing.
+    let r: Result<()> = s.write(|tx| {
+        let j = journal::Journaled::new(tx);
+        j.note(run("provision_failed", "a", "9"))?;
+        j.finish("me")?;
+        Err(Error::invalid("boom"))
+    });
+    assert!(r.is_err());
+    assert_eq!(s.read(tallies).unwrap().0.len(), 2);
 }

@@ -1,7 +1,10 @@
 //! The registry's figures in the Prometheus text exposition format
 //! (version 0.0.4): per compute node, the size, use and free room of each
 //! pool, the values held by kind, the VMs by state, and the drift findings
-//! by kind. Gauges only: each is what the registry holds when read.
+//! by kind (gauges: each is what the registry holds when read); and, from
+//! the small tables the store keeps beside its audit journal, the changes
+//! by kind (a counter) and the last provision of each live VM and deploy
+//! of each node.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -11,6 +14,7 @@ use serde_json::Value;
 use crate::alloc::Kind;
 use crate::pools::Pool;
 use crate::settings::NodePlan;
+use crate::store::journal::LastRun;
 
 use super::drift::{Held, KINDS};
 
@@ -85,42 +89,25 @@ impl Metrics {
         }
     }
 
-    /// Adds what the audit journal tells: the changes by kind (`counts`),
-    /// and the last provision of each VM and deploy of each node (journal
-    /// entries of kinds `provision_finished`/`_failed`,
-    /// `deploy_finished`/`_failed`, their `after` holding `seconds`).
-    pub fn journal(&mut self, counts: &[(String, u64)], runs: &[crate::store::journal::Entry]) {
+    /// Adds what the store counted of its audit journal: the changes by
+    /// kind (`counts`), and the last provision of each VM and deploy of
+    /// each node (`runs`).
+    pub fn journal(&mut self, counts: &[(String, u64)], runs: &[LastRun]) {
         for (kind, n) in counts {
             self.add(CHANGES, vec![("kind", kind.clone())], *n);
         }
-        let mut last: BTreeMap<(usize, String, String), (String, f64)> = BTreeMap::new();
-        for e in runs {
-            let (family, result) = match e.event.kind {
-                "provision_finished" => (PROVISION, "ok"),
-                "provision_failed" => (PROVISION, "failed"),
-                "deploy_finished" => (DEPLOY, "ok"),
-                "deploy_failed" => (DEPLOY, "failed"),
+        for run in runs {
+            let family = match run.kind.as_str() {
+                "provision" => PROVISION,
+                "deploy" => DEPLOY,
                 _ => continue,
             };
-            let seconds = serde_json::from_str::<Value>(&e.event.after)
-                .ok()
-                .and_then(|v| {
-                    v.get("seconds")
-                        .and_then(|s| s.as_str().and_then(|t| t.parse().ok()).or(s.as_f64()))
-                })
-                .unwrap_or(0.0);
-            last.insert(
-                (family, e.event.node.clone(), e.event.vm.clone()),
-                (result.to_string(), seconds),
-            );
-        }
-        for ((family, node, vm), (result, seconds)) in last {
-            let mut labels = vec![("node", node)];
+            let mut labels = vec![("node", run.node.clone())];
             if family == PROVISION {
-                labels.push(("vm", vm));
+                labels.push(("vm", run.vm.clone()));
             }
-            labels.push(("result", result));
-            self.add_f(family, labels, seconds);
+            labels.push(("result", run.result.clone()));
+            self.add_f(family, labels, run.seconds());
         }
     }
 

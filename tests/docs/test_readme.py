@@ -42,6 +42,8 @@ RUN: list[tuple[str, int, str]] = [
     (r"mastersalt-run mc_cloud\.audit kind=freed node=devhost10\.local since=2026-11-01 --out json$", 0, "[]"),
     (r"mccloud audit --vm web1\.example\.com ", 0, "0 entries"),
     (r"mccloud audit --kind moved --since 2026-11-26T10:00Z --limit 20$", 0, "0 entries"),
+    (r"mccloud audit prune --before 2026-01-01$", 0, "removed 0 entries"),
+    (r"mastersalt-run mc_cloud\.audit_prune before=2026-01-01$", 0, "removed"),
 ]
 
 #: Commands a real cloud runs: (pattern, the test files, what they must call).

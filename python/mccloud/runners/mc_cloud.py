@@ -1,8 +1,10 @@
 """The cloud as a whole: where it drifted from what the pillar declares
 (``drift``), its repair (``repair``), placing VMs declared without a node
-(``place``) and the audit journal (``audit``). Without ``--out``, drift,
-repair and audit print a table (Salt's ``table`` outputter)."""
+(``place``) and the audit journal (``audit``, ``audit_prune``). Without
+``--out``, drift, repair and audit print a table (Salt's ``table``
+outputter)."""
 
+import datetime
 import json
 
 import mccloud
@@ -185,9 +187,11 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     Filters: ``vm``, ``node``, ``kind`` (``allocated``, ``reallocated``,
     ``freed``, ``mac_retired``, ``mac_forgotten``,
     ``secret_created``, ``secret_replaced``, ``secret_forgotten``,
-    ``destroyed``, ``provisioned``, ``moved``, ``key_seeded``,
-    ``key_deleted``, ``repaired``), ``since`` (a UTC date or time) and
-    ``limit`` (the newest entries only).
+    ``destroyed``, ``provisioned``, ``moved``, ``placed``, ``key_seeded``,
+    ``key_deleted``, ``repaired``, ``provision_finished``,
+    ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
+    ``journal_pruned``), ``since`` (a UTC date or time) and ``limit`` (the
+    newest entries only).
 
     CLI Example:
 
@@ -199,11 +203,45 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     def body(env):
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise mccloud.ArgumentError(f"limit={limit!r}: give a number of entries (limit=20)")
-        return env.registry.audit(*(None if v is None else str(v) for v in (vm, node, kind, since)), limit)
+        return env.registry.audit(*(None if v is None else str(v) for v in (vm, node, kind)), _utc(since), limit)
 
     env = _env()
     return _table(env, _o.answer("audit", body, env, **kwargs), "entries",
                   ("at", "caller", "kind", "node", "vm", "what", "before", "after"), "no entry")
+
+
+def _utc(value):
+    """A UTC date or time from the command line as text: Salt reads
+    ``2026-11-01`` as a date and ``2026-11-01T10:00:00Z`` as a time."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return value.isoformat(timespec="milliseconds")
+    return None if value is None else str(value)
+
+
+@_o.strict
+def audit_prune(before=None, **kwargs):
+    """Deletes the audit journal's entries written before ``before`` (a UTC
+    date or time: ``2026-01-01``, ``2026-01-01T10:00:00Z``): ``removed``
+    (how many went) and ``before``. The prune is noted in the journal
+    (``journal_pruned``); the change counters of ``mccloud metrics`` keep
+    the entries pruned (Prometheus counters never go down).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.audit_prune before=2026-01-01
+    """
+    def body(env):
+        if before is None or not str(before).strip():
+            raise mccloud.ArgumentError("audit_prune: before is required: the entries written before this UTC "
+                                        "date or time go (before=2026-01-01)")
+        bound = _utc(before)
+        return {"removed": env.registry.prune_journal(bound), "before": bound}
+
+    return _o.answer("audit_prune", body, _env(), **kwargs)
 
 
 @_o.strict
