@@ -406,7 +406,16 @@ impl Registry {
         let node = if action == "free" {
             Some(at.to_string())
         } else {
-            self.node_holding(vm)
+            match self.node_holding(vm) {
+                Ok(node) => node,
+                // Where it lived is unknown: so is whether its guest runs.
+                Err(e) => {
+                    return (
+                        false,
+                        format!("the store could not say which node held {vm}: {e}"),
+                    )
+                }
+            }
         };
         if let Some(cn) = &node {
             match ev.guests.get(cn) {
@@ -478,19 +487,18 @@ impl Registry {
         }
     }
 
-    /// The compute node the store holds `vm` on, if any (the first).
-    fn node_holding(&self, vm: &str) -> Option<String> {
-        let nodes = self
-            .read(|tx| tx.nodes())
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        nodes.into_iter().find(|cn| {
-            self.read(|tx| tx.vms(cn))
-                .ok()
-                .flatten()
-                .is_some_and(|vms| vms.iter().any(|v| v == vm))
-        })
+    /// The compute node the store holds `vm` on, if any (the first), read
+    /// in one transaction.
+    fn node_holding(&self, vm: &str) -> Result<Option<String>> {
+        let found = self.read(|tx| {
+            for cn in tx.nodes()? {
+                if tx.vms(&cn)?.iter().any(|v| v == vm) {
+                    return Ok(Some(cn));
+                }
+            }
+            Ok(None)
+        })?;
+        Ok(found.flatten())
     }
 
     /// Carries out the ready steps the store holds, recording what each
