@@ -29,7 +29,34 @@ pub enum Error {
         path: String,
         /// What went wrong and what to do.
         reason: String,
+        /// What kind of failure it is.
+        failure: StoreFailure,
     },
+}
+
+/// What kind of failure an [`Error::Store`] is: what a caller decides on
+/// (wait and retry, restore a backup, fix a permission) without reading
+/// the message, which is written for the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreFailure {
+    /// Another process holds the store's lock: retrying later may succeed.
+    Busy,
+    /// The store (or a historical store's file) is unreadable, or is not
+    /// a mccloud store: it is left untouched.
+    Corrupt,
+    /// This user cannot write the store or its directory.
+    Permission,
+    /// The database cannot be reached: the server is down or restarting,
+    /// the connection was lost or refused.
+    Unreachable,
+    /// A wait for the database ran out (its lock or statement timeout).
+    Timeout,
+    /// The file system holding the store is full.
+    Full,
+    /// Anything else: a read or write that failed, a request refused, a
+    /// store moved or replaced under the process.
+    #[default]
+    Other,
 }
 
 /// Result alias of the core.
@@ -65,10 +92,29 @@ impl Error {
 
     /// A store error about `path`.
     pub fn store(path: &Path, reason: impl Into<String>) -> Self {
+        Self::store_failed(path, StoreFailure::Other, reason)
+    }
+
+    /// A store error about `path`, of a known kind.
+    pub fn store_failed(path: &Path, failure: StoreFailure, reason: impl Into<String>) -> Self {
         Error::Store {
             path: path.display().to_string(),
             reason: reason.into(),
+            failure,
         }
+    }
+
+    /// What kind of store failure this is, if it is one.
+    pub fn store_failure(&self) -> Option<StoreFailure> {
+        match self {
+            Error::Store { failure, .. } => Some(*failure),
+            _ => None,
+        }
+    }
+
+    /// Whether this is the store busy (locked by another process).
+    pub fn is_busy(&self) -> bool {
+        self.store_failure() == Some(StoreFailure::Busy)
     }
 
     /// Shorthand for [`Error::Argument`].

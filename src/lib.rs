@@ -29,6 +29,6 @@ pub mod views;
 #[cfg(feature = "python")]
 mod python;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, StoreFailure};
 pub use registry::Registry;
 pub use settings::{Config, Context};

@@ -19,9 +19,9 @@ use crate::error::{Error, Result};
 use crate::pillar::names::validate;
 use crate::pools::ipam::parse_ip;
 use crate::settings::{Config, NodePlan, VmAllocation};
-use crate::store::journal::{self, Journaled};
-use crate::store::pg::PgStore;
-use crate::store::{Store, Tx, FILE_NAME};
+pub use crate::store::is_postgres;
+use crate::store::journal;
+use crate::store::{Backend, Location, PgStore, Store, Tx, FILE_NAME};
 use crate::views;
 
 /// Settings and allocations over one store.
@@ -37,50 +37,6 @@ pub struct Registry {
     postgres: Option<String>,
     /// Who calls (minion, runner, user), as the audit journal names it.
     caller: String,
-}
-
-/// An open store of either kind.
-#[derive(Debug)]
-enum Backend {
-    Sqlite(Store),
-    Postgres(Box<PgStore>),
-}
-
-impl Backend {
-    /// A write transaction whose changes `caller` made: each is noted in
-    /// the audit journal, in the same transaction.
-    fn write<T>(&mut self, caller: &str, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
-        let journaled = |tx: &Tx| {
-            let j = Journaled::new(tx);
-            let out = f(&j)?;
-            j.finish(caller)?;
-            Ok(out)
-        };
-        match self {
-            Backend::Sqlite(s) => s.write(journaled),
-            Backend::Postgres(p) => p.write(|tx| journaled(tx)),
-        }
-    }
-
-    fn read<T>(&mut self, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
-        match self {
-            Backend::Sqlite(s) => s.read(f),
-            Backend::Postgres(p) => p.read(|tx| f(tx)),
-        }
-    }
-}
-
-/// Whether a store location names a PostgreSQL database: a
-/// `postgresql://` (or `postgres://`) URL, or a libpq keyword string
-/// (`host=… dbname=…`).
-pub fn is_postgres(location: &str) -> bool {
-    location.starts_with("postgresql://")
-        || location.starts_with("postgres://")
-        || location.split_whitespace().any(|kv| {
-            ["host=", "dbname=", "service=", "hostaddr="]
-                .iter()
-                .any(|k| kv.starts_with(k))
-        })
 }
 
 /// `{vm: value}` as users see it.
@@ -99,7 +55,7 @@ impl Registry {
         let location = store_dir.to_string_lossy();
         if is_postgres(&location) {
             return Ok(Registry {
-                dir: PathBuf::from(crate::store::pg::shown(&location)),
+                dir: PathBuf::from(crate::store::postgres::shown(&location)),
                 postgres: Some(location.into_owned()),
                 config,
                 store: Mutex::new(None),
@@ -143,13 +99,11 @@ impl Registry {
     ) -> Result<Option<T>> {
         let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
-            *guard = if let Some(conninfo) = &self.postgres {
-                Some(Backend::Postgres(Box::new(PgStore::connect(conninfo)?)))
-            } else if create {
-                Some(Backend::Sqlite(Store::open(&self.dir)?))
-            } else {
-                Store::open_existing(&self.dir)?.map(Backend::Sqlite)
+            let location = match &self.postgres {
+                Some(conninfo) => Location::Postgres(conninfo.clone()),
+                None => Location::Sqlite(self.dir.clone()),
             };
+            *guard = crate::store::open(&location, create)?;
         }
         guard.as_mut().map(f).transpose()
     }

@@ -650,14 +650,14 @@ fn served_certs(
 /// (so does a lost connection).
 #[pyclass(module = "mccloud._native")]
 pub struct SharedFiles {
-    inner: std::sync::Mutex<Option<crate::store::pg::SharedFiles>>,
+    inner: std::sync::Mutex<Option<crate::store::postgres::SharedFiles>>,
 }
 
 impl SharedFiles {
     fn with<T: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut crate::store::pg::SharedFiles) -> crate::error::Result<T> + Send,
+        f: impl FnOnce(&mut crate::store::postgres::SharedFiles) -> crate::error::Result<T> + Send,
     ) -> PyResult<T> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let Some(files) = guard.as_mut() else {
@@ -674,7 +674,7 @@ impl SharedFiles {
     #[new]
     fn new(py: Python<'_>, conninfo: &str) -> PyResult<Self> {
         let files = py
-            .detach(|| crate::store::pg::SharedFiles::open(conninfo))
+            .detach(|| crate::store::postgres::SharedFiles::open(conninfo))
             .map_err(to_py)?;
         Ok(SharedFiles {
             inner: std::sync::Mutex::new(Some(files)),

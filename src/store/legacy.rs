@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use rmpv::Value as Mp;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StoreFailure};
 use crate::pools::mac;
 use crate::settings::DeclaredVm;
 use crate::store::Tx;
@@ -48,8 +48,9 @@ fn read_pack(path: &Path) -> Result<Option<Mp>> {
         }
     };
     let unreadable = |why: String| {
-        Error::store(
+        Error::store_failed(
             path,
+            StoreFailure::Corrupt,
             format!("the old store file is unreadable ({why}); it was left untouched: fix or move it aside"),
         )
     };

@@ -10,8 +10,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::pg::{shown, PgStore};
-use super::*;
+use super::{shown, PgStore};
+use crate::store::*;
+use crate::Error;
 
 /// A PostgreSQL server of the tests' own.
 pub(crate) struct Server {
@@ -137,7 +138,8 @@ impl Server {
             .unwrap_or_default();
         let base = format!("host={}{port} user=mccloud", self.dir.path().display());
         let mut c =
-            postgres::Client::connect(&format!("{base} dbname=postgres"), postgres::NoTls).unwrap();
+            ::postgres::Client::connect(&format!("{base} dbname=postgres"), ::postgres::NoTls)
+                .unwrap();
         let exists = c
             .query_opt("SELECT 1 FROM pg_database WHERE datname=$1", &[&db])
             .unwrap()
@@ -345,7 +347,7 @@ fn the_journal_is_written_with_its_change_or_not_at_all() {
 
 #[test]
 fn postgresql_keeps_the_change_counts_and_last_runs() {
-    use super::tests::{old_history, old_history_tallies, tallies};
+    use crate::store::sqlite::tests::{old_history, old_history_tallies, tallies};
     let Some(server) = Server::start() else {
         return;
     };
@@ -356,7 +358,7 @@ fn postgresql_keeps_the_change_counts_and_last_runs() {
         .unwrap()
         .write(|tx| old_history(tx))
         .unwrap();
-    let mut raw = postgres::Client::connect(&info, postgres::NoTls).unwrap();
+    let mut raw = ::postgres::Client::connect(&info, ::postgres::NoTls).unwrap();
     raw.batch_execute("DROP TABLE changes; DROP TABLE last_runs")
         .unwrap();
     let mut pg = PgStore::connect(&info).unwrap();

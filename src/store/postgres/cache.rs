@@ -15,13 +15,13 @@
 //! the database's constraint then refuses the write, which runs the
 //! transaction again.
 //!
-//! Everything here is plain memory: the queries are [`super::pg`]'s.
+//! Everything here is plain memory: the queries are [`super`]'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::{kinds_of, space_of, MacOwner, NumberOwner, Secret};
+use crate::store::{kinds_of, space_of, MacOwner, NumberOwner, Secret};
 
 /// What is known of one VM on one node.
 #[derive(Debug, Default)]
@@ -89,7 +89,7 @@ struct Changes {
     hints: BTreeSet<(String, String)>,
 }
 
-/// One row of a load query: a tag and four columns (see [`super::pg`]).
+/// One row of a load query: a tag and four columns (see [`super`]).
 pub(super) type Loaded = (String, String, String, String, i64);
 
 impl Cache {

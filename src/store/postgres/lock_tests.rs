@@ -5,10 +5,10 @@
 
 use std::cell::{Cell, RefCell};
 
-use super::pg::{PgStore, ATTEMPTS};
-use super::pg_tests::Server;
-use super::TxOps;
+use super::tests::Server;
+use super::{PgStore, ATTEMPTS};
 use crate::counters::{done, Work};
+use crate::store::TxOps;
 
 /// A connection string whose lock waits give up after `ms`.
 fn impatient(info: &str, ms: u32) -> String {
@@ -129,7 +129,7 @@ fn a_sqlite_store_loads_into_an_empty_postgresql_store_row_for_row() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut lite = super::Store::open(dir.path()).unwrap();
+    let mut lite = crate::store::Store::open(dir.path()).unwrap();
     lite.write(|tx| {
         for (i, vm) in ["a", "b", "c"].iter().enumerate() {
             let i = u32::try_from(i).unwrap();
@@ -150,7 +150,7 @@ fn a_sqlite_store_loads_into_an_empty_postgresql_store_row_for_row() {
     assert_eq!(pg.dump().unwrap(), rows);
     assert_eq!(rows.counts().get("macs"), Some(&3));
     // the identity came along: the same registry
-    let identity = |d: &super::dump::Dump| d.tables.get("meta").cloned();
+    let identity = |d: &crate::store::dump::Dump| d.tables.get("meta").cloned();
     assert_eq!(identity(&pg.dump().unwrap()), identity(&rows));
     // a store that holds a registry is refused, and keeps what it holds
     let err = pg.load(&rows).unwrap_err().to_string();
@@ -158,10 +158,10 @@ fn a_sqlite_store_loads_into_an_empty_postgresql_store_row_for_row() {
     assert_eq!(pg.dump().unwrap(), rows);
     // and back: a SQLite file of the PostgreSQL store's rows
     let back = dir.path().join("back.sqlite");
-    super::Store::create_from(&back, &pg.dump().unwrap()).unwrap();
+    crate::store::Store::create_from(&back, &pg.dump().unwrap()).unwrap();
     let restored = tempfile::tempdir().unwrap();
-    std::fs::copy(&back, restored.path().join(super::FILE_NAME)).unwrap();
-    let mut again = super::Store::open_existing(restored.path())
+    std::fs::copy(&back, restored.path().join(crate::store::FILE_NAME)).unwrap();
+    let mut again = crate::store::Store::open_existing(restored.path())
         .unwrap()
         .unwrap();
     assert_eq!(again.dump().unwrap(), rows);

@@ -10,10 +10,10 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
-use super::pg::PgStore;
-use super::pg_tests::Server;
-use super::pg_tls::client;
-use super::TxOps;
+use super::tests::Server;
+use super::tls::client;
+use super::PgStore;
+use crate::store::TxOps;
 
 const PASSWORD: &str = "s3cret-never-shown";
 const HBA: &str = "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n";

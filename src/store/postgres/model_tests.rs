@@ -9,9 +9,9 @@
 
 use proptest::prelude::*;
 
-use super::pg::PgStore;
-use super::pg_tests::Server;
-use super::*;
+use super::tests::Server;
+use super::PgStore;
+use crate::store::*;
 
 const NODES: [&str; 2] = ["cn1", "cn2"];
 const VMS: [&str; 3] = ["a", "b", "c"];
@@ -206,7 +206,7 @@ fn rows(mut d: dump::Dump) -> dump::Dump {
 /// answers, failures and rows.
 fn same(
     pg: &mut PgStore,
-    admin: &mut postgres::Client,
+    admin: &mut ::postgres::Client,
     txs: &[Vec<Op>],
 ) -> std::result::Result<(), TestCaseError> {
     admin
@@ -253,7 +253,8 @@ fn postgresql_transactions_behave_as_sqlite_ones() {
     };
     let info = server.conninfo("model");
     let pg = std::cell::RefCell::new(PgStore::connect(&info).unwrap());
-    let admin = std::cell::RefCell::new(postgres::Client::connect(&info, postgres::NoTls).unwrap());
+    let admin =
+        std::cell::RefCell::new(::postgres::Client::connect(&info, ::postgres::NoTls).unwrap());
     // what random ones may miss: a freed value lowers the hints of its
     // space; a value or MAC moves within one transaction
     let fixed = [
