@@ -1,20 +1,20 @@
 //! The audit journal: one row per change of the registry, written in the
 //! transaction that makes the change (so a change is never without its
 //! entry, nor an entry without its change). Every write transaction of the
-//! registry runs through [`Journaled`], which forwards each operation to
-//! the store and notes what a changing one did: when, by whom (the
-//! registry's caller), what (kind, node, VM, value), before and after.
-//! Secrets are noted, never their value.
+//! registry is [`Journaled`]: the writes [`TxOps`] provides note what they
+//! did (see [`record`]) in the transaction's [`Recorder`], and
+//! [`Journaled::finish`] writes it: when, by whom (the registry's caller),
+//! what (kind, node, VM, value), before and after. Secrets are noted,
+//! never their value.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use super::{space_of, MacOwner, NumberOwner, TxOps};
+use super::{space_of, TxOps};
 use crate::error::{Error, Result};
 
 /// The kinds of entry, as `mccloud audit --kind` names them.
@@ -438,19 +438,46 @@ fn what(kind: &str, slot: &str) -> String {
     }
 }
 
-/// A transaction that notes every change it forwards (see the module).
-pub struct Journaled<'a> {
-    inner: &'a (dyn TxOps + 'a),
+/// What a write transaction changed, as its provided writes (see
+/// [`TxOps`]) note it: each backend's transaction holds one, which notes
+/// nothing until [`Journaled::new`] starts it.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    on: Cell<bool>,
     changes: RefCell<Vec<Change>>,
 }
 
-impl<'a> Journaled<'a> {
-    /// Wraps a transaction of the store.
-    pub fn new(inner: &'a (dyn TxOps + 'a)) -> Self {
-        Journaled {
-            inner,
-            changes: RefCell::new(Vec::new()),
+impl Recorder {
+    /// Whether the transaction is journaled.
+    pub fn is_on(&self) -> bool {
+        self.on.get()
+    }
+
+    /// Notes a change (nothing when the transaction is not journaled).
+    pub fn push(&self, change: Change) {
+        if self.on.get() {
+            self.changes.borrow_mut().push(change);
         }
+    }
+
+    /// What was noted, which is forgotten here; nothing is noted after.
+    fn take(&self) -> Vec<Change> {
+        self.on.set(false);
+        self.changes.take()
+    }
+}
+
+/// A transaction whose changes are journaled (see the module): it is the
+/// transaction itself (it dereferences to it), with its recorder started.
+pub struct Journaled<'a> {
+    inner: &'a (dyn TxOps + 'a),
+}
+
+impl<'a> Journaled<'a> {
+    /// Starts journaling the changes of a transaction of the store.
+    pub fn new(inner: &'a (dyn TxOps + 'a)) -> Self {
+        inner.recorder().on.set(true);
+        Journaled { inner }
     }
 
     /// Appends what was noted to the store's journal, in the transaction,
@@ -458,7 +485,7 @@ impl<'a> Journaled<'a> {
     /// Counts them (see [`tally`]) and records the runs they end (see
     /// [`LastRun`]), in the same transaction.
     pub fn finish(self, caller: &str) -> Result<()> {
-        let changes = self.changes.into_inner();
+        let changes = self.inner.recorder().take();
         if changes.is_empty() {
             return Ok(());
         }
@@ -470,10 +497,29 @@ impl<'a> Journaled<'a> {
         }
         Ok(())
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn push(
-        &self,
+impl<'a> std::ops::Deref for Journaled<'a> {
+    type Target = dyn TxOps + 'a;
+
+    fn deref(&self) -> &Self::Target {
+        self.inner
+    }
+}
+
+/// The writes [`TxOps`] provides: each runs its backend's primitive and,
+/// in a journaled transaction, first reads what it replaces and then
+/// notes what changed. Secrets are noted, never their value.
+pub(crate) mod record {
+    use serde_json::{json, Value};
+
+    use super::{shown, what, Change};
+    use crate::error::Result;
+    use crate::store::{space_of, Secret, TxOps};
+
+    /// Notes a change of `what` on a VM.
+    fn push<T: TxOps + ?Sized>(
+        tx: &T,
         kind: &'static str,
         cn: &str,
         vm: &str,
@@ -481,99 +527,82 @@ impl<'a> Journaled<'a> {
         before: Option<Value>,
         after: Option<Value>,
     ) {
-        self.changes
-            .borrow_mut()
+        tx.recorder()
             .push(Change::new(kind, cn, vm, what, before, after));
     }
 
     /// The value a VM's slot holds.
-    fn slot_value(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+    fn slot_value<T: TxOps + ?Sized>(
+        tx: &T,
+        kind: &str,
+        cn: &str,
+        vm: &str,
+        slot: &str,
+    ) -> Result<Option<u32>> {
         if slot.is_empty() {
-            return self.inner.number(kind, cn, vm);
+            return tx.number(kind, cn, vm);
         }
         if space_of(kind) != "ip" {
             return Ok(None);
         }
-        Ok(self
-            .inner
+        Ok(tx
             .extra_ips(cn, vm)?
             .into_iter()
             .find(|(s, _)| s == slot)
             .map(|(_, v)| v))
     }
 
-    fn retired(&self, cn: &str, vm: &str, macs: &[String]) {
-        for mac in macs {
-            self.push("mac_retired", cn, vm, "mac", Some(json!(mac)), None);
+    /// See [`TxOps::put_slot`].
+    pub(crate) fn put_slot<T: TxOps + ?Sized>(
+        tx: &T,
+        kind: &str,
+        cn: &str,
+        vm: &str,
+        slot: &str,
+        value: u32,
+    ) -> Result<()> {
+        if !tx.recorder().is_on() {
+            return tx.put_slot_row(kind, cn, vm, slot, value);
         }
-    }
-}
-
-impl TxOps for Journaled<'_> {
-    fn path(&self) -> &Path {
-        self.inner.path()
-    }
-    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
-        self.inner.number(kind, cn, vm)
-    }
-    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
-        self.inner.owner(kind, cn, value)
-    }
-    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
-        self.inner.numbers(kind, cn)
-    }
-    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
-        self.inner.space(kind, cn)
-    }
-    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
-        let before = self.slot_value(kind, cn, vm, slot)?;
-        self.inner.put_slot(kind, cn, vm, slot, value)?;
+        let before = slot_value(tx, kind, cn, vm, slot)?;
+        tx.put_slot_row(kind, cn, vm, slot, value)?;
+        let (what, after) = (what(kind, slot), shown(kind, value));
         match before {
             Some(b) if b == value => {}
-            Some(b) => self.push(
-                "reallocated",
-                cn,
-                vm,
-                &what(kind, slot),
-                shown(kind, b),
-                shown(kind, value),
-            ),
-            None => self.push(
-                "allocated",
-                cn,
-                vm,
-                &what(kind, slot),
-                None,
-                shown(kind, value),
-            ),
+            Some(b) => push(tx, "reallocated", cn, vm, &what, shown(kind, b), after),
+            None => push(tx, "allocated", cn, vm, &what, None, after),
         }
         Ok(())
     }
-    fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>> {
-        self.inner.extra_ips(cn, vm)
-    }
-    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
-        let freed = self.inner.remove_slot(kind, cn, vm, slot)?;
+
+    /// See [`TxOps::remove_slot`].
+    pub(crate) fn remove_slot<T: TxOps + ?Sized>(
+        tx: &T,
+        kind: &str,
+        cn: &str,
+        vm: &str,
+        slot: &str,
+    ) -> Result<Option<u32>> {
+        let freed = tx.remove_slot_row(kind, cn, vm, slot)?;
         if let Some(v) = freed {
-            self.push("freed", cn, vm, &what(kind, slot), shown(kind, v), None);
+            push(tx, "freed", cn, vm, &what(kind, slot), shown(kind, v), None);
         }
         Ok(freed)
     }
-    fn hint(&self, pool: &str, cn: &str) -> Result<Option<u32>> {
-        self.inner.hint(pool, cn)
-    }
-    fn set_hint(&self, pool: &str, cn: &str, value: u32) -> Result<()> {
-        self.inner.set_hint(pool, cn, value)
-    }
-    fn mac(&self, cn: &str, vm: &str, slot: &str) -> Result<Option<String>> {
-        self.inner.mac(cn, vm, slot)
-    }
-    fn mac_owner(&self, mac: &str) -> Result<Option<MacOwner>> {
-        self.inner.mac_owner(mac)
-    }
-    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
-        let before = self.inner.mac(cn, vm, slot)?;
-        self.inner.put_mac(cn, vm, slot, mac)?;
+
+    /// See [`TxOps::put_mac`].
+    pub(crate) fn put_mac<T: TxOps + ?Sized>(
+        tx: &T,
+        cn: &str,
+        vm: &str,
+        slot: &str,
+        mac: &str,
+    ) -> Result<()> {
+        if !tx.recorder().is_on() {
+            return tx.put_mac_row(cn, vm, slot, mac);
+        }
+        let before = tx.mac(cn, vm, slot)?;
+        tx.put_mac_row(cn, vm, slot, mac)?;
         if before.as_deref() != Some(mac) {
             let kind = if before.is_some() {
                 "reallocated"
@@ -581,7 +610,8 @@ impl TxOps for Journaled<'_> {
                 "allocated"
             };
             let what = what("mac", slot);
-            self.push(
+            push(
+                tx,
                 kind,
                 cn,
                 vm,
@@ -592,135 +622,108 @@ impl TxOps for Journaled<'_> {
         }
         Ok(())
     }
-    fn forget_mac(&self, mac: &str) -> Result<()> {
-        let owner = self.inner.mac_owner(mac)?;
-        self.inner.forget_mac(mac)?;
+
+    /// See [`TxOps::forget_mac`].
+    pub(crate) fn forget_mac<T: TxOps + ?Sized>(tx: &T, mac: &str) -> Result<()> {
+        if !tx.recorder().is_on() {
+            return tx.forget_mac_row(mac);
+        }
+        let owner = tx.mac_owner(mac)?;
+        tx.forget_mac_row(mac)?;
         if let Some(o) = owner {
             let what = what("mac", &o.slot);
-            self.push("mac_forgotten", &o.cn, &o.vm, &what, Some(json!(mac)), None);
+            push(
+                tx,
+                "mac_forgotten",
+                &o.cn,
+                &o.vm,
+                &what,
+                Some(json!(mac)),
+                None,
+            );
         }
         Ok(())
     }
-    fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>> {
-        self.inner.macs(cn)
-    }
-    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
-        let retired = self.inner.retire_macs_except(cn, vm, keep)?;
-        self.retired(cn, vm, &retired);
+
+    /// See [`TxOps::retire_macs_except`].
+    pub(crate) fn retire_macs_except<T: TxOps + ?Sized>(
+        tx: &T,
+        cn: &str,
+        vm: &str,
+        keep: &[&str],
+    ) -> Result<Vec<String>> {
+        let retired = tx.retire_macs_except_row(cn, vm, keep)?;
+        for mac in &retired {
+            push(tx, "mac_retired", cn, vm, "mac", Some(json!(mac)), None);
+        }
         Ok(retired)
     }
-    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
-        self.inner.password(cn, vm)
-    }
-    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
-        let had = self.inner.password(cn, vm)?.is_some();
-        self.inner.put_password(cn, vm, password)?;
+
+    /// See [`TxOps::put_password`] and [`TxOps::put_salt`].
+    pub(crate) fn put_secret<T: TxOps + ?Sized>(
+        tx: &T,
+        which: Secret,
+        cn: &str,
+        vm: &str,
+        value: &str,
+    ) -> Result<()> {
+        let on = tx.recorder().is_on();
+        let had = on
+            && match which {
+                Secret::Password => tx.password(cn, vm)?.is_some(),
+                Secret::Salt => tx.salt(cn, vm)?.is_some(),
+            };
+        match which {
+            Secret::Password => tx.put_password_row(cn, vm, value)?,
+            Secret::Salt => tx.put_salt_row(cn, vm, value)?,
+        }
         let kind = if had {
             "secret_replaced"
         } else {
             "secret_created"
         };
-        self.push(kind, cn, vm, "password", None, None);
+        push(tx, kind, cn, vm, which.names().1, None, None);
         Ok(())
     }
-    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
-        self.inner.salt(cn, vm)
-    }
-    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
-        let had = self.inner.salt(cn, vm)?.is_some();
-        self.inner.put_salt(cn, vm, salt)?;
-        let kind = if had {
-            "secret_replaced"
-        } else {
-            "secret_created"
-        };
-        self.push(kind, cn, vm, "salt", None, None);
-        Ok(())
-    }
-    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
-        let had = self.inner.remove_password(cn, vm)?;
+
+    /// See [`TxOps::remove_password`].
+    pub(crate) fn remove_password<T: TxOps + ?Sized>(tx: &T, cn: &str, vm: &str) -> Result<bool> {
+        let had = tx.remove_password_row(cn, vm)?;
         if had {
-            self.push("secret_forgotten", cn, vm, "password", None, None);
+            push(tx, "secret_forgotten", cn, vm, "password", None, None);
         }
         Ok(had)
     }
-    fn vms(&self, cn: &str) -> Result<Vec<String>> {
-        self.inner.vms(cn)
-    }
-    fn held_elsewhere(&self, cn: &str) -> Result<Vec<(String, String)>> {
-        self.inner.held_elsewhere(cn)
-    }
-    fn other_nodes_of(&self, vm: &str, cn: &str) -> Result<Vec<String>> {
-        self.inner.other_nodes_of(vm, cn)
-    }
-    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
-        let was = self.inner.is_destroyed(cn, vm)?;
-        self.inner.set_destroyed(cn, vm, destroyed)?;
+
+    /// See [`TxOps::set_destroyed`].
+    pub(crate) fn set_destroyed<T: TxOps + ?Sized>(
+        tx: &T,
+        cn: &str,
+        vm: &str,
+        destroyed: bool,
+    ) -> Result<()> {
+        if !tx.recorder().is_on() {
+            return tx.set_destroyed_row(cn, vm, destroyed);
+        }
+        let was = tx.is_destroyed(cn, vm)?;
+        tx.set_destroyed_row(cn, vm, destroyed)?;
         if was != destroyed {
             let kind = if destroyed {
                 "destroyed"
             } else {
                 "provisioned"
             };
-            self.push(kind, cn, vm, "vm", None, None);
+            push(tx, kind, cn, vm, "vm", None, None);
         }
         Ok(())
     }
-    fn destroyed(&self, cn: &str) -> Result<Vec<String>> {
-        self.inner.destroyed(cn)
-    }
-    fn is_destroyed(&self, cn: &str, vm: &str) -> Result<bool> {
-        self.inner.is_destroyed(cn, vm)
-    }
-    fn nodes(&self) -> Result<Vec<String>> {
-        self.inner.nodes()
-    }
-    fn is_node(&self, name: &str) -> Result<bool> {
-        self.inner.is_node(name)
-    }
-    fn meta(&self, key: &str) -> Result<Option<String>> {
-        self.inner.meta(key)
-    }
-    fn set_meta(&self, key: &str, value: &str) -> Result<()> {
-        self.inner.set_meta(key, value)
-    }
-    fn placements(&self) -> Result<Vec<(String, String)>> {
-        self.inner.placements()
-    }
-    fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {
-        self.inner.put_placement(vm, cn)?;
-        self.push("placed", cn, vm, "node", None, Some(json!(cn)));
-        Ok(())
-    }
-    fn lock_placements(&self) -> Result<()> {
-        self.inner.lock_placements()
-    }
-    fn sighted(
-        &self,
-        cn: &str,
-        found: &[(String, String)],
-        at: &str,
-        counts: bool,
-    ) -> Result<Vec<(String, String, u32, String)>> {
-        self.inner.sighted(cn, found, at, counts)
-    }
-    fn note(&self, change: Change) -> Result<()> {
-        self.changes.borrow_mut().push(change);
-        Ok(())
-    }
-    fn append_journal(&self, at: &str, caller: &str, events: &[Event]) -> Result<()> {
-        self.inner.append_journal(at, caller, events)
-    }
-    fn journal(&self, query: &Query) -> Result<Vec<Entry>> {
-        self.inner.journal(query)
-    }
-    fn journal_counts(&self) -> Result<Vec<(String, String, u64)>> {
-        self.inner.journal_counts()
-    }
-    fn prune_journal(&self, before: &str) -> Result<u64> {
-        let removed = self.inner.prune_journal(before)?;
+
+    /// See [`TxOps::prune_journal`].
+    pub(crate) fn prune_journal<T: TxOps + ?Sized>(tx: &T, before: &str) -> Result<u64> {
+        let removed = tx.prune_journal_row(before)?;
         if removed > 0 {
-            self.push(
+            push(
+                tx,
                 "journal_pruned",
                 "",
                 "",
@@ -728,7 +731,8 @@ impl TxOps for Journaled<'_> {
                 None,
                 Some(json!(before)),
             );
-            self.push(
+            push(
+                tx,
                 "journal_pruned",
                 "",
                 "",
@@ -738,21 +742,6 @@ impl TxOps for Journaled<'_> {
             );
         }
         Ok(removed)
-    }
-    fn add_changes(&self, counts: &[(String, String, u64)]) -> Result<()> {
-        self.inner.add_changes(counts)
-    }
-    fn changes(&self) -> Result<Vec<(String, u64)>> {
-        self.inner.changes()
-    }
-    fn put_last_run(&self, run: &LastRun) -> Result<()> {
-        self.inner.put_last_run(run)
-    }
-    fn forget_last_run(&self, cn: &str, vm: &str) -> Result<()> {
-        self.inner.forget_last_run(cn, vm)
-    }
-    fn last_runs(&self) -> Result<Vec<LastRun>> {
-        self.inner.last_runs()
     }
 }
 

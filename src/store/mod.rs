@@ -99,9 +99,18 @@ pub struct CheckReport {
 
 /// What a transaction of the store offers: every read and write of the
 /// registry goes through it, whatever the database.
+///
+/// A backend implements the reads and the primitive writes (the methods
+/// named `*_row`/`*_rows`, which change rows and nothing else); the
+/// writes callers use are provided here: each runs its primitive and, in
+/// a journaled transaction (see [`journal::Journaled`]), notes what it
+/// changed in the transaction's [`journal::Recorder`].
 pub trait TxOps {
     /// The store file, for error messages.
     fn path(&self) -> &Path;
+
+    /// What the transaction changed, noted when it is journaled.
+    fn recorder(&self) -> &journal::Recorder;
 
     /// The value of kind `kind` (`ip`, `ssh`, `snmp`) held by a VM (its
     /// main IP for `ip`).
@@ -132,13 +141,23 @@ pub trait TxOps {
 
     /// Records `value` for a VM's slot (an additional IP's slot is its
     /// address), replacing what the slot held before.
-    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()>;
+    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        journal::record::put_slot(self, kind, cn, vm, slot, value)
+    }
+
+    /// Primitive of [`TxOps::put_slot`].
+    fn put_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()>;
 
     /// The additional IPs a VM holds: `(slot, value)`.
     fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>>;
 
     /// Frees one slot of a VM, returning its value.
-    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>>;
+    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        journal::record::remove_slot(self, kind, cn, vm, slot)
+    }
+
+    /// Primitive of [`TxOps::remove_slot`].
+    fn remove_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>>;
 
     /// Frees the value a VM holds in its main slot, returning it.
     fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
@@ -159,11 +178,21 @@ pub trait TxOps {
 
     /// Records a MAC for a VM interface; the interface's previous MAC is
     /// retired (never handed out again), not freed.
-    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()>;
+    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
+        journal::record::put_mac(self, cn, vm, slot, mac)
+    }
+
+    /// Primitive of [`TxOps::put_mac`].
+    fn put_mac_row(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()>;
 
     /// Forgets a MAC record entirely (only for a VM taking back its own
     /// retired, explicitly declared MAC).
-    fn forget_mac(&self, mac: &str) -> Result<()>;
+    fn forget_mac(&self, mac: &str) -> Result<()> {
+        journal::record::forget_mac(self, mac)
+    }
+
+    /// Primitive of [`TxOps::forget_mac`].
+    fn forget_mac_row(&self, mac: &str) -> Result<()>;
 
     /// Active MACs of a node: `(vm, slot, mac)`.
     fn macs(&self, cn: &str) -> Result<Vec<(String, String, String)>>;
@@ -176,23 +205,43 @@ pub trait TxOps {
 
     /// Retires the MACs of a VM whose slot is not in `keep` (interfaces no
     /// longer declared). Returns them.
-    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>>;
+    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+        journal::record::retire_macs_except(self, cn, vm, keep)
+    }
+
+    /// Primitive of [`TxOps::retire_macs_except`].
+    fn retire_macs_except_row(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>>;
 
     /// A VM's generated password.
     fn password(&self, cn: &str, vm: &str) -> Result<Option<String>>;
 
     /// Stores a VM's generated password.
-    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()>;
+    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+        journal::record::put_secret(self, Secret::Password, cn, vm, password)
+    }
+
+    /// Primitive of [`TxOps::put_password`].
+    fn put_password_row(&self, cn: &str, vm: &str, password: &str) -> Result<()>;
 
     /// The crypt salt of a VM's password hash.
     fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>>;
 
     /// Stores a VM's crypt salt.
-    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()>;
+    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+        journal::record::put_secret(self, Secret::Salt, cn, vm, salt)
+    }
+
+    /// Primitive of [`TxOps::put_salt`].
+    fn put_salt_row(&self, cn: &str, vm: &str, salt: &str) -> Result<()>;
 
     /// Forgets a VM's password and crypt salt; returns whether there was a
     /// password.
-    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool>;
+    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+        journal::record::remove_password(self, cn, vm)
+    }
+
+    /// Primitive of [`TxOps::remove_password`].
+    fn remove_password_row(&self, cn: &str, vm: &str) -> Result<bool>;
 
     /// VMs holding anything on node `cn` (numbers, active MACs, secrets).
     fn vms(&self, cn: &str) -> Result<Vec<String>>;
@@ -207,7 +256,12 @@ pub trait TxOps {
 
     /// Marks a VM destroyed (or, with `false`, provisioned again): node-wide
     /// registration leaves destroyed VMs out until they are asked for again.
-    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()>;
+    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+        journal::record::set_destroyed(self, cn, vm, destroyed)
+    }
+
+    /// Primitive of [`TxOps::set_destroyed`].
+    fn set_destroyed_row(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()>;
 
     /// VMs of a node marked destroyed.
     fn destroyed(&self, cn: &str) -> Result<Vec<String>>;
@@ -235,7 +289,8 @@ pub trait TxOps {
 
     /// Notes a change made outside the store's rows (a move, a key seeded)
     /// in the journal of a journaled transaction; nothing otherwise.
-    fn note(&self, _change: journal::Change) -> Result<()> {
+    fn note(&self, change: journal::Change) -> Result<()> {
+        self.recorder().push(change);
         Ok(())
     }
 
@@ -244,7 +299,20 @@ pub trait TxOps {
 
     /// Records where a VM declared without a node was placed (refused when
     /// it already is).
-    fn put_placement(&self, vm: &str, cn: &str) -> Result<()>;
+    fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {
+        self.put_placement_row(vm, cn)?;
+        self.note(journal::Change::new(
+            "placed",
+            cn,
+            vm,
+            "node",
+            None,
+            Some(cn.into()),
+        ))
+    }
+
+    /// Primitive of [`TxOps::put_placement`].
+    fn put_placement_row(&self, vm: &str, cn: &str) -> Result<()>;
 
     /// Keeps other writers from placing VMs until the transaction ends (a
     /// SQLite write transaction excludes every other writer already).
@@ -278,7 +346,12 @@ pub trait TxOps {
     /// Deletes the journal entries written before `before` (the stored
     /// format, see [`journal::prune_bound`]); how many went. The change
     /// counts keep them.
-    fn prune_journal(&self, before: &str) -> Result<u64>;
+    fn prune_journal(&self, before: &str) -> Result<u64> {
+        journal::record::prune_journal(self, before)
+    }
+
+    /// Primitive of [`TxOps::prune_journal`].
+    fn prune_journal_row(&self, before: &str) -> Result<u64>;
 
     /// Adds `(kind, node, n)` to the change counts.
     fn add_changes(&self, counts: &[(String, String, u64)]) -> Result<()>;
@@ -375,7 +448,7 @@ impl Backend {
     pub fn write<T>(&mut self, caller: &str, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
         let journaled = |tx: &Tx| {
             let j = journal::Journaled::new(tx);
-            let out = f(&j)?;
+            let out = f(&*j)?;
             j.finish(caller)?;
             Ok(out)
         };

@@ -439,6 +439,7 @@ impl PgStore {
             again: Cell::new(None),
             journal: RefCell::new(Vec::new()),
             tallies: RefCell::new(Tallies::default()),
+            recorder: super::journal::Recorder::default(),
         };
         let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
         let again = scope.again.get();

@@ -380,7 +380,7 @@ fn postgresql_keeps_the_change_counts_and_last_runs() {
     .unwrap();
     pg.write(|tx| {
         let j = journal::Journaled::new(tx);
-        crate::alloc::release::destroy(&j, "cn", "a")?;
+        crate::alloc::release::destroy(&*j, "cn", "a")?;
         j.finish("me")
     })
     .unwrap();

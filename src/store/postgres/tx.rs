@@ -13,7 +13,7 @@ use super::schema::LOAD_NODE;
 use super::{again, node_lock, pg_err, Again};
 use crate::error::{Error, Result};
 use crate::store::dump::{Col, Dump, Field, TABLES};
-use crate::store::journal::LastRun;
+use crate::store::journal::{self, LastRun};
 use crate::store::{space_of, MacOwner, NumberOwner, Secret, TxOps};
 
 /// A transaction of the PostgreSQL store: what it reads is remembered
@@ -35,6 +35,8 @@ pub struct PgTx<'a> {
     pub(super) journal: RefCell<Vec<serde_json::Value>>,
     /// Change counts and last runs not written yet (sent with them too).
     pub(super) tallies: RefCell<Tallies>,
+    /// What the transaction changed, when it is journaled.
+    pub(super) recorder: journal::Recorder,
 }
 
 /// What a transaction adds to the change counts and changes of the last
@@ -377,6 +379,10 @@ impl PgTx<'_> {
 }
 
 impl TxOps for PgTx<'_> {
+    fn recorder(&self) -> &journal::Recorder {
+        &self.recorder
+    }
+
     fn path(&self) -> &Path {
         self.label
     }
@@ -400,7 +406,7 @@ impl TxOps for PgTx<'_> {
         Ok(self.cache.borrow().space(kind, cn))
     }
 
-    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+    fn put_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
         self.node(cn, Need::Vm(vm))?;
         self.owner_of(kind, cn, value)?;
         let (_, taken) = self
@@ -419,7 +425,7 @@ impl TxOps for PgTx<'_> {
         Ok(self.cache.borrow().extra_ips(cn, vm))
     }
 
-    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+    fn remove_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
         self.node(cn, Need::Vm(vm))?;
         Ok(self
             .cache
@@ -448,7 +454,7 @@ impl TxOps for PgTx<'_> {
         self.mac_owner_of(mac)
     }
 
-    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
+    fn put_mac_row(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
         self.node(cn, Need::Vm(vm))?;
         if self.mac_owner_of(mac)?.is_some() {
             // the database refuses it, and says why
@@ -468,7 +474,7 @@ impl TxOps for PgTx<'_> {
         Ok(())
     }
 
-    fn forget_mac(&self, mac: &str) -> Result<()> {
+    fn forget_mac_row(&self, mac: &str) -> Result<()> {
         if let Some(owner) = self.mac_owner_of(mac)? {
             self.node(&owner.cn, Need::Vm(&owner.vm))?;
         }
@@ -481,7 +487,7 @@ impl TxOps for PgTx<'_> {
         Ok(self.cache.borrow().macs(cn))
     }
 
-    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+    fn retire_macs_except_row(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
         self.node(cn, Need::Vm(vm))?;
         Ok(self.cache.borrow_mut().retire_except(cn, vm, keep))
     }
@@ -490,7 +496,7 @@ impl TxOps for PgTx<'_> {
         self.secret(cn, vm, Secret::Password)
     }
 
-    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+    fn put_password_row(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
         self.put_secret(cn, vm, Secret::Password, Some(password))
     }
 
@@ -498,11 +504,11 @@ impl TxOps for PgTx<'_> {
         self.secret(cn, vm, Secret::Salt)
     }
 
-    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+    fn put_salt_row(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
         self.put_secret(cn, vm, Secret::Salt, Some(salt))
     }
 
-    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+    fn remove_password_row(&self, cn: &str, vm: &str) -> Result<bool> {
         let had = self.secret(cn, vm, Secret::Password)?.is_some();
         self.put_secret(cn, vm, Secret::Salt, None)?;
         self.put_secret(cn, vm, Secret::Password, None)?;
@@ -533,7 +539,7 @@ impl TxOps for PgTx<'_> {
         Ok(self.cache.borrow().other_nodes_of(vm, cn))
     }
 
-    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+    fn set_destroyed_row(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
         self.node(cn, Need::Vm(vm))?;
         self.cache.borrow_mut().set_destroyed(cn, vm, destroyed);
         Ok(())
@@ -605,7 +611,7 @@ impl TxOps for PgTx<'_> {
             .collect()
     }
 
-    fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {
+    fn put_placement_row(&self, vm: &str, cn: &str) -> Result<()> {
         self.exec(
             "INSERT INTO placements(vm, cn) VALUES ($1, $2)",
             &[&vm, &cn],
@@ -661,12 +667,7 @@ impl TxOps for PgTx<'_> {
         Ok(())
     }
 
-    fn append_journal(
-        &self,
-        at: &str,
-        caller: &str,
-        events: &[crate::store::journal::Event],
-    ) -> Result<()> {
+    fn append_journal(&self, at: &str, caller: &str, events: &[journal::Event]) -> Result<()> {
         let mut pending = self.journal.borrow_mut();
         for e in events {
             pending.push(serde_json::json!({
@@ -694,7 +695,7 @@ impl TxOps for PgTx<'_> {
             .collect()
     }
 
-    fn prune_journal(&self, before: &str) -> Result<u64> {
+    fn prune_journal_row(&self, before: &str) -> Result<u64> {
         self.write_changes()?;
         self.exec("DELETE FROM journal WHERE at < $1", &[&before])
     }
@@ -752,10 +753,7 @@ impl TxOps for PgTx<'_> {
             .collect()
     }
 
-    fn journal(
-        &self,
-        q: &crate::store::journal::Query,
-    ) -> Result<Vec<crate::store::journal::Entry>> {
+    fn journal(&self, q: &journal::Query) -> Result<Vec<journal::Entry>> {
         self.write_changes()?;
         let limit = q.limit.map(i64::from);
         let since = q.since_bound();
@@ -768,12 +766,12 @@ impl TxOps for PgTx<'_> {
         )?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows.iter().rev() {
-            out.push(crate::store::journal::Entry {
+            out.push(journal::Entry {
                 id: self.col(r, 0)?,
                 at: self.col(r, 1)?,
                 caller: self.col(r, 2)?,
-                event: crate::store::journal::Event {
-                    kind: crate::store::journal::kind_of(self.col(r, 3)?),
+                event: journal::Event {
+                    kind: journal::kind_of(self.col(r, 3)?),
                     node: self.col(r, 4)?,
                     vm: self.col(r, 5)?,
                     what: self.col(r, 6)?,

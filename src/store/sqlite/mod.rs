@@ -328,6 +328,7 @@ impl Store {
             conn: &tx,
             path: &path,
             forgot: Cell::new(false),
+            recorder: journal::Recorder::default(),
         };
         let out = f(&scope)?;
         let forgot = scope.forgot.get();

@@ -16,6 +16,8 @@ pub struct SqliteTx<'a> {
     pub(super) path: &'a Path,
     /// Whether a secret was deleted or replaced (see [`Store::write`]).
     pub(super) forgot: Cell<bool>,
+    /// What the transaction changed, when it is journaled.
+    pub(super) recorder: journal::Recorder,
 }
 
 impl SqliteTx<'_> {
@@ -105,6 +107,10 @@ impl SqliteTx<'_> {
 }
 
 impl TxOps for SqliteTx<'_> {
+    fn recorder(&self) -> &journal::Recorder {
+        &self.recorder
+    }
+
     fn path(&self) -> &Path {
         self.path
     }
@@ -152,7 +158,7 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+    fn put_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
         let old: Option<u32> = self
             .conn
             .prepare_cached(
@@ -186,7 +192,7 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+    fn remove_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
         let mut s = self
             .conn
             .prepare_cached(
@@ -245,7 +251,7 @@ impl TxOps for SqliteTx<'_> {
             .at(self.path)
     }
 
-    fn put_mac(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
+    fn put_mac_row(&self, cn: &str, vm: &str, slot: &str, mac: &str) -> Result<()> {
         self.conn
             .prepare_cached(
                 "UPDATE macs SET retired=1 WHERE cn=?1 AND vm=?2 AND slot=?3 AND retired=0",
@@ -261,7 +267,7 @@ impl TxOps for SqliteTx<'_> {
         Ok(())
     }
 
-    fn forget_mac(&self, mac: &str) -> Result<()> {
+    fn forget_mac_row(&self, mac: &str) -> Result<()> {
         self.conn
             .prepare_cached("DELETE FROM macs WHERE mac=?1")
             .and_then(|mut s| s.execute(params![mac]))
@@ -277,7 +283,7 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn retire_macs_except(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
+    fn retire_macs_except_row(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>> {
         let keep = serde_json::to_string(keep).unwrap_or_else(|_| "[]".into());
         let mut s = self
             .conn
@@ -298,7 +304,7 @@ impl TxOps for SqliteTx<'_> {
         self.secret(Secret::Password, cn, vm)
     }
 
-    fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
+    fn put_password_row(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
         self.put_secret(Secret::Password, cn, vm, password)
     }
 
@@ -306,11 +312,11 @@ impl TxOps for SqliteTx<'_> {
         self.secret(Secret::Salt, cn, vm)
     }
 
-    fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
+    fn put_salt_row(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
         self.put_secret(Secret::Salt, cn, vm, salt)
     }
 
-    fn remove_password(&self, cn: &str, vm: &str) -> Result<bool> {
+    fn remove_password_row(&self, cn: &str, vm: &str) -> Result<bool> {
         let mut had = false;
         for table in [Secret::Salt, Secret::Password] {
             let n = self
@@ -354,7 +360,7 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn set_destroyed(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
+    fn set_destroyed_row(&self, cn: &str, vm: &str, destroyed: bool) -> Result<()> {
         let sql = if destroyed {
             "INSERT OR IGNORE INTO destroyed(cn, vm) VALUES (?1, ?2)"
         } else {
@@ -481,7 +487,7 @@ impl TxOps for SqliteTx<'_> {
         Ok(out)
     }
 
-    fn put_placement(&self, vm: &str, cn: &str) -> Result<()> {
+    fn put_placement_row(&self, vm: &str, cn: &str) -> Result<()> {
         self.conn
             .prepare_cached("INSERT INTO placements(vm, cn) VALUES (?1, ?2)")
             .and_then(|mut s| s.execute(params![vm, cn]))
@@ -514,7 +520,7 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn prune_journal(&self, before: &str) -> Result<u64> {
+    fn prune_journal_row(&self, before: &str) -> Result<u64> {
         let n = self
             .conn
             .prepare_cached("DELETE FROM journal WHERE at < ?1")
