@@ -354,9 +354,7 @@ impl Registry {
     /// Allocated values of a kind on a node, by VM (main IPs for `ip`).
     pub fn allocated(&self, cn: &str, kind: Kind) -> Result<BTreeMap<String, Value>> {
         validate("compute node", cn)?;
-        let rows = self
-            .read(|tx| tx.numbers(kind.as_str(), cn))?
-            .unwrap_or_default();
+        let rows = self.read(|tx| tx.numbers(kind, cn))?.unwrap_or_default();
         Ok(by_vm(kind, rows))
     }
 
@@ -406,7 +404,7 @@ impl Registry {
         validate("compute node", cn)?;
         validate("VM", vm)?;
         let v = self
-            .write_existing(|tx| tx.remove_number(Kind::Ip.as_str(), cn, vm))?
+            .write_existing(|tx| tx.remove_number(Kind::Ip, cn, vm))?
             .flatten();
         Ok(v.map(|v| Ipv4Addr::from(v).to_string()))
     }

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::settings::{IpClaim, NodePlan, VmPlan};
 use crate::store::Tx;
 
-const IP: &str = Kind::Ip.as_str();
+const IP: Kind = Kind::Ip;
 
 /// Per-VM conflicts of a node: the VMs whose declared IPs cannot be given
 /// to them, with the reason. The node's other VMs still allocate.

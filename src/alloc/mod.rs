@@ -102,8 +102,8 @@ fn allocate_number(
     let k = kind.as_str();
     let from = tx.hint(&key, cn)?.unwrap_or(0);
     for v in candidates_from(pool, from) {
-        if tx.owner(k, cn, v)?.is_none() {
-            tx.put_number(k, cn, vm, v)?;
+        if tx.owner(kind, cn, v)?.is_none() {
+            tx.put_number(kind, cn, vm, v)?;
             // the next candidate (an id block's start, not the id after
             // this block's): everything below it is taken
             let next = v.saturating_add(1);
@@ -131,7 +131,7 @@ fn vm_ip(tx: &Tx, node: &NodePlan, plan: &VmPlan) -> Result<Ipv4Addr> {
     if let Some(ip) = plan.ip {
         return Ok(ip);
     }
-    match tx.number(Kind::Ip.as_str(), cn, vm)? {
+    match tx.number(Kind::Ip, cn, vm)? {
         Some(v) => {
             let ip = Ipv4Addr::from(v);
             if !node.network.includes(ip) {
@@ -235,13 +235,13 @@ fn vm_idmap(tx: &Tx, node: &NodePlan, plan: &VmPlan) -> Result<Option<u32>> {
         return Ok(None);
     }
     let held = tx
-        .number(Kind::Idmap.as_str(), &node.cn, &plan.vm)?
+        .number(Kind::Idmap, &node.cn, &plan.vm)?
         .filter(|v| node.idmap.contains(*v));
     match held {
         Some(v) => Ok(Some(v)),
         None => {
             // A block outside the node's range (the range changed): a new one.
-            tx.remove_number(Kind::Idmap.as_str(), &node.cn, &plan.vm)?;
+            tx.remove_number(Kind::Idmap, &node.cn, &plan.vm)?;
             allocate_number(tx, Kind::Idmap, &node.cn, (&plan.vm, &plan.vt), &node.idmap).map(Some)
         }
     }
@@ -253,7 +253,7 @@ fn vm_port(tx: &Tx, node: &NodePlan, kind: Kind, plan: &VmPlan) -> Result<u16> {
     } else {
         &node.snmp
     };
-    let v = match tx.number(kind.as_str(), &node.cn, &plan.vm)? {
+    let v = match tx.number(kind, &node.cn, &plan.vm)? {
         Some(v) => v,
         None => allocate_number(tx, kind, &node.cn, (&plan.vm, &plan.vt), pool)?,
     };

@@ -74,10 +74,10 @@ pub fn node(
             retire_moved_from(tx, config, cn, &other, &vm)?;
         }
     }
-    let ips: HashMap<String, u32> = tx.numbers(Kind::Ip.as_str(), cn)?.into_iter().collect();
-    let ssh: HashMap<String, u32> = tx.numbers(Kind::Ssh.as_str(), cn)?.into_iter().collect();
-    let snmp: HashMap<String, u32> = tx.numbers(Kind::Snmp.as_str(), cn)?.into_iter().collect();
-    let idmaps: HashMap<String, u32> = tx.numbers(Kind::Idmap.as_str(), cn)?.into_iter().collect();
+    let ips: HashMap<String, u32> = tx.numbers(Kind::Ip, cn)?.into_iter().collect();
+    let ssh: HashMap<String, u32> = tx.numbers(Kind::Ssh, cn)?.into_iter().collect();
+    let snmp: HashMap<String, u32> = tx.numbers(Kind::Snmp, cn)?.into_iter().collect();
+    let idmaps: HashMap<String, u32> = tx.numbers(Kind::Idmap, cn)?.into_iter().collect();
     let mut macs: HashMap<&str, BTreeMap<String, String>> = HashMap::new();
     let rows = tx.macs(cn)?;
     for (vm, slot, m) in &rows {

@@ -17,7 +17,7 @@ pub type Freed = BTreeMap<String, Value>;
 /// Records `ip` as VM `vm`'s main IP on `cn` unless another VM (or one of
 /// its additional IPs) holds it.
 pub fn set_ip(tx: &Tx, cn: &str, vm: &str, ip: Ipv4Addr) -> Result<()> {
-    let ip_kind = Kind::Ip.as_str();
+    let ip_kind = Kind::Ip;
     match tx.owner(ip_kind, cn, u32::from(ip))? {
         Some(o) if o.vm != vm || !o.slot.is_empty() => Err(Error::Conflict(format!(
             "IP {ip} requested for {} is already allocated to VM {}",
@@ -43,12 +43,12 @@ pub fn cleanup(
         if declared.contains(&vm) {
             continue;
         }
-        if let Some(v) = tx.remove_number(kind.as_str(), cn, &vm)? {
+        if let Some(v) = tx.remove_number(kind, cn, &vm)? {
             freed.insert(vm.clone(), v);
         }
         if kind == Kind::Ip {
             for (slot, _) in tx.extra_ips(cn, &vm)? {
-                tx.remove_slot(kind.as_str(), cn, &vm, &slot)?;
+                tx.remove_slot(kind, cn, &vm, &slot)?;
             }
         }
         tx.retire_macs(cn, &vm)?;
@@ -79,11 +79,11 @@ pub fn destroy(tx: &Tx, cn: &str, vm: &str) -> Result<Freed> {
 pub fn forget(tx: &Tx, cn: &str, vm: &str) -> Result<Freed> {
     let mut f = Freed::new();
     for kind in Kind::ALL {
-        if let Some(v) = tx.remove_number(kind.as_str(), cn, vm)? {
+        if let Some(v) = tx.remove_number(kind, cn, vm)? {
             f.insert(kind.as_str().into(), kind.shown(v));
         }
     }
-    let ip_kind = Kind::Ip.as_str();
+    let ip_kind = Kind::Ip;
     let extra: Vec<Value> = tx
         .extra_ips(cn, vm)?
         .into_iter()

@@ -514,6 +514,7 @@ pub(crate) mod record {
     use serde_json::{json, Value};
 
     use super::{shown, what, Change};
+    use crate::alloc::Kind;
     use crate::error::Result;
     use crate::store::{space_of, Secret, TxOps};
 
@@ -534,7 +535,7 @@ pub(crate) mod record {
     /// The value a VM's slot holds.
     fn slot_value<T: TxOps + ?Sized>(
         tx: &T,
-        kind: &str,
+        kind: Kind,
         cn: &str,
         vm: &str,
         slot: &str,
@@ -542,7 +543,7 @@ pub(crate) mod record {
         if slot.is_empty() {
             return tx.number(kind, cn, vm);
         }
-        if space_of(kind) != "ip" {
+        if space_of(kind.as_str()) != "ip" {
             return Ok(None);
         }
         Ok(tx
@@ -555,7 +556,7 @@ pub(crate) mod record {
     /// See [`TxOps::put_slot`].
     pub(crate) fn put_slot<T: TxOps + ?Sized>(
         tx: &T,
-        kind: &str,
+        kind: Kind,
         cn: &str,
         vm: &str,
         slot: &str,
@@ -566,10 +567,18 @@ pub(crate) mod record {
         }
         let before = slot_value(tx, kind, cn, vm, slot)?;
         tx.put_slot_row(kind, cn, vm, slot, value)?;
-        let (what, after) = (what(kind, slot), shown(kind, value));
+        let (what, after) = (what(kind.as_str(), slot), shown(kind.as_str(), value));
         match before {
             Some(b) if b == value => {}
-            Some(b) => push(tx, "reallocated", cn, vm, &what, shown(kind, b), after),
+            Some(b) => push(
+                tx,
+                "reallocated",
+                cn,
+                vm,
+                &what,
+                shown(kind.as_str(), b),
+                after,
+            ),
             None => push(tx, "allocated", cn, vm, &what, None, after),
         }
         Ok(())
@@ -578,14 +587,22 @@ pub(crate) mod record {
     /// See [`TxOps::remove_slot`].
     pub(crate) fn remove_slot<T: TxOps + ?Sized>(
         tx: &T,
-        kind: &str,
+        kind: Kind,
         cn: &str,
         vm: &str,
         slot: &str,
     ) -> Result<Option<u32>> {
         let freed = tx.remove_slot_row(kind, cn, vm, slot)?;
         if let Some(v) = freed {
-            push(tx, "freed", cn, vm, &what(kind, slot), shown(kind, v), None);
+            push(
+                tx,
+                "freed",
+                cn,
+                vm,
+                &what(kind.as_str(), slot),
+                shown(kind.as_str(), v),
+                None,
+            );
         }
         Ok(freed)
     }

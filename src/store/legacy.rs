@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use rmpv::Value as Mp;
 
+use crate::alloc::Kind;
 use crate::error::{Error, Result, StoreFailure};
 use crate::pools::mac;
 use crate::settings::DeclaredVm;
@@ -112,7 +113,7 @@ pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> R
         for (vm, ip) in ips {
             put(number(
                 tx,
-                "ip",
+                Kind::Ip,
                 cn,
                 &vm,
                 text(&ip)
@@ -121,8 +122,9 @@ pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> R
             ))?;
         }
     }
-    for kind in ["ssh", "snmp"] {
-        if let Some(v) = read_pack(&settings.join(format!("{kind}_map.pack")))? {
+    for kind in [Kind::Ssh, Kind::Snmp] {
+        let file = format!("{}_map.pack", kind.as_str());
+        if let Some(v) = read_pack(&settings.join(file))? {
             for (vm, port) in string_map(&v) {
                 let port = port
                     .as_u64()
@@ -139,7 +141,7 @@ pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> R
             let ip = text(&v)
                 .and_then(|s| s.parse::<Ipv4Addr>().ok())
                 .map(u32::from);
-            put(number(tx, "ip", cn, vm, ip))?;
+            put(number(tx, Kind::Ip, cn, vm, ip))?;
         }
         if let Some(v) = read_pack(&vdir.join("mac.pack"))? {
             let m = text(&v).and_then(|m| mac::validate(&m, vm).ok());
@@ -167,7 +169,7 @@ pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> R
 }
 
 /// Records a number unless the VM already has one or another VM holds it.
-fn number(tx: &Tx, kind: &str, cn: &str, vm: &str, value: Option<u32>) -> Result<bool> {
+fn number(tx: &Tx, kind: Kind, cn: &str, vm: &str, value: Option<u32>) -> Result<bool> {
     let Some(value) = value else { return Ok(false) };
     if crate::pillar::names::validate("VM", vm).is_err()
         || tx.number(kind, cn, vm)?.is_some()

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::alloc::Kind;
 use crate::error::Result;
 
 pub mod dump;
@@ -114,53 +115,53 @@ pub trait TxOps {
 
     /// The value of kind `kind` (`ip`, `ssh`, `snmp`) held by a VM (its
     /// main IP for `ip`).
-    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>>;
+    fn number(&self, kind: Kind, cn: &str, vm: &str) -> Result<Option<u32>>;
 
     /// Who holds `value` in the space of `kind` on a node (any IP for
     /// `ip`; any port, ssh or snmp, for a port kind).
-    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>>;
+    fn owner(&self, kind: Kind, cn: &str, value: u32) -> Result<Option<NumberOwner>>;
 
     /// The VM holding `value` in the space of `kind` on a node.
-    fn number_owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<String>> {
+    fn number_owner(&self, kind: Kind, cn: &str, value: u32) -> Result<Option<String>> {
         Ok(self.owner(kind, cn, value)?.map(|o| o.vm))
     }
 
     /// All values of kind `kind` on a node (main IPs for `ip`), by VM name.
-    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>>;
+    fn numbers(&self, kind: Kind, cn: &str) -> Result<Vec<(String, u32)>>;
 
     /// Every value held in the space of `kind` on a node (additional IPs
     /// included), as `(vm, slot, value)`.
-    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>>;
+    fn space(&self, kind: Kind, cn: &str) -> Result<Vec<(String, String, u32)>>;
 
     /// Records `value` for a VM's main slot, replacing what it held before
     /// (whose value becomes free). The UNIQUE constraint refuses a value
     /// held by another.
-    fn put_number(&self, kind: &str, cn: &str, vm: &str, value: u32) -> Result<()> {
+    fn put_number(&self, kind: Kind, cn: &str, vm: &str, value: u32) -> Result<()> {
         self.put_slot(kind, cn, vm, "", value)
     }
 
     /// Records `value` for a VM's slot (an additional IP's slot is its
     /// address), replacing what the slot held before.
-    fn put_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+    fn put_slot(&self, kind: Kind, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
         journal::record::put_slot(self, kind, cn, vm, slot, value)
     }
 
     /// Primitive of [`TxOps::put_slot`].
-    fn put_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()>;
+    fn put_slot_row(&self, kind: Kind, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()>;
 
     /// The additional IPs a VM holds: `(slot, value)`.
     fn extra_ips(&self, cn: &str, vm: &str) -> Result<Vec<(String, u32)>>;
 
     /// Frees one slot of a VM, returning its value.
-    fn remove_slot(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+    fn remove_slot(&self, kind: Kind, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
         journal::record::remove_slot(self, kind, cn, vm, slot)
     }
 
     /// Primitive of [`TxOps::remove_slot`].
-    fn remove_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>>;
+    fn remove_slot_row(&self, kind: Kind, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>>;
 
     /// Frees the value a VM holds in its main slot, returning it.
-    fn remove_number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+    fn remove_number(&self, kind: Kind, cn: &str, vm: &str) -> Result<Option<u32>> {
         self.remove_slot(kind, cn, vm, "")
     }
 

@@ -70,14 +70,14 @@ impl Held {
     pub fn read(tx: &Tx, cn: &str) -> Result<Held> {
         let mut numbers = BTreeMap::new();
         for kind in Kind::ALL {
-            for (vm, v) in tx.numbers(kind.as_str(), cn)? {
+            for (vm, v) in tx.numbers(kind, cn)? {
                 numbers.insert((kind, vm), v);
             }
         }
         Ok(Held {
             vms: tx.vms(cn)?,
             numbers,
-            ips: tx.space(Kind::Ip.as_str(), cn)?,
+            ips: tx.space(Kind::Ip, cn)?,
             macs: tx.macs(cn)?,
             destroyed: tx.destroyed(cn)?.into_iter().collect(),
         })

@@ -28,7 +28,7 @@ pub struct Held {
 impl Held {
     /// Reads what node `cn` holds.
     pub fn read(tx: &Tx, cn: &str) -> Result<Held> {
-        let ips = tx.numbers(Kind::Ip.as_str(), cn)?;
+        let ips = tx.numbers(Kind::Ip, cn)?;
         let mut passwords = BTreeMap::new();
         for (vm, _) in &ips {
             if let Some(p) = tx.password(cn, vm)? {
@@ -36,10 +36,10 @@ impl Held {
             }
         }
         Ok(Held {
-            ssh: tx.numbers(Kind::Ssh.as_str(), cn)?,
-            snmp: tx.numbers(Kind::Snmp.as_str(), cn)?,
+            ssh: tx.numbers(Kind::Ssh, cn)?,
+            snmp: tx.numbers(Kind::Snmp, cn)?,
             macs: tx.macs(cn)?,
-            all_ips: tx.space(Kind::Ip.as_str(), cn)?,
+            all_ips: tx.space(Kind::Ip, cn)?,
             ips,
             passwords,
         })

@@ -3,6 +3,7 @@
 //! one node take turns, a lost connection or a collision is tried again,
 //! a bounded number of times.
 
+use crate::alloc::Kind;
 use std::cell::{Cell, RefCell};
 
 use super::tests::Server;
@@ -25,14 +26,14 @@ fn writers_of_different_nodes_do_not_wait_for_each_other() {
     let other = RefCell::new(PgStore::connect(&impatient(&info, 500)).unwrap());
     let (elsewhere, same) = one
         .write(|tx| {
-            tx.put_number("ip", "node-a", "vm1", 10)?;
+            tx.put_number(Kind::Ip, "node-a", "vm1", 10)?;
             // while node-a's lock is held by this transaction
             let elsewhere = other
                 .borrow_mut()
-                .write(|tx| tx.put_number("ip", "node-b", "vm2", 10));
+                .write(|tx| tx.put_number(Kind::Ip, "node-b", "vm2", 10));
             let same = other
                 .borrow_mut()
-                .write(|tx| tx.put_number("ip", "node-a", "vm3", 11));
+                .write(|tx| tx.put_number(Kind::Ip, "node-a", "vm3", 11));
             Ok((elsewhere, same))
         })
         .unwrap();
@@ -42,20 +43,26 @@ fn writers_of_different_nodes_do_not_wait_for_each_other() {
     // the waiting writer kept nothing; the others' rows are there
     let mut other = other.into_inner();
     assert_eq!(
-        other.read(|tx| tx.number("ip", "node-a", "vm3")).unwrap(),
+        other
+            .read(|tx| tx.number(Kind::Ip, "node-a", "vm3"))
+            .unwrap(),
         None
     );
     assert_eq!(
-        other.read(|tx| tx.number("ip", "node-a", "vm1")).unwrap(),
+        other
+            .read(|tx| tx.number(Kind::Ip, "node-a", "vm1"))
+            .unwrap(),
         Some(10)
     );
     assert_eq!(
-        other.read(|tx| tx.number("ip", "node-b", "vm2")).unwrap(),
+        other
+            .read(|tx| tx.number(Kind::Ip, "node-b", "vm2"))
+            .unwrap(),
         Some(10)
     );
     // once the first writer committed, the node is free again
     other
-        .write(|tx| tx.put_number("ip", "node-a", "vm3", 11))
+        .write(|tx| tx.put_number(Kind::Ip, "node-a", "vm3", 11))
         .unwrap();
 }
 
@@ -72,7 +79,7 @@ fn a_transaction_whose_connection_was_lost_runs_again_on_a_new_one() {
     let retries = done(Work::Retry);
     pg.write(|tx| {
         runs.set(runs.get() + 1);
-        tx.put_number("ip", "cn", "a", 7)?;
+        tx.put_number(Kind::Ip, "cn", "a", 7)?;
         if runs.get() == 1 {
             // the server ends this session (as a restart would)
             admin
@@ -84,12 +91,12 @@ fn a_transaction_whose_connection_was_lost_runs_again_on_a_new_one() {
                 )
                 .unwrap();
         }
-        tx.put_number("ip", "cn", "b", 8)
+        tx.put_number(Kind::Ip, "cn", "b", 8)
     })
     .unwrap();
     assert_eq!(runs.get(), 2);
     assert_eq!(done(Work::Retry) - retries, 1);
-    assert_eq!(pg.read(|tx| tx.numbers("ip", "cn")).unwrap().len(), 2);
+    assert_eq!(pg.read(|tx| tx.numbers(Kind::Ip, "cn")).unwrap().len(), 2);
 }
 
 #[test]
@@ -98,10 +105,11 @@ fn a_duplicate_is_tried_once_more_then_reported() {
         return;
     };
     let mut pg = PgStore::connect(&server.conninfo("dup")).unwrap();
-    pg.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    pg.write(|tx| tx.put_number(Kind::Ip, "cn", "a", 7))
+        .unwrap();
     let retries = done(Work::Retry);
     let err = pg
-        .write(|tx| tx.put_number("ip", "cn", "b", 7))
+        .write(|tx| tx.put_number(Kind::Ip, "cn", "b", 7))
         .unwrap_err()
         .to_string();
     assert!(
@@ -133,8 +141,8 @@ fn a_sqlite_store_loads_into_an_empty_postgresql_store_row_for_row() {
     lite.write(|tx| {
         for (i, vm) in ["a", "b", "c"].iter().enumerate() {
             let i = u32::try_from(i).unwrap();
-            tx.put_number("ip", "cn1", vm, 0x0a00_0002 + i)?;
-            tx.put_number("ssh", "cn1", vm, 40_000 + i)?;
+            tx.put_number(Kind::Ip, "cn1", vm, 0x0a00_0002 + i)?;
+            tx.put_number(Kind::Ssh, "cn1", vm, 40_000 + i)?;
             tx.put_mac("cn1", vm, "", &format!("00:16:3e:00:00:0{i}"))?;
             tx.put_password("cn1", vm, &format!("pw-{vm}"))?;
             tx.put_salt("cn1", vm, &format!("salt-{vm}"))?;

@@ -7,6 +7,7 @@
 //! it read and writes its changes at the end, behaves as one that asks
 //! and writes each time.
 
+use crate::alloc::Kind;
 use proptest::prelude::*;
 
 use super::tests::Server;
@@ -105,20 +106,22 @@ fn op() -> impl Strategy<Value = Op> {
 fn run(tx: &Tx, op: &Op) -> Result<String> {
     let owner = |o: Option<NumberOwner>| format!("{:?}", o.map(|o| (o.vm, o.kind, o.slot)));
     Ok(match *op {
-        Op::Number(k, n, v) => format!("{:?}", tx.number(KINDS[k], NODES[n], VMS[v])?),
-        Op::Owner(k, n, x) => owner(tx.owner(KINDS[k], NODES[n], x)?),
-        Op::Numbers(k, n) => format!("{:?}", tx.numbers(KINDS[k], NODES[n])?),
-        Op::Space(k, n) => format!("{:?}", tx.space(KINDS[k], NODES[n])?),
+        Op::Number(k, n, v) => {
+            format!("{:?}", tx.number(Kind::parse(KINDS[k])?, NODES[n], VMS[v])?)
+        }
+        Op::Owner(k, n, x) => owner(tx.owner(Kind::parse(KINDS[k])?, NODES[n], x)?),
+        Op::Numbers(k, n) => format!("{:?}", tx.numbers(Kind::parse(KINDS[k])?, NODES[n])?),
+        Op::Space(k, n) => format!("{:?}", tx.space(Kind::parse(KINDS[k])?, NODES[n])?),
         Op::PutSlot(k, n, v, s, x) => {
             format!(
                 "{:?}",
-                tx.put_slot(KINDS[k], NODES[n], VMS[v], SLOTS[s], x)?
+                tx.put_slot(Kind::parse(KINDS[k])?, NODES[n], VMS[v], SLOTS[s], x)?
             )
         }
         Op::ExtraIps(n, v) => format!("{:?}", tx.extra_ips(NODES[n], VMS[v])?),
         Op::RemoveSlot(k, n, v, s) => format!(
             "{:?}",
-            tx.remove_slot(KINDS[k], NODES[n], VMS[v], SLOTS[s])?
+            tx.remove_slot(Kind::parse(KINDS[k])?, NODES[n], VMS[v], SLOTS[s])?
         ),
         Op::Hint(p, n) => format!("{:?}", tx.hint(POOLS[p], NODES[n])?),
         Op::SetHint(p, n, x) => format!("{:?}", tx.set_hint(POOLS[p], NODES[n], x)?),

@@ -6,6 +6,7 @@
 //! `MCCLOUD_TEST_POSTGRESQL=required` (`./run test` sets it), which makes
 //! them fail.
 
+use crate::alloc::Kind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::Command;
@@ -168,10 +169,10 @@ fn script(tx: &Tx) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for (i, vm) in ["a", "b", "c", "d"].iter().enumerate() {
         let i = u32::try_from(i).unwrap();
-        tx.put_number("ip", "cn1", vm, 0x0a00_0002 + i)?;
-        tx.put_number("ssh", "cn1", vm, 40_000 + i)?;
-        tx.put_number("snmp", "cn1", vm, 41_000 + i)?;
-        tx.put_slot("ip", "cn1", vm, "extra", 0x0a00_0100 + i)?;
+        tx.put_number(Kind::Ip, "cn1", vm, 0x0a00_0002 + i)?;
+        tx.put_number(Kind::Ssh, "cn1", vm, 40_000 + i)?;
+        tx.put_number(Kind::Snmp, "cn1", vm, 41_000 + i)?;
+        tx.put_slot(Kind::Ip, "cn1", vm, "extra", 0x0a00_0100 + i)?;
         tx.put_mac("cn1", vm, "", &format!("00:16:3e:00:00:0{i}"))?;
         tx.put_mac("cn1", vm, "eth1", &format!("00:16:3e:00:01:0{i}"))?;
         tx.put_password("cn1", vm, &format!("pw-{vm}"))?;
@@ -179,11 +180,14 @@ fn script(tx: &Tx) -> Result<Vec<String>> {
     }
     tx.set_hint("ip:10.0.0.0/24", "cn1", 6)?;
     tx.set_hint("ssh:40000-40999", "cn1", 40_004)?;
-    tx.put_number("ip", "cn1", "a", 0x0a00_0002)?; // the same value again: nothing changes
+    tx.put_number(Kind::Ip, "cn1", "a", 0x0a00_0002)?; // the same value again: nothing changes
     tx.put_password("cn1", "b", "pw-b2")?; // replaced
-    out.push(format!("{:?}", tx.remove_number("ssh", "cn1", "c")?));
+    out.push(format!("{:?}", tx.remove_number(Kind::Ssh, "cn1", "c")?));
     out.push(format!("{:?}", tx.hint("ssh:40000-40999", "cn1")?));
-    out.push(format!("{:?}", tx.remove_slot("ip", "cn1", "d", "extra")?));
+    out.push(format!(
+        "{:?}",
+        tx.remove_slot(Kind::Ip, "cn1", "d", "extra")?
+    ));
     out.push(format!("{:?}", tx.retire_macs_except("cn1", "a", &[""])?));
     out.push(format!("{:?}", tx.retire_macs("cn1", "b")?));
     out.push(format!("{:?}", tx.remove_password("cn1", "c")?));
@@ -198,24 +202,25 @@ fn script(tx: &Tx) -> Result<Vec<String>> {
     tx.set_meta("k", "v1")?;
     tx.set_meta("k", "v2")?;
     for kind in ["ip", "ssh", "snmp"] {
-        out.push(format!("{kind} numbers {:?}", tx.numbers(kind, "cn1")?));
-        out.push(format!("{kind} space {:?}", tx.space(kind, "cn1")?));
-        out.push(format!(
-            "{kind} number a {:?}",
-            tx.number(kind, "cn1", "a")?
-        ));
+        let k = Kind::parse(kind)?;
+        out.push(format!("{kind} numbers {:?}", tx.numbers(k, "cn1")?));
+        out.push(format!("{kind} space {:?}", tx.space(k, "cn1")?));
+        out.push(format!("{kind} number a {:?}", tx.number(k, "cn1", "a")?));
     }
     out.push(format!(
         "{:?}",
-        tx.owner("snmp", "cn1", 40_001)?
+        tx.owner(Kind::Snmp, "cn1", 40_001)?
             .map(|o| (o.vm, o.kind, o.slot))
     ));
     out.push(format!(
         "{:?}",
-        tx.owner("ssh", "cn1", 41_003)?
+        tx.owner(Kind::Ssh, "cn1", 41_003)?
             .map(|o| (o.vm, o.kind, o.slot))
     ));
-    out.push(format!("{:?}", tx.number_owner("ip", "cn1", 0x0a00_0101)?));
+    out.push(format!(
+        "{:?}",
+        tx.number_owner(Kind::Ip, "cn1", 0x0a00_0101)?
+    ));
     out.push(format!("{:?}", tx.extra_ips("cn1", "b")?));
     out.push(format!("{:?}", tx.hint("ip:10.0.0.0/24", "cn1")?));
     out.push(format!("{:?}", tx.mac("cn1", "a", "")?));
@@ -259,8 +264,8 @@ fn postgresql_answers_as_sqlite_does() {
     // a second connection (another controller) reads what was committed
     let mut other = PgStore::connect(&server.conninfo("same")).unwrap();
     assert_eq!(
-        other.read(|tx| tx.numbers("ip", "cn1")).unwrap(),
-        lite.read(|tx| tx.numbers("ip", "cn1")).unwrap()
+        other.read(|tx| tx.numbers(Kind::Ip, "cn1")).unwrap(),
+        lite.read(|tx| tx.numbers(Kind::Ip, "cn1")).unwrap()
     );
 }
 
@@ -271,9 +276,10 @@ fn postgresql_refuses_duplicates_and_keeps_nothing_of_a_failed_write() {
     };
     let info = server.conninfo("dups");
     let mut pg = PgStore::connect(&info).unwrap();
-    pg.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    pg.write(|tx| tx.put_number(Kind::Ip, "cn", "a", 7))
+        .unwrap();
     let err = pg
-        .write(|tx| tx.put_number("ip", "cn", "b", 7))
+        .write(|tx| tx.put_number(Kind::Ip, "cn", "b", 7))
         .unwrap_err()
         .to_string();
     assert!(
@@ -284,18 +290,19 @@ fn postgresql_refuses_duplicates_and_keeps_nothing_of_a_failed_write() {
         err.contains(&format!("host={}", server.dir.path().display())),
         "{err}"
     );
-    pg.write(|tx| tx.put_number("ip", "cn2", "b", 7)).unwrap();
+    pg.write(|tx| tx.put_number(Kind::Ip, "cn2", "b", 7))
+        .unwrap();
     pg.write(|tx| tx.put_mac("cn", "a", "", "00:16:3e:00:00:01"))
         .unwrap();
     assert!(pg
         .write(|tx| tx.put_mac("cn2", "z", "", "00:16:3e:00:00:01"))
         .is_err());
     let r: Result<()> = pg.write(|tx| {
-        tx.put_number("ip", "cn", "c", 8)?;
+        tx.put_number(Kind::Ip, "cn", "c", 8)?;
         Err(Error::invalid("boom"))
     });
     assert!(r.is_err());
-    assert_eq!(pg.read(|tx| tx.number("ip", "cn", "c")).unwrap(), None);
+    assert_eq!(pg.read(|tx| tx.number(Kind::Ip, "cn", "c")).unwrap(), None);
 }
 
 #[test]
@@ -310,13 +317,13 @@ fn the_journal_is_written_with_its_change_or_not_at_all() {
         journal::coalesce(vec![c]).remove(0)
     };
     pg.write(|tx| {
-        tx.put_number("ip", "cn", "a", 7)?;
+        tx.put_number(Kind::Ip, "cn", "a", 7)?;
         tx.append_journal("2026-11-26T10:00:00.000Z", "me", &[event("a")])
     })
     .unwrap();
     let r: Result<()> = pg.write(|tx| {
         tx.append_journal("2026-11-26T10:00:01.000Z", "me", &[event("b")])?;
-        tx.put_number("ip", "cn", "b", 7)
+        tx.put_number(Kind::Ip, "cn", "b", 7)
     });
     assert!(r.is_err(), "a duplicate IP is refused");
     let all = pg
@@ -372,7 +379,7 @@ fn postgresql_keeps_the_change_counts_and_last_runs() {
     };
     pg.write(|tx| {
         let j = journal::Journaled::new(tx);
-        j.put_number("ip", "cn", "c", 9)?;
+        j.put_number(Kind::Ip, "cn", "c", 9)?;
         j.note(run("provision_finished", "c", "0.5"))?;
         j.note(run("deploy_finished", "", "7"))?;
         j.finish("me")

@@ -11,6 +11,7 @@ use postgres::{Client, Row, Statement};
 use super::cache::Cache;
 use super::schema::LOAD_NODE;
 use super::{again, node_lock, pg_err, Again};
+use crate::alloc::Kind;
 use crate::error::{Error, Result};
 use crate::store::dump::{Col, Dump, Field, TABLES};
 use crate::store::journal::{self, LastRun};
@@ -387,26 +388,31 @@ impl TxOps for PgTx<'_> {
         self.label
     }
 
-    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+    fn number(&self, kind: Kind, cn: &str, vm: &str) -> Result<Option<u32>> {
+        let kind = kind.as_str();
         self.node(cn, Need::Vm(vm))?;
         Ok(self.cache.borrow().number(kind, cn, vm, ""))
     }
 
-    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+    fn owner(&self, kind: Kind, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+        let kind = kind.as_str();
         self.owner_of(kind, cn, value)
     }
 
-    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
+    fn numbers(&self, kind: Kind, cn: &str) -> Result<Vec<(String, u32)>> {
+        let kind = kind.as_str();
         self.node(cn, Need::Whole)?;
         Ok(self.cache.borrow().numbers(kind, cn))
     }
 
-    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
+    fn space(&self, kind: Kind, cn: &str) -> Result<Vec<(String, String, u32)>> {
+        let kind = kind.as_str();
         self.node(cn, Need::Whole)?;
         Ok(self.cache.borrow().space(kind, cn))
     }
 
-    fn put_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+    fn put_slot_row(&self, kind: Kind, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        let kind = kind.as_str();
         self.node(cn, Need::Vm(vm))?;
         self.owner_of(kind, cn, value)?;
         let (_, taken) = self
@@ -425,7 +431,8 @@ impl TxOps for PgTx<'_> {
         Ok(self.cache.borrow().extra_ips(cn, vm))
     }
 
-    fn remove_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+    fn remove_slot_row(&self, kind: Kind, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        let kind = kind.as_str();
         self.node(cn, Need::Vm(vm))?;
         Ok(self
             .cache

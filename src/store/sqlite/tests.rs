@@ -1,6 +1,7 @@
 //! Tests of the store.
 
 use super::*;
+use crate::alloc::Kind;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 
@@ -9,7 +10,8 @@ fn creates_private_files_and_reopens() {
     let dir = tempfile::tempdir().unwrap();
     let sub = dir.path().join("cloud-controller");
     let mut s = Store::open(&sub).unwrap();
-    s.write(|tx| tx.put_number("ip", "cn", "vm", 42)).unwrap();
+    s.write(|tx| tx.put_number(Kind::Ip, "cn", "vm", 42))
+        .unwrap();
     let mode = std::fs::metadata(sub.join(FILE_NAME))
         .unwrap()
         .permissions()
@@ -19,18 +21,24 @@ fn creates_private_files_and_reopens() {
     assert_eq!(dmode & 0o777, 0o700);
     drop(s);
     let mut s = Store::open(&sub).unwrap();
-    assert_eq!(s.read(|tx| tx.number("ip", "cn", "vm")).unwrap(), Some(42));
+    assert_eq!(
+        s.read(|tx| tx.number(Kind::Ip, "cn", "vm")).unwrap(),
+        Some(42)
+    );
 }
 
 #[test]
 fn unique_values_are_enforced_by_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(dir.path()).unwrap();
-    s.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
-    let err = s.write(|tx| tx.put_number("ip", "cn", "b", 7)).unwrap_err();
+    s.write(|tx| tx.put_number(Kind::Ip, "cn", "a", 7)).unwrap();
+    let err = s
+        .write(|tx| tx.put_number(Kind::Ip, "cn", "b", 7))
+        .unwrap_err();
     assert!(err.to_string().contains("UNIQUE"), "{err}");
     // Same value on another node is fine.
-    s.write(|tx| tx.put_number("ip", "cn2", "b", 7)).unwrap();
+    s.write(|tx| tx.put_number(Kind::Ip, "cn2", "b", 7))
+        .unwrap();
     s.write(|tx| tx.put_mac("cn", "a", "", "00:16:3e:00:00:01"))
         .unwrap();
     assert!(s
@@ -43,11 +51,11 @@ fn failed_transactions_leave_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(dir.path()).unwrap();
     let r: Result<()> = s.write(|tx| {
-        tx.put_number("ip", "cn", "a", 7)?;
+        tx.put_number(Kind::Ip, "cn", "a", 7)?;
         Err(Error::invalid("boom"))
     });
     assert!(r.is_err());
-    assert_eq!(s.read(|tx| tx.number("ip", "cn", "a")).unwrap(), None);
+    assert_eq!(s.read(|tx| tx.number(Kind::Ip, "cn", "a")).unwrap(), None);
 }
 
 #[test]
@@ -129,10 +137,10 @@ fn a_store_moved_deleted_or_replaced_under_an_open_store_is_never_written() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(FILE_NAME);
     let mut s = Store::open(dir.path()).unwrap();
-    s.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    s.write(|tx| tx.put_number(Kind::Ip, "cn", "a", 7)).unwrap();
     let aside = dir.path().join("moved.sqlite");
     std::fs::rename(&path, &aside).unwrap();
-    let e = err_of(s.write(|tx| tx.put_number("ip", "cn", "b", 8)));
+    let e = err_of(s.write(|tx| tx.put_number(Kind::Ip, "cn", "b", 8)));
     assert!(e.contains("moved or deleted"), "{e}");
     drop(s);
     // Acknowledged values are in the moved file itself (not only in a
@@ -153,7 +161,7 @@ fn a_store_moved_deleted_or_replaced_under_an_open_store_is_never_written() {
     let other = tempfile::tempdir().unwrap();
     drop(Store::open(other.path()).unwrap());
     std::fs::rename(other.path().join(FILE_NAME), &path).unwrap();
-    let e = err_of(s.read(|tx| tx.number("ip", "cn", "a")));
+    let e = err_of(s.read(|tx| tx.number(Kind::Ip, "cn", "a")));
     assert!(e.contains("replaced"), "{e}");
 }
 
@@ -163,18 +171,18 @@ fn a_deleted_wal_is_reported_and_loses_nothing_acknowledged() {
     let path = dir.path().join(FILE_NAME);
     let mut s = Store::open(dir.path()).unwrap();
     for v in 1..=20 {
-        s.write(|tx| tx.put_number("ip", "cn", &format!("vm{v}"), v))
+        s.write(|tx| tx.put_number(Kind::Ip, "cn", &format!("vm{v}"), v))
             .unwrap();
     }
     std::fs::remove_file(wal_path(&path)).unwrap();
-    let e = err_of(s.write(|tx| tx.put_number("ip", "cn", "late", 99)));
+    let e = err_of(s.write(|tx| tx.put_number(Kind::Ip, "cn", "late", 99)));
     assert!(
         e.contains("write-ahead log") && e.contains("deleted"),
         "{e}"
     );
     drop(s);
     let mut s = Store::open(dir.path()).unwrap();
-    let n = s.read(|tx| tx.numbers("ip", "cn")).unwrap();
+    let n = s.read(|tx| tx.numbers(Kind::Ip, "cn")).unwrap();
     assert_eq!(n.len(), 20, "every acknowledged value is kept");
     assert_eq!(s.check().unwrap().integrity, "ok");
 }
@@ -199,7 +207,7 @@ fn forgotten_secrets_leave_no_bytes_behind() {
     })
     .unwrap();
     s.write(|tx| tx.remove_password("cn", "zz")).unwrap();
-    s.write(|tx| tx.put_number("ip", "cn", "b", 3)).unwrap();
+    s.write(|tx| tx.put_number(Kind::Ip, "cn", "b", 3)).unwrap();
     let no_secret_left = |when: &str| {
         for entry in std::fs::read_dir(dir.path()).unwrap() {
             let path = entry.unwrap().path();
@@ -255,11 +263,11 @@ fn version_2_stores_are_reported_by_check_and_upgraded_by_a_write() {
     drop(old);
     let mut s = Store::open(dir.path()).unwrap();
     assert_eq!(
-        s.read(|tx| tx.number("ip", "cn", "a")).unwrap(),
+        s.read(|tx| tx.number(Kind::Ip, "cn", "a")).unwrap(),
         Some(167837698)
     );
     assert_eq!(
-        s.read(|tx| tx.number_owner("snmp", "cn", 40000))
+        s.read(|tx| tx.number_owner(Kind::Snmp, "cn", 40000))
             .unwrap()
             .as_deref(),
         Some("a")
@@ -276,7 +284,7 @@ fn version_2_stores_are_reported_by_check_and_upgraded_by_a_write() {
 fn version_3_stores_get_the_journal_and_keep_their_identity() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(dir.path()).unwrap();
-    s.write(|tx| tx.put_number("ip", "cn", "a", 7)).unwrap();
+    s.write(|tx| tx.put_number(Kind::Ip, "cn", "a", 7)).unwrap();
     let identity = s.check().unwrap().identity;
     drop(s);
     let old = Connection::open(dir.path().join(FILE_NAME)).unwrap();
@@ -296,7 +304,10 @@ fn version_3_stores_get_the_journal_and_keep_their_identity() {
     .unwrap();
     let r = s.check().unwrap();
     assert_eq!((r.schema_version, r.identity), (SCHEMA_VERSION, identity));
-    assert_eq!(s.read(|tx| tx.number("ip", "cn", "a")).unwrap(), Some(7));
+    assert_eq!(
+        s.read(|tx| tx.number(Kind::Ip, "cn", "a")).unwrap(),
+        Some(7)
+    );
     let entries = s.read(|tx| tx.journal(&journal::Query::default())).unwrap();
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].event, event);
@@ -314,7 +325,7 @@ fn backups_are_consistent_while_others_write() {
         let mut n = 0u32;
         while !flag.load(std::sync::atomic::Ordering::Relaxed) {
             n += 1;
-            w.write(|tx| tx.put_number("ssh", "cn", &format!("vm{n}"), n))
+            w.write(|tx| tx.put_number(Kind::Ssh, "cn", &format!("vm{n}"), n))
                 .unwrap();
         }
         n
@@ -338,7 +349,7 @@ fn backups_are_consistent_while_others_write() {
     assert_eq!(r.integrity, "ok");
     assert_eq!(r.identity, s.check().unwrap().identity);
     // One snapshot: values 1..=k for some k, no gap.
-    let got = restored.read(|tx| tx.numbers("ssh", "cn")).unwrap();
+    let got = restored.read(|tx| tx.numbers(Kind::Ssh, "cn")).unwrap();
     let mut values: Vec<u32> = got.iter().map(|(_, v)| *v).collect();
     values.sort_unstable();
     assert_eq!(values, (1..=values.len() as u32).collect::<Vec<_>>());
@@ -352,8 +363,8 @@ fn hints_drop_when_values_are_freed() {
         tx.set_hint("ssh:1-9", "cn", 8)?;
         tx.set_hint("ssh:1-9", "other", 8)?;
         tx.set_hint("snmp:1-9", "cn", 8)?;
-        tx.put_number("ssh", "cn", "a", 3)?;
-        tx.remove_number("ssh", "cn", "a")
+        tx.put_number(Kind::Ssh, "cn", "a", 3)?;
+        tx.remove_number(Kind::Ssh, "cn", "a")
     })
     .unwrap();
     assert_eq!(s.read(|tx| tx.hint("ssh:1-9", "cn")).unwrap(), Some(3));
@@ -367,8 +378,8 @@ fn nodes_are_those_holding_numbers_active_macs_or_secrets() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(dir.path()).unwrap();
     s.write(|tx| {
-        tx.put_number("ssh", "b-ports", "vm", 40000)?;
-        tx.put_number("idmap", "c-ids", "vm", 1_000_000)?;
+        tx.put_number(Kind::Ssh, "b-ports", "vm", 40000)?;
+        tx.put_number(Kind::Idmap, "c-ids", "vm", 1_000_000)?;
         tx.put_mac("d-macs", "vm", "", "00:16:3e:00:00:01")?;
         tx.put_mac("e-retired", "vm", "", "00:16:3e:00:00:02")?;
         tx.retire_macs("e-retired", "vm")?;
@@ -398,8 +409,8 @@ pub(crate) fn old_history(tx: &Tx) -> Result<()> {
         journal::coalesce(vec![c]).remove(0)
     };
     let s = |v: &str| Some(Value::from(v));
-    tx.put_number("ip", "cn", "a", 7)?;
-    tx.put_number("ip", "cn", "b", 8)?;
+    tx.put_number(Kind::Ip, "cn", "a", 7)?;
+    tx.put_number(Kind::Ip, "cn", "b", 8)?;
     tx.set_destroyed("cn", "b", true)?;
     let events = [
         event("allocated", "a", s("0.0.0.7")),
@@ -491,7 +502,7 @@ fn a_journaled_write_counts_its_entries_and_notes_its_runs() {
     };
     s.write(|tx| {
         let j = journal::Journaled::new(tx);
-        j.put_number("ip", "cn", "a", 7)?;
+        j.put_number(Kind::Ip, "cn", "a", 7)?;
         j.note(run("provision_finished", "a", "1.5"))?;
         // the same kind for the same VM: one entry, the last value
         j.note(run("provision_finished", "a", "2.5"))?;

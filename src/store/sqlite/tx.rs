@@ -7,6 +7,7 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::files::AtPath;
+use crate::alloc::Kind;
 use crate::error::Result;
 use crate::store::{journal, kinds_of, space_of, MacOwner, NumberOwner, Secret, TxOps};
 
@@ -115,7 +116,8 @@ impl TxOps for SqliteTx<'_> {
         self.path
     }
 
-    fn number(&self, kind: &str, cn: &str, vm: &str) -> Result<Option<u32>> {
+    fn number(&self, kind: Kind, cn: &str, vm: &str) -> Result<Option<u32>> {
+        let kind = kind.as_str();
         self.conn
             .prepare_cached(
                 "SELECT value FROM numbers WHERE kind=?1 AND cn=?2 AND vm=?3 AND slot=''",
@@ -124,7 +126,8 @@ impl TxOps for SqliteTx<'_> {
             .at(self.path)
     }
 
-    fn owner(&self, kind: &str, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+    fn owner(&self, kind: Kind, cn: &str, value: u32) -> Result<Option<NumberOwner>> {
+        let kind = kind.as_str();
         self.conn
             .prepare_cached(
                 "SELECT vm, kind, slot FROM numbers WHERE space=?1 AND cn=?2 AND value=?3",
@@ -142,7 +145,8 @@ impl TxOps for SqliteTx<'_> {
             .at(self.path)
     }
 
-    fn numbers(&self, kind: &str, cn: &str) -> Result<Vec<(String, u32)>> {
+    fn numbers(&self, kind: Kind, cn: &str) -> Result<Vec<(String, u32)>> {
+        let kind = kind.as_str();
         self.rows(
             "SELECT vm, value FROM numbers WHERE kind=?1 AND cn=?2 AND slot='' ORDER BY vm",
             params![kind, cn],
@@ -150,7 +154,8 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn space(&self, kind: &str, cn: &str) -> Result<Vec<(String, String, u32)>> {
+    fn space(&self, kind: Kind, cn: &str) -> Result<Vec<(String, String, u32)>> {
+        let kind = kind.as_str();
         self.rows(
             "SELECT vm, slot, value FROM numbers WHERE space=?1 AND cn=?2 ORDER BY vm, slot, value",
             params![space_of(kind), cn],
@@ -158,7 +163,8 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn put_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+    fn put_slot_row(&self, kind: Kind, cn: &str, vm: &str, slot: &str, value: u32) -> Result<()> {
+        let kind = kind.as_str();
         let old: Option<u32> = self
             .conn
             .prepare_cached(
@@ -192,7 +198,8 @@ impl TxOps for SqliteTx<'_> {
         )
     }
 
-    fn remove_slot_row(&self, kind: &str, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+    fn remove_slot_row(&self, kind: Kind, cn: &str, vm: &str, slot: &str) -> Result<Option<u32>> {
+        let kind = kind.as_str();
         let mut s = self
             .conn
             .prepare_cached(
