@@ -103,7 +103,11 @@ impl Registry {
                 Some(conninfo) => Location::Postgres(conninfo.clone()),
                 None => Location::Sqlite(self.dir.clone()),
             };
-            *guard = crate::store::open(&location, create)?;
+            let mut opened = crate::store::open(&location, create)?;
+            if let (Some(store), Some(dir)) = (opened.as_mut(), self.legacy_dir()) {
+                crate::store::legacy::import_at_open(store, dir, &self.config, &self.caller)?;
+            }
+            *guard = opened;
         }
         guard.as_mut().map(f).transpose()
     }
@@ -259,8 +263,7 @@ impl Registry {
                 return Err(e);
             }
         }
-        let alloc = self
-            .write(|tx| register::one(tx, &self.config, self.legacy_dir(), &node, plan, ports))?;
+        let alloc = self.write(|tx| register::one(tx, &self.config, &node, plan, ports))?;
         Ok((node, alloc))
     }
 
@@ -280,15 +283,7 @@ impl Registry {
     pub fn register_node(&self, cn: &str, exclude: &[String]) -> Result<Registered> {
         validate("compute node", cn)?;
         let node = self.config.node_plan(cn)?;
-        self.write(|tx| {
-            register::node(
-                tx,
-                &self.config,
-                self.legacy_dir(),
-                Arc::clone(&node),
-                exclude,
-            )
-        })
+        self.write(|tx| register::node(tx, &self.config, Arc::clone(&node), exclude))
     }
 
     /// `mc_cloud_compute_node.get_settings_for_target`: everything a compute

@@ -1,18 +1,18 @@
 //! A node's VMs registered in one transaction, and one VM allocated with
-//! what must happen first on its node: the import of the historical store,
-//! the reservation of declared IPs, and the retirement of the values a
-//! moved VM held on the node it left.
+//! what must happen first on its node: the reservation of declared IPs,
+//! and the retirement of the values a moved VM held on the node it left.
+//! (The historical store was imported when the store was opened: see
+//! [`crate::store::legacy::import_at_open`].)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
-use std::path::Path;
 use std::sync::Arc;
 
 use super::{allocate_vm, reserve_claims, Kind};
 use crate::error::{Error, Result};
 use crate::pools::Pool;
 use crate::settings::{Config, NodePlan, VmAllocation, VmPlan};
-use crate::store::{legacy, Tx};
+use crate::store::Tx;
 
 /// A node's registration: its plan, the allocations of its VMs in name
 /// order, and the VMs left out because of a conflict, with the reason.
@@ -27,20 +27,15 @@ pub struct Registered {
 }
 
 /// Allocates (or finds) everything VM `plan` of `node` needs, inside `tx`;
-/// `ports` also allocates its reverse-proxy ports. `store_dir` holds the
-/// historical store, if any.
+/// `ports` also allocates its reverse-proxy ports.
 pub fn one(
     tx: &Tx,
     config: &Config,
-    store_dir: Option<&Path>,
     node: &NodePlan,
     plan: &VmPlan,
     ports: bool,
 ) -> Result<VmAllocation> {
     let (cn, vm) = (node.cn.as_str(), plan.vm.as_str());
-    if let Some(dir) = store_dir {
-        legacy::import_node(tx, dir, cn, config.node_vms(cn)?)?;
-    }
     for name in names_of(vm) {
         if tx.is_node(&name)? {
             return Err(taken_by_node(cn, vm, &name));
@@ -57,14 +52,10 @@ pub fn one(
 pub fn node(
     tx: &Tx,
     config: &Config,
-    store_dir: Option<&Path>,
     node: Arc<NodePlan>,
     exclude: &[String],
 ) -> Result<Registered> {
     let cn = node.cn.as_str();
-    if let Some(dir) = store_dir {
-        legacy::import_node(tx, dir, cn, config.node_vms(cn)?)?;
-    }
     let mut skip = tx.destroyed(cn)?;
     skip.extend(exclude.iter().cloned());
     let conflicts = reserve_claims(tx, &node, &skip)?;

@@ -6,11 +6,12 @@
 //! (`allocated_ips.pack` = `{'api': 2, 'ips': {vm: ip}}`, `ssh_map.pack`,
 //! `snmp_map.pack` = `{vm: port}`) and per VM under
 //! `.../<cn without dots>/<vt>/<vm without dots>/settings/{mac,ip4,password}.pack`.
-//! A node is imported once, inside the transaction of its first allocation;
+//! A node is imported once, when the store beside it is first opened with
+//! the node declared ([`import_at_open`]) or by `mccloud store migrate`;
 //! the old files are only read, never changed or deleted. A value that
 //! collides with one already held is skipped and counted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
@@ -19,8 +20,8 @@ use rmpv::Value as Mp;
 use crate::alloc::Kind;
 use crate::error::{Error, Result, StoreFailure};
 use crate::pools::mac;
-use crate::settings::DeclaredVm;
-use crate::store::Tx;
+use crate::settings::{Config, DeclaredVm};
+use crate::store::{Backend, Tx};
 
 /// What an import did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -90,7 +91,7 @@ fn string_map(v: &Mp) -> BTreeMap<String, Mp> {
 /// Imports node `cn` (whose declared VMs are `vms`, with their types) from
 /// the old store under `store_dir`, once.
 pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> Result<Imported> {
-    let marker = format!("legacy-import:{cn}");
+    let marker = marker(cn);
     let dir = node_dir(store_dir, cn);
     if tx.meta(&marker)?.is_some() || !dir.is_dir() {
         return Ok(Imported::default());
@@ -166,6 +167,60 @@ pub fn import_node(tx: &Tx, store_dir: &Path, cn: &str, vms: &[DeclaredVm]) -> R
         &format!("recorded {}, skipped {}", done.recorded, done.skipped),
     )?;
     Ok(done)
+}
+
+/// The store's record that node `cn` was imported.
+fn marker(cn: &str) -> String {
+    format!("legacy-import:{cn}")
+}
+
+/// Imports into the SQLite store in `dir`, just opened, what the
+/// historical store beside it holds for each node `config` declares and
+/// that was not imported yet (see [`import_node`]), each node in a write
+/// transaction journaled as made by `caller`. Without a historical store
+/// this is one directory lookup; with one, one read transaction when
+/// every node is imported already. A node the configuration does not
+/// declare (or cannot say the VMs of) waits for an opening that does.
+pub fn import_at_open(
+    store: &mut Backend,
+    dir: &Path,
+    config: &Config,
+    caller: &str,
+) -> Result<()> {
+    let Ok(found) = std::fs::read_dir(dir.join("compute_node")) else {
+        return Ok(());
+    };
+    let held: HashSet<String> = found
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    let Ok(declared) = config.declared() else {
+        return Ok(());
+    };
+    let nodes: Vec<&String> = declared
+        .keys()
+        .filter(|cn| held.contains(&cn.replace('.', "")))
+        .collect();
+    let pending = store.read(|tx| {
+        let mut out = vec![];
+        for cn in &nodes {
+            if tx.meta(&marker(cn))?.is_none() {
+                out.push(*cn);
+            }
+        }
+        Ok(out)
+    })?;
+    for cn in pending {
+        let Ok(vms) = config.node_vms(cn) else {
+            continue;
+        };
+        store.write(caller, |tx| import_node(tx, dir, cn, vms).map(drop))?;
+    }
+    Ok(())
 }
 
 /// Records a number unless the VM already has one or another VM holds it.

@@ -153,30 +153,8 @@ impl Cache {
     ) -> crate::error::Result<()> {
         let base = !self.based(cn);
         let vm = if whole { None } else { vm };
-        if whole {
-            // Read after the changes were written: what the node holds is
-            // the database's.
-            let node = self.node(cn);
-            node.vms.clear();
-            node.owners.clear();
-            node.full = true;
-        }
+        self.forget_reloaded(cn, vm, whole, base);
         let mut holders: Vec<(String, String, String, u32)> = vec![];
-        if base {
-            let node = self.node(cn);
-            node.based = true;
-            node.hints.clear();
-            node.destroyed.clear();
-        }
-        if let Some(vm) = vm {
-            let v = self.vm(cn, vm);
-            if !v.loaded {
-                v.loaded = true;
-                v.numbers.clear();
-                v.password = None;
-                v.salt = None;
-            }
-        }
         for (tag, a, b, c, value) in rows {
             match (tag.as_str(), vm) {
                 ("h", _) if base || whole => {
@@ -212,26 +190,60 @@ impl Cache {
             }
         }
         if base {
-            // Who holds each hint's value: allocation asks that first.
-            let node = self.node(cn);
-            let hinted: Vec<(&'static str, u32)> = node
-                .hints
-                .iter()
-                .map(|(pool, v)| (space_of(pool_kind(pool)), *v))
-                .collect();
-            for (space, value) in hinted {
-                let holder = holders
-                    .iter()
-                    .find(|(_, kind, _, v)| *v == value && space_of(kind) == space)
-                    .map(|(vm, kind, slot, _)| NumberOwner {
-                        vm: vm.clone(),
-                        kind: kind.clone(),
-                        slot: slot.clone(),
-                    });
-                node.owners.entry((space, value)).or_insert(holder);
-            }
+            self.learn_hint_owners(cn, &holders);
         }
         Ok(())
+    }
+
+    /// Before [`Cache::learn`] takes a load's rows: forgets what they
+    /// replace (the node's rows when `whole`, its base when `base`, VM
+    /// `vm`'s rows the first time they are loaded).
+    fn forget_reloaded(&mut self, cn: &str, vm: Option<&str>, whole: bool, base: bool) {
+        if whole {
+            // Read after the changes were written: what the node holds is
+            // the database's.
+            let node = self.node(cn);
+            node.vms.clear();
+            node.owners.clear();
+            node.full = true;
+        }
+        if base {
+            let node = self.node(cn);
+            node.based = true;
+            node.hints.clear();
+            node.destroyed.clear();
+        }
+        if let Some(vm) = vm {
+            let v = self.vm(cn, vm);
+            if !v.loaded {
+                v.loaded = true;
+                v.numbers.clear();
+                v.password = None;
+                v.salt = None;
+            }
+        }
+    }
+
+    /// Who holds each hint's value of node `cn`, from the `o` rows of its
+    /// base (`(vm, kind, slot, value)`): allocation asks that first.
+    fn learn_hint_owners(&mut self, cn: &str, holders: &[(String, String, String, u32)]) {
+        let node = self.node(cn);
+        let hinted: Vec<(&'static str, u32)> = node
+            .hints
+            .iter()
+            .map(|(pool, v)| (space_of(pool_kind(pool)), *v))
+            .collect();
+        for (space, value) in hinted {
+            let holder = holders
+                .iter()
+                .find(|(_, kind, _, v)| *v == value && space_of(kind) == space)
+                .map(|(vm, kind, slot, _)| NumberOwner {
+                    vm: vm.clone(),
+                    kind: kind.clone(),
+                    slot: slot.clone(),
+                });
+            node.owners.entry((space, value)).or_insert(holder);
+        }
     }
 
     fn add_number(&mut self, cn: &str, vm: &str, kind: &str, slot: &str, value: u32) {
