@@ -2,7 +2,7 @@
 //! transaction that makes the change (so a change is never without its
 //! entry, nor an entry without its change). Every write transaction of the
 //! registry is [`Journaled`]: the writes [`TxOps`] provides note what they
-//! did (see [`record`]) in the transaction's [`Recorder`], and
+//! did (see `record`) in the transaction's [`Recorder`], and
 //! [`Journaled::finish`] writes it: when, by whom (the registry's caller),
 //! what (kind, node, VM, value), before and after. Secrets are noted,
 //! never their value.

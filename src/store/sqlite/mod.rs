@@ -1,4 +1,4 @@
-//! The durable store: one SQLite database per controller.
+//! The SQLite store: one database file per controller.
 //!
 //! SQLite gives what the registry needs and is proven at it: transactions
 //! (every allocation is all-or-nothing), durability (every write is

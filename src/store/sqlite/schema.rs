@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS hints(
 CREATE INDEX IF NOT EXISTS macs_by_vm ON macs(vm) WHERE retired = 0;
 ";
 /// The audit journal and the placements of VMs declared without a node
-/// (schema version 4), see [`journal`].
+/// (schema version 4), see [`crate::store::journal`].
 pub(super) const JOURNAL: &str = "
 CREATE TABLE IF NOT EXISTS placements(vm TEXT PRIMARY KEY, cn TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sightings(
@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS journal(
 ";
 /// The change counts and the last runs (schema version 5): what the
 /// metrics read instead of the journal, kept in the transactions that
-/// write it (see [`journal::tally`], [`journal::LastRun`]).
+/// write it (see [`crate::store::journal::tally`], [`crate::store::journal::LastRun`]).
 pub(super) const TALLIES: &str = "
 CREATE TABLE IF NOT EXISTS changes(
     kind TEXT NOT NULL, cn TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY(kind, cn)) WITHOUT ROWID;

@@ -15,7 +15,7 @@ use crate::store::{journal, kinds_of, space_of, MacOwner, NumberOwner, Secret, T
 pub struct SqliteTx<'a> {
     pub(super) conn: &'a Connection,
     pub(super) path: &'a Path,
-    /// Whether a secret was deleted or replaced (see [`Store::write`]).
+    /// Whether a secret was deleted or replaced (see [`super::Store::write`]).
     pub(super) forgot: Cell<bool>,
     /// What the transaction changed, when it is journaled.
     pub(super) recorder: journal::Recorder,
@@ -81,7 +81,7 @@ impl SqliteTx<'_> {
     }
 
     /// Stores a per-VM secret. Replacing one forgets the old value (see
-    /// [`Store::write`]).
+    /// [`super::Store::write`]).
     fn put_secret(&self, table: Secret, cn: &str, vm: &str, value: &str) -> Result<()> {
         let (t, col) = table.names();
         let added = self
