@@ -224,3 +224,32 @@ pub fn copy_keys(to: &mut Map<String, Value>, from: &Value, keys: &[&str]) {
         to.insert((*key).to_owned(), v);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_type_has_one_driver_and_the_others_the_generic_one() {
+        assert_eq!(for_vt("lxc").map(|d| d.vt()), Some("lxc"));
+        assert_eq!(for_vt("saltify").map(|d| d.vt()), Some("saltify"));
+        assert!(for_vt("kvm").is_none());
+        assert_eq!(of("kvm").vt(), "generic");
+        assert_eq!(of(DEFAULT_TYPE).vt(), DEFAULT_TYPE);
+        for d in DRIVERS {
+            assert!(REGISTRIES.contains(&d.vt()), "{}", d.vt());
+        }
+    }
+
+    #[test]
+    fn a_type_without_a_driver_adds_nothing_to_a_vm() {
+        let plan = of("kvm")
+            .plan_vm(&Value::Null, &Map::new(), "cn", "VM a", &|k| k.to_owned())
+            .unwrap();
+        assert!(!plan.idmap());
+        let mut s = Map::new();
+        plan.finish_vm(&mut s, &Map::new());
+        plan.complete_vm(&mut s, Some(1)).unwrap();
+        assert!(s.is_empty());
+    }
+}
