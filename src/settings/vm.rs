@@ -159,11 +159,11 @@ fn interfaces(
     whose: &str,
     d: &DeclaredVm,
 ) -> Result<(Vec<Ipv4Addr>, Vec<MacRequest>)> {
-    let declared_at = format!("{whose} (pillar key {})", d.key);
+    let declared_at = || format!("{whose} (pillar key {})", d.key);
     let mut macs = vec![MacRequest {
         slot: String::new(),
         explicit: match s.get("mac").filter(|v| !v.is_null()) {
-            Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &declared_at)?),
+            Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &declared_at())?),
             None => None,
         },
     }];
