@@ -4,8 +4,8 @@
 //! - [`pools`]: what can be handed out (IP networks, port ranges, MACs,
 //!   passwords);
 //! - [`pillar`]: reading pillar (merging, names, value checks);
-//! - [`drivers`]: what each virtualisation type adds (everything LXC in
-//!   [`drivers::lxc`]);
+//! - [`drivers`]: what each kind of machine adds, behind one trait
+//!   ([`drivers::Driver`]; everything LXC in [`drivers::lxc`]);
 //! - [`settings`]: pillar → plans, pure;
 //! - [`store`]: the durable store (and the import of the historical one);
 //! - [`alloc`]: where values are chosen, inside a store transaction;

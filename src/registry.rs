@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::alloc::register::{self, Registered};
 use crate::alloc::release::{self, Freed};
 use crate::alloc::{shared_claim, who, Kind};
-use crate::drivers::lxc;
+use crate::drivers::DEFAULT_REGISTRY;
 use crate::error::{Error, Result};
 use crate::pillar::names::validate;
 use crate::pools::ipam::parse_ip;
@@ -366,7 +366,7 @@ impl Registry {
             return Err(Error::NotFound(format!(
                 "VM {vm} is not declared on compute node {cn}: set_allocated_ip records IPs of \
                  declared VMs only; add it under pillar key {}.vms.{cn} first",
-                lxc::LXC
+                DEFAULT_REGISTRY
             )));
         };
         if plan.ip == Some(ip) {

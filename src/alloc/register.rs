@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use super::{allocate_vm, reserve_claims, Kind};
+use super::{allocate_vm, reserve_claims, Conflicts, Kind};
 use crate::error::{Error, Result};
 use crate::pools::Pool;
 use crate::settings::{Config, NodePlan, VmAllocation, VmPlan};
@@ -56,26 +56,8 @@ pub fn node(
     exclude: &[String],
 ) -> Result<Registered> {
     let cn = node.cn.as_str();
-    let mut skip = tx.destroyed(cn)?;
-    skip.extend(exclude.iter().cloned());
-    let conflicts = reserve_claims(tx, &node, &skip)?;
-    let here: HashSet<&str> = node.vms.iter().map(|p| p.vm.as_str()).collect();
-    for (vm, other) in tx.held_elsewhere(cn)? {
-        if here.contains(vm.as_str()) && !skip.contains(&vm) {
-            retire_moved_from(tx, config, cn, &other, &vm)?;
-        }
-    }
-    let ips: HashMap<String, u32> = tx.numbers(Kind::Ip, cn)?.into_iter().collect();
-    let ssh: HashMap<String, u32> = tx.numbers(Kind::Ssh, cn)?.into_iter().collect();
-    let snmp: HashMap<String, u32> = tx.numbers(Kind::Snmp, cn)?.into_iter().collect();
-    let idmaps: HashMap<String, u32> = tx.numbers(Kind::Idmap, cn)?.into_iter().collect();
-    let mut macs: HashMap<&str, BTreeMap<String, String>> = HashMap::new();
-    let rows = tx.macs(cn)?;
-    for (vm, slot, m) in &rows {
-        macs.entry(vm.as_str())
-            .or_default()
-            .insert(slot.clone(), m.clone());
-    }
+    let (skip, conflicts) = prepare(tx, config, &node, exclude)?;
+    let held = Holdings::read(tx, cn)?;
     let stored: HashSet<String> = tx.nodes()?.into_iter().collect();
     let mut out = vec![];
     let mut errors = BTreeMap::new();
@@ -88,44 +70,7 @@ pub fn node(
             errors.insert(p.vm.clone(), taken_by_node(cn, &p.vm, &name).to_string());
             continue;
         }
-        // Everything already held and still valid: read, not allocated.
-        let held = || -> Option<VmAllocation> {
-            let held = macs.get(p.vm.as_str())?;
-            let ip = *ips.get(&p.vm)?;
-            let (ssh, snmp) = (*ssh.get(&p.vm)?, *snmp.get(&p.vm)?);
-            // An unprivileged container holds a block inside the node's range.
-            let idmap = match idmaps.get(&p.vm) {
-                Some(v) if p.idmap && node.idmap.contains(*v) => Some(*v),
-                _ if p.idmap => return None,
-                _ => None,
-            };
-            let macs = p
-                .macs
-                .iter()
-                .map(|r| {
-                    let m = held.get(&r.slot)?;
-                    r.explicit
-                        .as_ref()
-                        .is_none_or(|e| e == m)
-                        .then(|| m.clone())
-                })
-                .collect::<Option<Vec<String>>>()?;
-            // An IP outside the network goes through vm_ip, which reports it.
-            let valid = held.len() == p.macs.len()
-                && node.network.includes(Ipv4Addr::from(ip))
-                && p.ip.is_none_or(|want| u32::from(want) == ip);
-            valid.then(|| VmAllocation {
-                ip: Ipv4Addr::from(ip),
-                macs,
-                // Secrets are not part of the node view.
-                password: String::new(),
-                salt: String::new(),
-                ssh: Some(ssh as u16),
-                snmp: Some(snmp as u16),
-                idmap,
-            })
-        };
-        let a = match held() {
+        let a = match held.allocation(&node, p) {
             Some(a) => a,
             None => allocate_vm(tx, &node, p, &conflicts, true, false)?,
         };
@@ -136,6 +81,98 @@ pub fn node(
         errors,
         node: Arc::clone(&node),
     })
+}
+
+/// What must happen on `node` before its VMs are registered: the
+/// reservation of declared IPs, the retirement of what its moved VMs held elsewhere. Returns the VMs left
+/// out (destroyed ones and `exclude`) and the conflicts of the
+/// reservation, by VM.
+fn prepare(
+    tx: &Tx,
+    config: &Config,
+    node: &NodePlan,
+    exclude: &[String],
+) -> Result<(Vec<String>, Conflicts)> {
+    let cn = node.cn.as_str();
+    let mut skip = tx.destroyed(cn)?;
+    skip.extend(exclude.iter().cloned());
+    let conflicts = reserve_claims(tx, node, &skip)?;
+    let here: HashSet<&str> = node.vms.iter().map(|p| p.vm.as_str()).collect();
+    for (vm, other) in tx.held_elsewhere(cn)? {
+        if here.contains(vm.as_str()) && !skip.contains(&vm) {
+            retire_moved_from(tx, config, cn, &other, &vm)?;
+        }
+    }
+    Ok((skip, conflicts))
+}
+
+/// What a node's VMs hold, read once for all of them.
+struct Holdings {
+    ips: HashMap<String, u32>,
+    ssh: HashMap<String, u32>,
+    snmp: HashMap<String, u32>,
+    idmaps: HashMap<String, u32>,
+    /// VM → slot → MAC.
+    macs: HashMap<String, BTreeMap<String, String>>,
+}
+
+impl Holdings {
+    /// Reads what node `cn` holds.
+    fn read(tx: &Tx, cn: &str) -> Result<Holdings> {
+        let numbers = |kind: Kind| -> Result<HashMap<String, u32>> {
+            Ok(tx.numbers(kind, cn)?.into_iter().collect())
+        };
+        let mut macs: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+        for (vm, slot, m) in tx.macs(cn)? {
+            macs.entry(vm).or_default().insert(slot, m);
+        }
+        Ok(Holdings {
+            ips: numbers(Kind::Ip)?,
+            ssh: numbers(Kind::Ssh)?,
+            snmp: numbers(Kind::Snmp)?,
+            idmaps: numbers(Kind::Idmap)?,
+            macs,
+        })
+    }
+
+    /// The allocation of VM `p` when everything it needs is already held
+    /// and still valid (read, not allocated); `None` otherwise.
+    fn allocation(&self, node: &NodePlan, p: &VmPlan) -> Option<VmAllocation> {
+        let held = self.macs.get(p.vm.as_str())?;
+        let ip = *self.ips.get(&p.vm)?;
+        let (ssh, snmp) = (*self.ssh.get(&p.vm)?, *self.snmp.get(&p.vm)?);
+        // An unprivileged container holds a block inside the node's range.
+        let idmap = match self.idmaps.get(&p.vm) {
+            Some(v) if p.idmap && node.idmap.contains(*v) => Some(*v),
+            _ if p.idmap => return None,
+            _ => None,
+        };
+        let macs = p
+            .macs
+            .iter()
+            .map(|r| {
+                let m = held.get(&r.slot)?;
+                r.explicit
+                    .as_ref()
+                    .is_none_or(|e| e == m)
+                    .then(|| m.clone())
+            })
+            .collect::<Option<Vec<String>>>()?;
+        // An IP outside the network goes through vm_ip, which reports it.
+        let valid = held.len() == p.macs.len()
+            && node.network.includes(Ipv4Addr::from(ip))
+            && p.ip.is_none_or(|want| u32::from(want) == ip);
+        valid.then(|| VmAllocation {
+            ip: Ipv4Addr::from(ip),
+            macs,
+            // Secrets are not part of the node view.
+            password: String::new(),
+            salt: String::new(),
+            ssh: Some(ssh as u16),
+            snmp: Some(snmp as u16),
+            idmap,
+        })
+    }
 }
 
 /// The names a compute node the store knows may have for VM `vm` to be

@@ -1,20 +1,167 @@
-//! What each virtualisation type adds to the core (SPEC §10). A VM's type
-//! is the `<vt>` it is declared under (`makina-states.cloud.<vt>.vms.<cn>`);
-//! every type gets the generic VM settings ([`generic_defaults`]), merged
-//! with `makina-states.cloud.<vt>`. Everything LXC-specific lives in
-//! [`lxc`]; any other type adds nothing of its own to the core (its
-//! modules, runners and SLS do the rest).
+//! What each kind of machine adds to the core (SPEC §10): one [`Driver`]
+//! per type, looked up by its name in one place ([`for_vt`], [`of`]). A
+//! VM's type is the `<vt>` it is declared under
+//! (`makina-states.cloud.<vt>.vms.<cn>`); every type gets the generic VM
+//! settings ([`generic_defaults`]), merged with `makina-states.cloud.<vt>`.
+//! Everything LXC-specific lives in [`lxc`], the bare-metal targets in
+//! [`saltify`]; any other type is served by [`generic`], which adds nothing
+//! of its own to the core (its modules, runners and SLS do the rest).
+
+use std::fmt::Debug;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
 use crate::error::Result;
 use crate::pillar::merge::map;
-use crate::pillar::values::MODES;
 
+pub mod generic;
 pub mod lxc;
+pub mod saltify;
 
 /// The type an empty node is reported with, and that every registry lists.
 pub const DEFAULT_TYPE: &str = lxc::VT;
+/// Pillar prefix of the default type's registry: where a VM is declared
+/// unless its type says otherwise (what messages tell an operator).
+pub const DEFAULT_REGISTRY: &str = lxc::LXC;
+
+/// The registries read below `makina-states.cloud` (beside each
+/// virtualisation type's): `makina-states.cloud.<name>` belongs to them,
+/// as their enable flag or their settings, never to the global settings.
+pub const REGISTRIES: [&str; 8] = [
+    "generic",
+    lxc::VT,
+    "kvm",
+    saltify::VT,
+    "compute_node",
+    "controller",
+    "images",
+    "vm",
+];
+
+/// The drivers of their own, by type.
+const DRIVERS: [&dyn Driver; 2] = [&lxc::Lxc, &saltify::Saltify];
+
+/// The driver of type `vt`, if it has one of its own.
+pub fn for_vt(vt: &str) -> Option<&'static dyn Driver> {
+    DRIVERS.iter().find(|d| d.vt() == vt).copied()
+}
+
+/// The driver of the VMs of type `vt`: its own, else the generic one.
+pub fn of(vt: &str) -> &'static dyn Driver {
+    for_vt(vt).unwrap_or(&generic::Generic)
+}
+
+/// What a kind of machine adds to the core: the settings of its registry
+/// before and after pillar, the checks of the values declared for one
+/// machine, and (for VMs) its part of a VM's plan, of its finished
+/// settings and of the data of the nodes hosting it. Every hook but
+/// [`Driver::vt`] and [`Driver::defaults`] defaults to what a type with
+/// no part of its own in the core does.
+pub trait Driver: Sync {
+    /// The type's name: the `<vt>` of its registry,
+    /// `makina-states.cloud.<vt>`.
+    fn vt(&self) -> &'static str;
+
+    /// The registry's settings before pillar (`defaults`, `dnsservers` …),
+    /// over the global `cloud` settings, on a development host or not.
+    fn defaults(&self, cloud: &Value, devhost: bool) -> Value;
+
+    /// The levels of the registry's settings whose keys are the pillar's
+    /// own names (VMs, targets …), merged whole.
+    fn name_levels(&self) -> &'static [&'static str] {
+        &["vms"]
+    }
+
+    /// Normalises the registry's settings after pillar merging. A type's
+    /// VM declarations are read by `settings::declared`, not kept here.
+    fn after_pillar(&self, s: &mut Value) {
+        if let Value::Object(m) = s {
+            m.remove("vms");
+        }
+    }
+
+    /// Checks the registry's settings where a call gives them whole.
+    fn check_settings(&self, _s: &Value) -> Result<()> {
+        Ok(())
+    }
+
+    /// The historical pillar prefixes declaring its VMs, weakest first
+    /// (before `makina-states.cloud.<vt>.vms`).
+    fn seed_prefixes(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Checks the type's own values of a machine's merged settings `s`;
+    /// `at(key)` names the setting and where it is declared.
+    fn check(&self, _s: &Map<String, Value>, _at: &dyn Fn(&str) -> String) -> Result<()> {
+        Ok(())
+    }
+
+    /// The type's part of a VM's plan, checked before anything is
+    /// allocated: `t` are the type's settings, `s` the VM's merged
+    /// settings, `whose` names the VM and its pillar key, `at` as in
+    /// [`Driver::check`].
+    fn plan_vm(
+        &self,
+        _t: &Value,
+        _s: &Map<String, Value>,
+        _cn: &str,
+        _whose: &str,
+        _at: &dyn Fn(&str) -> String,
+    ) -> Result<Arc<dyn TypePlan>> {
+        Ok(Arc::new(NoTypePlan))
+    }
+
+    /// What a node hosting VMs of this type adds to its data (its
+    /// `network` and its other keys, `out`); `defaults` are the type's
+    /// defaults. A type whose guests sit on a named bridge says so.
+    fn node_facts(
+        &self,
+        defaults: &Value,
+        network: &mut Map<String, Value>,
+        _out: &mut Map<String, Value>,
+    ) {
+        if let Some(b) = defaults.get("bridge").filter(|b| !b.is_null()) {
+            network.entry("bridge").or_insert_with(|| b.clone());
+        }
+    }
+
+    /// The disk a VM declared with no `size` takes, with where it comes
+    /// from: `t` gives the type's settings (read only by a type that
+    /// needs them), `own` is the VM's pillar.
+    fn default_disk<'a>(
+        &self,
+        _t: &dyn Fn() -> Result<&'a Value>,
+        _own: &'a Map<String, Value>,
+    ) -> Result<Option<(String, &'a Value)>> {
+        Ok(None)
+    }
+}
+
+/// What a VM's type decided in its plan, kept to finish its settings.
+pub trait TypePlan: Debug + Send + Sync {
+    /// Whether the VM runs unprivileged, holding a block of host ids.
+    fn idmap(&self) -> bool {
+        false
+    }
+
+    /// The type's keys of a finished VM, set before the generic ones;
+    /// `own` is the VM's own pillar.
+    fn finish_vm(&self, _s: &mut Map<String, Value>, _own: &Map<String, Value>) {}
+
+    /// The type's keys of a finished VM, set after everything else;
+    /// `idmap` is the first host id of its id block, if it holds one.
+    fn complete_vm(&self, _s: &mut Map<String, Value>, _idmap: Option<u32>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The plan of a VM whose type adds nothing to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoTypePlan;
+
+impl TypePlan for NoTypePlan {}
 
 /// Default name servers of a VM.
 pub const DNSSERVERS: [&str; 2] = ["8.8.8.8", "4.4.4.4"];
@@ -34,7 +181,13 @@ pub const FROM_CLOUD: [&str; 10] = [
 ];
 
 /// Registries under `makina-states.cloud` that are not virtualisation types.
-const NOT_TYPES: [&str; 5] = ["compute_node", "controller", "images", "saltify", "generic"];
+const NOT_TYPES: [&str; 5] = [
+    "compute_node",
+    "controller",
+    "images",
+    saltify::VT,
+    "generic",
+];
 
 /// Whether `vt` can name a virtualisation type: a plain word (lowercase
 /// letters, digits, `_`, starting with a letter, at most 32 characters)
@@ -72,116 +225,31 @@ pub fn copy_keys(to: &mut Map<String, Value>, from: &Value, keys: &[&str]) {
     }
 }
 
-/// The driver of a type: LXC, or a type with no part in the core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driver {
-    /// [`lxc`].
-    Lxc,
-    /// Any other type: the generic VM settings only.
-    Generic,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// What a VM's type adds to its plan, validated with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TypePlan {
-    /// An lxc VM's profile.
-    Lxc(lxc::Profile),
-    /// Nothing.
-    Generic,
-}
-
-impl Driver {
-    /// The driver of type `vt`.
-    pub fn of(vt: &str) -> Driver {
-        if vt == lxc::VT {
-            Driver::Lxc
-        } else {
-            Driver::Generic
+    #[test]
+    fn each_type_has_one_driver_and_the_others_the_generic_one() {
+        assert_eq!(for_vt("lxc").map(|d| d.vt()), Some("lxc"));
+        assert_eq!(for_vt("saltify").map(|d| d.vt()), Some("saltify"));
+        assert!(for_vt("kvm").is_none());
+        assert_eq!(of("kvm").vt(), "generic");
+        assert_eq!(of(DEFAULT_TYPE).vt(), DEFAULT_TYPE);
+        for d in DRIVERS {
+            assert!(REGISTRIES.contains(&d.vt()), "{}", d.vt());
         }
     }
 
-    /// The type's registry settings before pillar (`defaults`,
-    /// `dnsservers` …), over the global `cloud` settings, on a development
-    /// host or not.
-    pub fn base_settings(self, cloud: &Value, devhost: bool) -> Value {
-        let g = generic_defaults(cloud);
-        match self {
-            Driver::Lxc => lxc::base_settings(cloud, &g, devhost),
-            Driver::Generic => {
-                // A type whose guests sit on a named bridge sets it here.
-                let mut defaults = g;
-                if let Value::Object(d) = &mut defaults {
-                    d.insert("bridge".into(), Value::Null);
-                }
-                json!({"dnsservers": DNSSERVERS, "defaults": defaults, "modes": MODES})
-            }
-        }
-    }
-
-    /// Normalises the type's settings after pillar merging.
-    pub fn normalise(self, s: &mut Value) {
-        if self == Driver::Lxc {
-            lxc::normalise(s);
-        }
-    }
-
-    /// Checks the type's own values of a VM's merged settings.
-    pub fn check_vm(self, s: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Result<()> {
-        match self {
-            Driver::Lxc => lxc::check_vm(s, at),
-            Driver::Generic => Ok(()),
-        }
-    }
-
-    /// The type's part of a VM's plan; `t` are the type's settings.
-    pub fn plan_vm(
-        self,
-        t: &Value,
-        s: &Map<String, Value>,
-        cn: &str,
-        whose: &str,
-    ) -> Result<TypePlan> {
-        match self {
-            Driver::Lxc => {
-                lxc::profile::profile_of(&t["lxc_cloud_profiles"], s, cn, whose).map(TypePlan::Lxc)
-            }
-            Driver::Generic => Ok(TypePlan::Generic),
-        }
-    }
-
-    /// What a node hosting VMs of this type adds to its data; `defaults`
-    /// are the type's defaults.
-    pub fn node_facts(
-        self,
-        defaults: &Value,
-        network: &mut Map<String, Value>,
-        out: &mut Map<String, Value>,
-    ) {
-        match self {
-            Driver::Lxc => lxc::node_facts(defaults, network, out),
-            Driver::Generic => {
-                // A type whose guests sit on a named bridge says so.
-                if let Some(b) = defaults.get("bridge").filter(|b| !b.is_null()) {
-                    network.entry("bridge").or_insert_with(|| b.clone());
-                }
-            }
-        }
-    }
-}
-
-impl TypePlan {
-    /// The type's keys of a finished VM, set before the generic ones.
-    pub fn finish_vm(&self, s: &mut Map<String, Value>, own: &Map<String, Value>) {
-        if let TypePlan::Lxc(p) = self {
-            lxc::finish_vm(p, s, own);
-        }
-    }
-
-    /// The type's keys of a finished VM, set after everything else.
-    pub fn complete_vm(&self, s: &mut Map<String, Value>) -> Result<()> {
-        match self {
-            TypePlan::Lxc(_) => lxc::complete_vm(s),
-            TypePlan::Generic => Ok(()),
-        }
+    #[test]
+    fn a_type_without_a_driver_adds_nothing_to_a_vm() {
+        let plan = of("kvm")
+            .plan_vm(&Value::Null, &Map::new(), "cn", "VM a", &|k| k.to_owned())
+            .unwrap();
+        assert!(!plan.idmap());
+        let mut s = Map::new();
+        plan.finish_vm(&mut s, &Map::new());
+        plan.complete_vm(&mut s, Some(1)).unwrap();
+        assert!(s.is_empty());
     }
 }

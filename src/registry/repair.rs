@@ -186,6 +186,48 @@ pub fn duration_secs(v: &Value, what: &str) -> Result<u64> {
     n.checked_mul(factor).ok_or_else(bad)
 }
 
+/// Whether the `at` master says a VM whose key is to be deleted is gone
+/// (`Err`: why not); any other action needs no master's word.
+fn master_word(action: &str, at: &str, vm: &str, ev: &Evidence) -> std::result::Result<(), String> {
+    if action != "delete_key" {
+        return Ok(());
+    }
+    match ev.answers.get(vm) {
+        Some(false) => Ok(()),
+        Some(true) => Err(format!(
+            "{vm} still answers on the {at} master: its key is kept; declare it again or stop it first"
+        )),
+        None => Err(format!(
+            "{vm} was not pinged: only mastersalt-run mc_cloud.repair asks the master"
+        )),
+    }
+}
+
+/// Whether a leak first seen at `since` and by `count` applying checks
+/// was seen long enough (`window` seconds, two checks) for `what` to be
+/// done, and what it does or waits for.
+fn seen_long_enough(what: &str, count: u32, since: &str, window: u64) -> (bool, String) {
+    let now = epoch_of(&journal::now()).unwrap_or(0);
+    let age = epoch_of(since).map(|s| now.saturating_sub(s));
+    match age {
+        Some(age) if count >= 2 && age >= window => (
+            true,
+            format!("{what}: seen for {} by {count} checks, the node says it has no such guest", shown_secs(age)),
+        ),
+        Some(age) if count >= 1 => (false, format!(
+            "seen for {} of the {} a leak must be seen by applying checks (repair apply=True) before it is \
+             destroyed; force=True waives the wait",
+            shown_secs(age),
+            shown_secs(window)
+        )),
+        _ => (false, format!(
+            "first seen by this plan: applying checks (repair apply=True) over {} must see it before it is \
+             destroyed; force=True waives the wait",
+            shown_secs(window)
+        )),
+    }
+}
+
 /// Seconds since the epoch of a time the journal wrote
 /// (`2026-11-26T22:57:01.123Z`), if it reads as one.
 fn epoch_of(stored: &str) -> Option<u64> {
@@ -389,7 +431,8 @@ impl Registry {
     }
 
     /// Whether a destroying step has its evidence, and what it does or
-    /// waits for.
+    /// waits for: the node's word (and, for a key, the master's), then
+    /// the time it was seen, unless forced.
     #[allow(clippy::too_many_arguments)]
     fn evidence_of(
         &self,
@@ -401,58 +444,12 @@ impl Registry {
         window: u64,
         how: &Repair,
     ) -> (bool, String) {
-        let ev = &how.evidence;
         // The node's word first: it holds even when forced.
-        let node = if action == "free" {
-            Some(at.to_string())
-        } else {
-            match self.node_holding(vm) {
-                Ok(node) => node,
-                // Where it lived is unknown: so is whether its guest runs.
-                Err(e) => {
-                    return (
-                        false,
-                        format!("the store could not say which node held {vm}: {e}"),
-                    )
-                }
-            }
-        };
-        if let Some(cn) = &node {
-            match ev.guests.get(cn) {
-                Some(Ok(names)) if names.contains(vm) => {
-                    return (false, format!(
-                        "declared nowhere, still running: {vm} is a guest of {cn}; mccloud frees nothing a \
-                         guest uses: declare it again, or destroy it (mastersalt-run mc_cloud_vm.destroy {vm})"
-                    ))
-                }
-                Some(Ok(_)) => {}
-                Some(Err(why)) => {
-                    return (false, format!(
-                        "the guests of {cn} could not be listed ({why}): nothing is destroyed without the node's word"
-                    ))
-                }
-                None => {
-                    return (false, format!(
-                        "the guests of {cn} were not listed: only mastersalt-run mc_cloud.repair asks the node \
-                         (nothing is destroyed without its word)"
-                    ))
-                }
-            }
-        }
-        if action == "delete_key" {
-            match ev.answers.get(vm) {
-                Some(false) => {}
-                Some(true) => {
-                    return (false, format!(
-                        "{vm} still answers on the {at} master: its key is kept; declare it again or stop it first"
-                    ))
-                }
-                None => {
-                    return (false, format!(
-                        "{vm} was not pinged: only mastersalt-run mc_cloud.repair asks the master"
-                    ))
-                }
-            }
+        let words = self
+            .node_word(action, at, vm, &how.evidence)
+            .and_then(|()| master_word(action, at, vm, &how.evidence));
+        if let Err(why) = words {
+            return (false, why);
         }
         let what = if action == "free" {
             "free what the VM holds on the node (IPs and ports back to their pools, MACs retired, password forgotten)"
@@ -466,23 +463,39 @@ impl Registry {
                 format!("{what} (forced: the node says it has no such guest)"),
             );
         }
-        let now = epoch_of(&journal::now()).unwrap_or(0);
-        let age = epoch_of(since).map(|s| now.saturating_sub(s));
-        match age {
-            Some(age) if count >= 2 && age >= window => (
-                true,
-                format!("{what}: seen for {} by {count} checks, the node says it has no such guest", shown_secs(age)),
-            ),
-            Some(age) if count >= 1 => (false, format!(
-                "seen for {} of the {} a leak must be seen by applying checks (repair apply=True) before it is \
-                 destroyed; force=True waives the wait",
-                shown_secs(age),
-                shown_secs(window)
+        seen_long_enough(&what, count, since, window)
+    }
+
+    /// Whether the node that held `vm` says it has no such guest (`Err`:
+    /// why not). The node freeing is `at`; for a key, the one the store
+    /// holds the VM on, if any.
+    fn node_word(
+        &self,
+        action: &str,
+        at: &str,
+        vm: &str,
+        ev: &Evidence,
+    ) -> std::result::Result<(), String> {
+        let node = if action == "free" {
+            Some(at.to_string())
+        } else {
+            // Where it lived is unknown: so is whether its guest runs.
+            self.node_holding(vm)
+                .map_err(|e| format!("the store could not say which node held {vm}: {e}"))?
+        };
+        let Some(cn) = &node else { return Ok(()) };
+        match ev.guests.get(cn) {
+            Some(Ok(names)) if names.contains(vm) => Err(format!(
+                "declared nowhere, still running: {vm} is a guest of {cn}; mccloud frees nothing a \
+                 guest uses: declare it again, or destroy it (mastersalt-run mc_cloud_vm.destroy {vm})"
             )),
-            _ => (false, format!(
-                "first seen by this plan: applying checks (repair apply=True) over {} must see it before it is \
-                 destroyed; force=True waives the wait",
-                shown_secs(window)
+            Some(Ok(_)) => Ok(()),
+            Some(Err(why)) => Err(format!(
+                "the guests of {cn} could not be listed ({why}): nothing is destroyed without the node's word"
+            )),
+            None => Err(format!(
+                "the guests of {cn} were not listed: only mastersalt-run mc_cloud.repair asks the node \
+                 (nothing is destroyed without its word)"
             )),
         }
     }

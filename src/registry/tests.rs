@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 use tempfile::TempDir;
 
 use super::*;
+use crate::drivers::lxc::LXC;
 use crate::pools::mac;
-use crate::settings::{Context, COMPUTE_NODE, LXC};
+use crate::settings::{Context, COMPUTE_NODE};
 
 mod tallies;
 

@@ -1,14 +1,14 @@
 //! The VMs declared per compute node, with their virtualisation type: the
 //! `<vt>` of `makina-states.cloud.<vt>.vms.<cn>` (nested or flat dotted
-//! keys), plus the historical lxc form of the seeds. A broken declaration
-//! fails its node only.
+//! keys), plus the historical forms a type's driver reads (the seeds'
+//! lxc targets). A broken declaration fails its node only.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
 use super::{Config, CLOUD};
-use crate::drivers::{self, lxc};
+use crate::drivers::{self, DEFAULT_REGISTRY, DEFAULT_TYPE};
 use crate::error::{Error, Result};
 use crate::pillar::merge::{deep_merge, forms};
 use crate::pillar::names::validate;
@@ -159,14 +159,14 @@ fn add_node(nodes: &mut Declared, vt: &str, cn: &str, vms: &Value, key: &str) {
     }
 }
 
-/// Where VMs of type `vt` are declared, from weakest to strongest.
+/// Where VMs of type `vt` are declared, from weakest to strongest: the
+/// historical forms its driver reads, then `makina-states.cloud.<vt>.vms`.
 fn vm_prefixes(vt: &str) -> Vec<String> {
-    let own = format!("{CLOUD}.{vt}.vms");
-    if vt == lxc::VT {
-        vec![lxc::SEED_TARGETS.to_owned(), own]
-    } else {
-        vec![own]
-    }
+    let seeds = drivers::of(vt).seed_prefixes().iter();
+    seeds
+        .map(|p| (*p).to_owned())
+        .chain([format!("{CLOUD}.{vt}.vms")])
+        .collect()
 }
 
 impl Config {
@@ -182,8 +182,8 @@ impl Config {
         Ok(self.declared.get_or_init(|| d))
     }
 
-    /// The virtualisation types whose registry declares VMs: lxc first,
-    /// then the others in name order.
+    /// The virtualisation types whose registry declares VMs: the default
+    /// type first, then the others in name order.
     pub(crate) fn declaring_types(&self) -> Vec<String> {
         let dotted = format!("{CLOUD}.");
         let mut other: BTreeSet<&str> = BTreeSet::new();
@@ -197,11 +197,11 @@ impl Config {
             let declares = ["vms", "anywhere"]
                 .iter()
                 .any(|w| tail == *w || tail.starts_with(&format!("{w}.")));
-            if declares && vt != lxc::VT && drivers::is_type_name(vt) {
+            if declares && vt != DEFAULT_TYPE && drivers::is_type_name(vt) {
                 other.insert(vt);
             }
         }
-        std::iter::once(lxc::VT)
+        std::iter::once(DEFAULT_TYPE)
             .chain(other)
             .map(str::to_owned)
             .collect()
@@ -305,17 +305,18 @@ impl Config {
         Ok(())
     }
 
-    /// The types declared anywhere: lxc (always) first, then the others
-    /// in name order. Declarations that cannot be read at all declare
-    /// only lxc here (the calls that read them report why).
+    /// The types declared anywhere: the default type (always) first, then
+    /// the others in name order. Declarations that cannot be read at all
+    /// declare only the default type here (the calls that read them
+    /// report why).
     pub fn virt_types(&self) -> Vec<String> {
         let mut all: BTreeSet<String> = BTreeSet::new();
         for node in self.declared().into_iter().flat_map(|d| d.values()) {
             all.extend(node.types.iter().cloned());
             all.extend(node.vms.iter().map(|d| d.vt.clone()));
         }
-        all.remove(drivers::DEFAULT_TYPE);
-        std::iter::once(drivers::DEFAULT_TYPE.to_owned())
+        all.remove(DEFAULT_TYPE);
+        std::iter::once(DEFAULT_TYPE.to_owned())
             .chain(all)
             .collect()
     }
@@ -327,7 +328,7 @@ impl Config {
         let node = self.declared()?.get(cn).ok_or_else(|| {
             Error::NotFound(format!(
                 "compute node {cn} declares no VMs: add pillar key {}.vms.{cn} (a mapping of VMs, {{}} for none)",
-                lxc::LXC
+                DEFAULT_REGISTRY
             ))
         })?;
         match &node.error {
@@ -358,7 +359,7 @@ impl Config {
             ))),
             [] => Err(Error::NotFound(format!(
                 "VM {vm} is declared on no compute node: add it under pillar key {}.vms.<compute node>",
-                lxc::LXC
+                DEFAULT_REGISTRY
             ))),
             many => Err(Error::invalid(format!(
                 "VM {vm} is declared on several compute nodes ({}): keep it under one",

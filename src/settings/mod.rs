@@ -1,14 +1,16 @@
 //! Pillar → plans, pure: the defaults of SPEC §3 merged with the pillar,
 //! the VMs declared per compute node ([`declared`]), the settings of each
 //! virtualisation type ([`types`]), a node's validated plan ([`node`]),
-//! each VM's plan ([`vm`]) and the bare-metal targets ([`saltify`]).
-//! Nothing here allocates or touches the store.
+//! each VM's plan ([`vm`]), the bare-metal targets ([`saltify`]) and the
+//! lxc registry's calls ([`lxc`]). What a type adds is its driver's
+//! ([`crate::drivers`]). Nothing here allocates or touches the store.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{json, Map, Value};
 
+use crate::drivers::REGISTRIES;
 use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::{forms, with_pillar};
@@ -16,6 +18,7 @@ use crate::pillar::values::{self, as_int, check_mode, kind_of, mapping_mut, trut
 
 pub mod conf;
 pub mod declared;
+pub mod lxc;
 pub mod node;
 pub mod placement;
 pub mod saltify;
@@ -23,8 +26,6 @@ pub mod types;
 pub mod vm;
 pub mod vm_checks;
 
-pub use crate::drivers::lxc::images::IMAGES;
-pub use crate::drivers::lxc::{Profile, DEFAULT_IMAGE, LXC, PROFILE_TYPES, SIZES};
 pub use crate::pillar::values::MODES;
 pub use declared::{Declared, DeclaredVm, NodeDecl};
 pub use node::{IpClaim, NodePlan};
@@ -34,8 +35,6 @@ pub use vm::{MacRequest, VmAllocation, VmPlan};
 pub const CLOUD: &str = "makina-states.cloud";
 /// Pillar prefix of the compute-node settings.
 pub const COMPUTE_NODE: &str = "makina-states.cloud.compute_node";
-/// Pillar prefix of the saltify (bare metal) targets.
-pub const SALTIFY: &str = "makina-states.cloud.saltify";
 
 /// What the caller's Salt configuration says about where it runs. Read from
 /// `__opts__` by the Salt shims and passed in as plain values.
@@ -357,9 +356,9 @@ impl Config {
     }
 
     /// `mc_cloud_controller.settings()`: `vts` lists the virtualisation
-    /// types declared anywhere, lxc always first; as makina-states had
-    /// them, `controllers` (`{<controller id>: {}}`) and `computes_nodes`
-    /// (the compute nodes declared, in name order).
+    /// types declared anywhere, the default type always first; as
+    /// makina-states had them, `controllers` (`{<controller id>: {}}`)
+    /// and `computes_nodes` (the compute nodes declared, in name order).
     pub fn controller_settings(&self) -> Result<Value> {
         let cloud = self.cloud_ref()?;
         let nodes: Vec<&String> = self.declared().into_iter().flat_map(|d| d.keys()).collect();
@@ -378,31 +377,7 @@ impl Config {
         checks::abs_path(what, checks::string(what, key, false)?)?;
         Ok(s)
     }
-
-    /// `mc_cloud_images.settings()` (the lxc images, under the lxc path).
-    pub fn images_settings(&self) -> Result<Value> {
-        let lxc = self.type_settings(crate::drivers::lxc::VT)?;
-        let lxc_path = lxc
-            .get("defaults")
-            .and_then(|d| d.get("lxc_path"))
-            .unwrap_or(&Value::Null);
-        crate::drivers::lxc::images::settings(&self.pillar, lxc_path, self.devhost())
-    }
 }
-
-/// The registries read below `makina-states.cloud` (beside each
-/// virtualisation type's): `makina-states.cloud.<name>` belongs to them,
-/// as their enable flag or their settings, never to the global settings.
-pub const REGISTRIES: [&str; 8] = [
-    "generic",
-    "lxc",
-    "kvm",
-    "saltify",
-    "compute_node",
-    "controller",
-    "images",
-    "vm",
-];
 
 /// The directories derived from others, and the keys they may name as
 /// `{key}` (makina-states' `format_resolve`, restricted to these paths): an

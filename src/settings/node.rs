@@ -31,7 +31,8 @@ pub struct NodePlan {
     /// Host ids of its unprivileged containers.
     pub idmap: IdRange,
     /// The virtualisation types the node hosts, sorted (see
-    /// [`super::NodeDecl::hosted_types`]); an empty node hosts lxc.
+    /// [`super::NodeDecl::hosted_types`]); an empty node hosts the default
+    /// type.
     pub types: Vec<String>,
     /// The node's `conf` mapping (reverse proxy, files), validated.
     pub conf: Value,

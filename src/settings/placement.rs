@@ -6,9 +6,9 @@
 //! when it declares its capacity
 //! (`makina-states.cloud.compute_node.capacity.<cn>: {vms, cpus, memory,
 //! disk}`, any of them). A VM's size: one VM, its `cpus`, its `memory`, and
-//! its disk (`size`, else the size of its lxc `profile`). Placements are
-//! kept in the store and never move by themselves; this module decides
-//! them and shows why.
+//! its disk (`size`, else its type's default). Placements are kept in the
+//! store and never move by themselves; this module decides them and shows
+//! why.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::declared::DeclaredVm;
 use super::{Config, CLOUD, COMPUTE_NODE};
-use crate::drivers::lxc;
+use crate::drivers;
 use crate::error::{Error, Result};
 use crate::pillar::merge::forms;
 use crate::pillar::names::validate;
@@ -375,7 +375,7 @@ impl Config {
     }
 
     /// What a VM takes: one VM, its `cpus`, its `memory`, its disk (`size`,
-    /// else its lxc size profile's).
+    /// else its type's default, see [`crate::drivers::Driver::default_disk`]).
     pub fn vm_size(&self, d: &DeclaredVm) -> Result<Room> {
         let what = format!("VM {} (pillar key {})", d.name, d.key);
         let mut room = Room([Some(1), None, None, None]);
@@ -383,31 +383,13 @@ impl Config {
         room.0[2] = dimension(&d.pillar, 2, &what)?;
         let disk = match d.pillar.get("size").filter(|v| !v.is_null()) {
             Some(v) => Some(mib(v, &format!("{what}.size"))?),
-            None if d.vt == lxc::VT => {
-                let settings = self.type_settings(lxc::VT)?;
-                let default = settings
-                    .pointer("/defaults/profile")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                let profile = d
-                    .pillar
-                    .get("profile")
-                    .filter(|v| !v.is_null())
-                    .unwrap_or(&default);
-                let size = profile.as_str().and_then(|p| {
-                    settings
-                        .get("lxc_cloud_profiles")
-                        .and_then(|m| m.get(p))
-                        .and_then(|m| m.get("size"))
-                });
-                match size {
-                    Some(size) if !size.is_null() => {
-                        Some(mib(size, &format!("{what}: size of profile {profile}"))?)
-                    }
-                    _ => None,
+            None => {
+                let t = || self.type_settings(&d.vt);
+                match drivers::of(&d.vt).default_disk(&t, &d.pillar)? {
+                    Some((from, size)) => Some(mib(size, &format!("{what}: {from}"))?),
+                    None => None,
                 }
             }
-            None => None,
         };
         room.0[3] = disk;
         Ok(room)

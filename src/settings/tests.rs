@@ -8,6 +8,9 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use super::*;
+use crate::drivers::lxc::images::IMAGES;
+use crate::drivers::lxc::{DEFAULT_IMAGE, LXC};
+use crate::drivers::saltify::SALTIFY;
 use crate::error::Error;
 
 const CN: &str = "devhost10.local";

@@ -1,50 +1,48 @@
-//! The registry settings of each virtualisation type:
-//! `makina-states.cloud.<vt>` merged over what its driver defaults to
-//! (for lxc, `mc_cloud_lxc.settings()`).
+//! The registry settings of each type: `makina-states.cloud.<vt>` merged
+//! over what its driver defaults to ([`crate::drivers::Driver::defaults`]).
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
 use super::{Config, CLOUD};
-use crate::drivers::{lxc, Driver};
+use crate::drivers::{self, Driver};
 use crate::error::{Error, Result};
 use crate::pillar::merge::with_names;
 use crate::pillar::values::mapping_mut;
 
 impl Config {
-    /// The settings of every declared type (lxc included), without `vms`,
+    /// The settings of registry `makina-states.cloud.<vt>`: what `driver`
+    /// defaults to, merged with the pillar, then normalised by it.
+    pub(crate) fn registry_settings(&self, vt: &str, driver: &dyn Driver) -> Result<Value> {
+        let mut s = with_names(
+            &self.pillar,
+            &format!("{CLOUD}.{vt}"),
+            driver.defaults(self.cloud_ref()?, self.devhost()),
+            driver.name_levels(),
+        )?;
+        driver.after_pillar(&mut s);
+        Ok(s)
+    }
+
+    /// The settings of every declared type (the default one included),
     /// computed once per configuration.
     fn types(&self) -> Result<&BTreeMap<String, Value>> {
         if let Some(t) = self.types.get() {
             return Ok(t);
         }
-        let cloud = self.cloud_ref()?;
         let all = self
             .virt_types()
             .into_iter()
             .map(|vt| {
-                let driver = Driver::of(&vt);
-                let mut s = with_names(
-                    &self.pillar,
-                    &format!("{CLOUD}.{vt}"),
-                    driver.base_settings(cloud, self.devhost()),
-                    &["vms", "lxc_cloud_profiles"],
-                )?;
-                driver.normalise(&mut s);
-                if driver != Driver::Lxc {
-                    // Declarations are read by `declared`, not kept here.
-                    if let Value::Object(m) = &mut s {
-                        m.remove("vms");
-                    }
-                }
+                let s = self.registry_settings(&vt, drivers::of(&vt))?;
                 Ok((vt, s))
             })
             .collect::<Result<_>>()?;
         Ok(self.types.get_or_init(|| all))
     }
 
-    /// The registry settings of type `vt` (without `vms`).
+    /// The registry settings of type `vt`.
     pub fn type_settings(&self, vt: &str) -> Result<&Value> {
         self.types()?.get(vt).ok_or_else(|| {
             Error::NotFound(format!(
@@ -53,34 +51,28 @@ impl Config {
         })
     }
 
-    /// `mc_cloud_lxc.settings()` (SPEC §3.2): `vms` as `{cn: [vm, ...]}`
-    /// (the lxc VMs of each node; a node declared under lxc with none
-    /// lists none).
-    pub fn lxc_settings(&self) -> Result<Value> {
-        let mut s = self.type_settings(lxc::VT)?.clone();
-        lxc::profile::check_profiles(s.get("lxc_cloud_profiles").unwrap_or(&Value::Null))?;
+    /// The settings of type `vt` as its registry's `settings()` call
+    /// gives them (SPEC §3.2), checked by its driver: `vms` as `{cn: [vm,
+    /// ...]}` (the VMs of that type on each node; a node declared under
+    /// the type with none lists none).
+    pub fn vt_settings(&self, vt: &str) -> Result<Value> {
+        let mut s = self.type_settings(vt)?.clone();
+        drivers::of(vt).check_settings(&s)?;
         let vms: Map<String, Value> = self
             .declared()?
             .iter()
-            .filter(|(_, node)| {
-                node.types.contains(lxc::VT) || node.vms.iter().any(|d| d.vt == lxc::VT)
-            })
+            .filter(|(_, node)| node.types.contains(vt) || node.vms.iter().any(|d| d.vt == vt))
             .map(|(cn, node)| {
                 let names: Vec<&str> = node
                     .vms
                     .iter()
-                    .filter(|d| d.vt == lxc::VT)
+                    .filter(|d| d.vt == vt)
                     .map(|d| d.name.as_str())
                     .collect();
                 (cn.clone(), json!(names))
             })
             .collect();
-        mapping_mut(&mut s, lxc::LXC)?.insert("vms".into(), Value::Object(vms));
+        mapping_mut(&mut s, &format!("{CLOUD}.{vt}"))?.insert("vms".into(), Value::Object(vms));
         Ok(s)
-    }
-
-    /// The lxc defaults (network, bridge …) after pillar merging.
-    pub fn lxc_defaults(&self) -> Result<Value> {
-        Ok(self.type_settings(lxc::VT)?["defaults"].clone())
     }
 }

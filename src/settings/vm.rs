@@ -3,12 +3,13 @@
 //! IP, additional IPs, MACs, password) plus what its type adds.
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
 use super::vm_checks::{additional_ips, check_vm_values, domains, with_branch};
 use super::{Config, DeclaredVm, CLOUD};
-use crate::drivers::{lxc, Driver, TypePlan};
+use crate::drivers::{self, Driver, TypePlan, DEFAULT_REGISTRY};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::deep_merge_map;
@@ -45,8 +46,9 @@ pub struct VmPlan {
     pub macs: Vec<MacRequest>,
     /// Explicit pillar password.
     pub password: Option<String>,
-    /// What its type adds (an lxc VM's profile).
-    pub type_plan: TypePlan,
+    /// What its type adds (a profile …), see
+    /// [`crate::drivers::Driver::plan_vm`].
+    pub type_plan: Arc<dyn TypePlan>,
     /// Whether it runs unprivileged and holds a block of host ids.
     pub idmap: bool,
 }
@@ -88,9 +90,123 @@ fn merged(t: &Value, name: &str, own: &Map<String, Value>) -> Map<String, Value>
 /// The error of a VM not declared on a node.
 pub(crate) fn not_declared(cn: &str, vm: &str) -> Error {
     Error::NotFound(format!(
-        "VM {vm} is not declared on compute node {cn}: add it under pillar key {}.vms.{cn}",
-        lxc::LXC
+        "VM {vm} is not declared on compute node {cn}: add it under pillar key {DEFAULT_REGISTRY}.vms.{cn}"
     ))
+}
+
+/// How a setting of VM `d` (`whose` names it) is named in a message:
+/// its key, the VM, and the pillar key it comes from (the VM's own, else
+/// its type's defaults or name servers).
+fn setting_of<'a>(d: &'a DeclaredVm, whose: &'a str) -> impl Fn(&str) -> String + 'a {
+    let vt = &d.vt;
+    move |key: &str| -> String {
+        if key == "dnsservers" && !d.pillar.contains_key(key) {
+            return format!("{key} of {whose} (pillar {CLOUD}.{vt}.dnsservers)");
+        }
+        if d.pillar.contains_key(key) {
+            format!("{key} of {whose} (pillar key {})", d.key)
+        } else {
+            format!("{key} of {whose} (pillar {CLOUD}.{vt}.defaults.{key})")
+        }
+    }
+}
+
+/// Refuses a VM declaring another network, netmask or gateway than its
+/// type's defaults `t`: the VMs of a node share its network.
+fn check_shared_network(t: &Value, d: &DeclaredVm, at: &dyn Fn(&str) -> String) -> Result<()> {
+    let vt = &d.vt;
+    for key in ["network", "netmask", "gateway"] {
+        let Some(v) = d.pillar.get(key) else { continue };
+        let what = at(key);
+        let default = t
+            .get("defaults")
+            .and_then(|d| d.get(key))
+            .unwrap_or(&Value::Null);
+        if canonical(key, v, &what)? != canonical(key, default, &what)? {
+            return Err(Error::invalid(format!(
+                "{what} is {}: VMs of a node share its network; set {CLOUD}.{vt}.defaults.{key} instead",
+                checks::shown(key, v)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The IP a VM's settings `s` declare, checked against its node's
+/// `network`; `declared_at` names the VM and its pillar key.
+fn explicit_ip(
+    s: &Map<String, Value>,
+    network: &Network,
+    at: &dyn Fn(&str) -> String,
+    declared_at: &str,
+) -> Result<Option<Ipv4Addr>> {
+    let Some(v) = s.get("ip").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let ip = parse_ip(&at("ip"), as_str(v, &at("ip"))?)?;
+    network.check_explicit(ip, declared_at)?;
+    Ok(Some(ip))
+}
+
+/// A VM's additional IPs, and its interfaces: the main one (with the MAC
+/// its settings `s` declare, if any), then one per additional IP. An
+/// additional IP inside the node's network is reserved like a main IP.
+fn interfaces(
+    s: &Map<String, Value>,
+    ip: Option<Ipv4Addr>,
+    network: &Network,
+    at: &dyn Fn(&str) -> String,
+    whose: &str,
+    d: &DeclaredVm,
+) -> Result<(Vec<Ipv4Addr>, Vec<MacRequest>)> {
+    let declared_at = || format!("{whose} (pillar key {})", d.key);
+    let mut macs = vec![MacRequest {
+        slot: String::new(),
+        explicit: match s.get("mac").filter(|v| !v.is_null()) {
+            Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &declared_at())?),
+            None => None,
+        },
+    }];
+    let extra = additional_ips(s, &at("additional_ips"))?;
+    let mut additional = Vec::with_capacity(extra.len());
+    for (req, addr) in extra {
+        if Some(addr) == ip {
+            return Err(Error::invalid(format!(
+                "{}: {addr} is also the VM's main IP; list each address once",
+                at("additional_ips")
+            )));
+        }
+        if network.includes(addr) {
+            network.check_explicit(
+                addr,
+                &format!(
+                    "{whose} (an additional IP in additional_ips, pillar key {})",
+                    d.key
+                ),
+            )?;
+        }
+        additional.push(addr);
+        macs.push(req);
+    }
+    Ok((additional, macs))
+}
+
+/// The root password a VM's settings `s` declare, if any (never empty).
+fn explicit_password(
+    s: &Map<String, Value>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Option<String>> {
+    let Some(v) = s.get("password").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let password = secret_scalar(v, &at("password"))?;
+    if password.is_empty() {
+        return Err(Error::invalid(format!(
+            "{} is empty: remove 'password' to have one generated",
+            at("password")
+        )));
+    }
+    Ok(Some(password))
 }
 
 impl Config {
@@ -114,6 +230,9 @@ impl Config {
         node.vm(vm).cloned().ok_or_else(|| self.not_on(cn, vm))
     }
 
+    /// The plan of VM `d` on `cn`, whose type's settings are `t` and
+    /// whose node's network is `network`: every value checked, before
+    /// anything is allocated.
     pub(super) fn vm_plan_with(
         &self,
         t: &Value,
@@ -124,100 +243,16 @@ impl Config {
         crate::counters::count(crate::counters::Work::VmPlan);
         let whose = format!("VM {} on compute node {cn}", d.name);
         self.check_vm_id(&d.name, &whose)?;
-        let vt = &d.vt;
-        let driver = Driver::of(vt);
-        let at = |key: &str| -> String {
-            if key == "dnsservers" && !d.pillar.contains_key(key) {
-                return format!("{key} of {whose} (pillar {CLOUD}.{vt}.dnsservers)");
-            }
-            if d.pillar.contains_key(key) {
-                format!("{key} of {whose} (pillar key {})", d.key)
-            } else {
-                format!("{key} of {whose} (pillar {CLOUD}.{vt}.defaults.{key})")
-            }
-        };
-        for key in ["network", "netmask", "gateway"] {
-            if let Some(v) = d.pillar.get(key) {
-                let what = at(key);
-                if canonical(key, v, &what)?
-                    != canonical(
-                        key,
-                        t.get("defaults")
-                            .and_then(|d| d.get(key))
-                            .unwrap_or(&Value::Null),
-                        &what,
-                    )?
-                {
-                    return Err(Error::invalid(format!(
-                        "{what} is {}: VMs of a node share its network; set {CLOUD}.{vt}.defaults.{key} instead",
-                        checks::shown(key, v)
-                    )));
-                }
-            }
-        }
+        let driver = drivers::of(&d.vt);
+        let at = setting_of(d, &whose);
+        check_shared_network(t, d, &at)?;
         let s = merged(t, &d.name, &d.pillar);
         let declared_at = format!("{whose} (pillar key {})", d.key);
-        checks::no_controls_map(&at, &s)?;
-        // Names are only built for the message of a value that fails.
-        let check = |at: &dyn Fn(&str) -> String| {
-            check_vm_values(&s, at).and_then(|()| driver.check_vm(&s, at))
-        };
-        check(&|_| String::new()).or_else(|_| check(&at))?;
-        if let Some(script) = d.pillar.get("script").and_then(Value::as_str) {
-            self.check_script(&at("script"), script, self.cloud_ref()?)?;
-        }
-        check_mode(values::at(&s, "mode"), &format!("mode of {declared_at}"))?;
-        let ip = match s.get("ip").filter(|v| !v.is_null()) {
-            Some(v) => {
-                let ip = parse_ip(&at("ip"), as_str(v, &at("ip"))?)?;
-                network.check_explicit(ip, &format!("{whose} (pillar key {})", d.key))?;
-                Some(ip)
-            }
-            None => None,
-        };
-        let mut macs = vec![MacRequest {
-            slot: String::new(),
-            explicit: match s.get("mac").filter(|v| !v.is_null()) {
-                Some(v) => Some(mac::validate(as_str(v, &at("mac"))?, &declared_at)?),
-                None => None,
-            },
-        }];
-        let extra = additional_ips(&s, &at("additional_ips"))?;
-        let mut additional = Vec::with_capacity(extra.len());
-        for (req, addr) in extra {
-            if Some(addr) == ip {
-                return Err(Error::invalid(format!(
-                    "{}: {addr} is also the VM's main IP; list each address once",
-                    at("additional_ips")
-                )));
-            }
-            if network.includes(addr) {
-                network.check_explicit(
-                    addr,
-                    &format!(
-                        "{whose} (an additional IP in additional_ips, pillar key {})",
-                        d.key
-                    ),
-                )?;
-            }
-            additional.push(addr);
-            macs.push(req);
-        }
-        let password = match s.get("password").filter(|v| !v.is_null()) {
-            Some(v) => Some(secret_scalar(v, &at("password"))?),
-            None => None,
-        };
-        if password.as_deref() == Some("") {
-            return Err(Error::invalid(format!(
-                "{} is empty: remove 'password' to have one generated",
-                at("password")
-            )));
-        }
-        let type_plan = driver.plan_vm(t, &s, cn, &declared_at)?;
-        let idmap = match &type_plan {
-            TypePlan::Lxc(p) => lxc::unprivileged(&s, p, &at)?,
-            TypePlan::Generic => false,
-        };
+        self.check_vm_settings(&s, d, driver, &at, &declared_at)?;
+        let ip = explicit_ip(&s, network, &at, &declared_at)?;
+        let (additional, macs) = interfaces(&s, ip, network, &at, &whose, d)?;
+        let password = explicit_password(&s, &at)?;
+        let type_plan = driver.plan_vm(t, &s, cn, &declared_at, &at)?;
         parse_prefix(&scalar(values::at(&s, "netmask"), &at("netmask"))?)?;
         // The merged settings are dropped here (a node may declare tens of
         // thousands of VMs); `finish_vm` merges them again for its one VM.
@@ -232,9 +267,31 @@ impl Config {
             additional,
             macs,
             password,
+            idmap: type_plan.idmap(),
             type_plan,
-            idmap,
         })
+    }
+
+    /// Checks a VM's merged settings `s`: no control character, the
+    /// generic values and its type's (`driver`), its bootstrap script and
+    /// its mode. `declared_at` names the VM and its pillar key.
+    fn check_vm_settings(
+        &self,
+        s: &Map<String, Value>,
+        d: &DeclaredVm,
+        driver: &dyn Driver,
+        at: &dyn Fn(&str) -> String,
+        declared_at: &str,
+    ) -> Result<()> {
+        checks::no_controls_map(at, s)?;
+        // Names are only built for the message of a value that fails.
+        let check =
+            |at: &dyn Fn(&str) -> String| check_vm_values(s, at).and_then(|()| driver.check(s, at));
+        check(&|_| String::new()).or_else(|_| check(at))?;
+        if let Some(script) = d.pillar.get("script").and_then(Value::as_str) {
+            self.check_script(&at("script"), script, self.cloud_ref()?)?;
+        }
+        check_mode(values::at(s, "mode"), &format!("mode of {declared_at}"))
     }
 
     /// A VM's merged settings before allocation (defaults, then its own

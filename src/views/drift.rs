@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::alloc::Kind;
 use crate::error::Result;
 use crate::pools::Pool;
-use crate::settings::{Config, NodePlan};
+use crate::settings::{Config, NodePlan, VmPlan};
 use crate::store::Tx;
 
 /// The kinds of finding, each with what it means (`mc_cloud.drift`'s
@@ -168,6 +168,23 @@ fn holdings(held: &Held, vm: &str) -> Value {
 /// (`node`), else (a node only the store knows) every VM it holds values
 /// for, none of which it declares.
 pub fn node(config: &Config, cn: &str, node: Option<&NodePlan>, held: &Held) -> Result<Vec<Value>> {
+    let mut out = undeclared(config, cn, held)?;
+    let Some(node) = node else {
+        return Ok(out);
+    };
+    for plan in &node.vms {
+        if !held.destroyed.contains(plan.vm.as_str()) {
+            out.extend(against_declaration(cn, plan, held));
+        }
+    }
+    out.extend(outside_network(cn, node, held));
+    out.extend(outside_ranges(cn, node, held));
+    Ok(out)
+}
+
+/// The VMs node `cn` holds values for but does not declare (a VM declared
+/// without a node and not placed elsewhere is not one of them).
+fn undeclared(config: &Config, cn: &str, held: &Held) -> Result<Vec<Value>> {
     let declared = config.declared()?;
     let names: BTreeSet<&str> = declared
         .get(cn)
@@ -203,53 +220,56 @@ pub fn node(config: &Config, cn: &str, node: Option<&NodePlan>, held: &Held) -> 
             ));
         }
     }
-    let Some(node) = node else {
-        return Ok(out);
-    };
-    for plan in &node.vms {
-        let vm = plan.vm.as_str();
-        if held.destroyed.contains(vm) {
-            continue;
-        }
-        let main_ip = held.numbers.get(&(Kind::Ip, vm.to_string())).copied();
-        match (main_ip, plan.ip) {
-            (None, _) => out.push(finding(
-                "unallocated_vm",
+    Ok(out)
+}
+
+/// What a declared VM's holdings say against its declaration `plan`: no
+/// IP yet, another main IP or other MACs than it declares.
+fn against_declaration(cn: &str, plan: &VmPlan, held: &Held) -> Vec<Value> {
+    let vm = plan.vm.as_str();
+    let mut out = vec![];
+    let main_ip = held.numbers.get(&(Kind::Ip, vm.to_string())).copied();
+    match (main_ip, plan.ip) {
+        (None, _) => out.push(finding(
+            "unallocated_vm",
+            cn,
+            vm,
+            json!("an IP, MACs and ports (the next get_settings_for_vm or deploy allocates them)"),
+            json!("nothing"),
+        )),
+        (Some(v), Some(want)) if u32::from(want) != v => out.push(finding(
+            "declared_ip_not_held",
+            cn,
+            vm,
+            json!(want.to_string()),
+            json!(Ipv4Addr::from(v).to_string()),
+        )),
+        _ => {}
+    }
+    for req in &plan.macs {
+        let Some(want) = &req.explicit else { continue };
+        let held_mac = held
+            .macs
+            .iter()
+            .find(|(v, s, _)| v == vm && *s == req.slot)
+            .map(|(_, _, m)| m);
+        if let Some(m) = held_mac.filter(|m| *m != want) {
+            out.push(finding(
+                "declared_mac_not_held",
                 cn,
                 vm,
-                json!(
-                    "an IP, MACs and ports (the next get_settings_for_vm or deploy allocates them)"
-                ),
-                json!("nothing"),
-            )),
-            (Some(v), Some(want)) if u32::from(want) != v => out.push(finding(
-                "declared_ip_not_held",
-                cn,
-                vm,
-                json!(want.to_string()),
-                json!(Ipv4Addr::from(v).to_string()),
-            )),
-            _ => {}
-        }
-        for req in &plan.macs {
-            let Some(want) = &req.explicit else { continue };
-            let held_mac = held
-                .macs
-                .iter()
-                .find(|(v, s, _)| v == vm && *s == req.slot)
-                .map(|(_, _, m)| m);
-            if let Some(m) = held_mac.filter(|m| *m != want) {
-                out.push(finding(
-                    "declared_mac_not_held",
-                    cn,
-                    vm,
-                    json!(want),
-                    json!(m),
-                ));
-            }
+                json!(want),
+                json!(m),
+            ));
         }
     }
+    out
+}
+
+/// The IPs held outside the node's network (additional ones too).
+fn outside_network(cn: &str, node: &NodePlan, held: &Held) -> Vec<Value> {
     let network = format!("{}/{}", node.network.network, node.network.prefix);
+    let mut out = vec![];
     for (vm, slot, v) in &held.ips {
         let ip = Ipv4Addr::from(*v);
         if !node.network.includes(ip) {
@@ -261,6 +281,12 @@ pub fn node(config: &Config, cn: &str, node: Option<&NodePlan>, held: &Held) -> 
             out.push(finding("ip_outside_network", cn, vm, json!(network), found));
         }
     }
+    out
+}
+
+/// The ports and id blocks held outside the node's ranges.
+fn outside_ranges(cn: &str, node: &NodePlan, held: &Held) -> Vec<Value> {
+    let mut out = vec![];
     for ((kind, vm), v) in &held.numbers {
         let (range, pool): (String, &dyn Pool) = match kind {
             Kind::Ssh => (
@@ -286,5 +312,5 @@ pub fn node(config: &Config, cn: &str, node: Option<&NodePlan>, held: &Held) -> 
             out.push(finding(kind, cn, vm, json!(range), json!(v)));
         }
     }
-    Ok(out)
+    out
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
@@ -11,7 +12,7 @@ use crate::drivers::DEFAULT_TYPE;
 use crate::error::Result;
 use crate::pillar::merge::map;
 use crate::pools::Pool;
-use crate::settings::Config;
+use crate::settings::{Config, NodeDecl, NodePlan};
 use crate::store::Tx;
 
 /// What the store holds for one node.
@@ -59,75 +60,13 @@ pub fn nodes(config: &Config, stored: Vec<String>) -> Result<Vec<String>> {
 /// listed with its `error`.
 pub fn node(config: &Config, cn: &str, held: Held) -> Result<Value> {
     let declared = config.declared()?;
-    let Held {
-        ips,
-        ssh,
-        snmp,
-        macs,
-        passwords,
-        all_ips,
-    } = held;
-    let find =
-        |rows: &[(String, u32)], vm: &str| rows.iter().find(|(v, _)| v == vm).map(|(_, x)| *x);
     let decl = declared.get(cn).cloned().unwrap_or_default();
-    let node = match &decl.error {
-        None if declared.contains_key(cn) => Some(config.node_plan(cn)),
-        _ => None,
-    };
-    let mut error = decl.error.clone();
-    let node = match node {
-        Some(Ok(n)) => Some(n),
-        Some(Err(e)) => {
-            error = Some(e.to_string());
-            None
-        }
-        None => None,
-    };
-    let mut vms = Map::new();
-    let mut names: Vec<String> = decl.vms.iter().map(|d| d.name.clone()).collect();
-    names.extend(ips.iter().map(|(v, _)| v.clone()));
-    names.sort();
-    names.dedup();
-    for vm in names {
-        let d = decl.vms.iter().find(|d| d.name == vm);
-        let plan = node.as_ref().and_then(|n| n.vm(&vm));
-        let password = plan
-            .and_then(|p| p.password.clone())
-            .or_else(|| passwords.get(&vm).cloned());
-        vms.insert(
-            vm.clone(),
-            json!({
-                "declared": d.is_some(),
-                "vt": d.map(|d| &d.vt),
-                "ip": find(&ips, &vm).map(|v| Ipv4Addr::from(v).to_string()),
-                "mac": macs.iter().find(|(v, s, _)| v == &vm && s.is_empty()).map(|(_, _, m)| m),
-                "ssh_host": cn,
-                "ssh_port": find(&ssh, &vm),
-                "snmp_port": find(&snmp, &vm),
-                "ssh_username": "root",
-                "password": password,
-                "domains": plan.map_or_else(|| vec![vm.clone()], |p| p.domains.clone()),
-            }),
-        );
-    }
-    let mut free = Map::new();
-    if let Some(node) = &node {
-        let used = |values: &mut dyn Iterator<Item = u32>, pool: &dyn Pool| {
-            values.filter(|v| pool.contains(*v)).count() as u64
-        };
-        free.insert(
-            "ips".into(),
-            json!(node.network.capacity() - used(&mut all_ips.iter().map(|r| r.2), &node.network)),
-        );
-        free.insert(
-            "ssh_ports".into(),
-            json!(node.ssh.capacity() - used(&mut ssh.iter().map(|r| r.1), &node.ssh)),
-        );
-        free.insert(
-            "snmp_ports".into(),
-            json!(node.snmp.capacity() - used(&mut snmp.iter().map(|r| r.1), &node.snmp)),
-        );
-    }
+    let (node, error) = plan_of(config, cn, &decl, declared.contains_key(cn));
+    let vms = vm_entries(cn, &decl, node.as_deref(), &held);
+    let free = node
+        .as_deref()
+        .map(|n| free_room(n, &held))
+        .unwrap_or_default();
     let mut types = decl.hosted_types();
     if types.is_empty() {
         types.push(DEFAULT_TYPE.to_owned());
@@ -142,4 +81,88 @@ pub fn node(config: &Config, cn: &str, held: Held) -> Result<Value> {
         entry.insert("error".into(), json!(e));
     }
     Ok(Value::Object(entry))
+}
+
+/// The plan of node `cn` (declared or not, its declaration `decl`), or
+/// what is wrong with it.
+fn plan_of(
+    config: &Config,
+    cn: &str,
+    decl: &NodeDecl,
+    declared: bool,
+) -> (Option<Arc<NodePlan>>, Option<String>) {
+    match &decl.error {
+        Some(e) => (None, Some(e.clone())),
+        None if declared => match config.node_plan(cn) {
+            Ok(n) => (Some(n), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        None => (None, None),
+    }
+}
+
+/// The entries of the VMs node `cn` declares or holds an IP for, by name:
+/// their type and access information.
+fn vm_entries(
+    cn: &str,
+    decl: &NodeDecl,
+    node: Option<&NodePlan>,
+    held: &Held,
+) -> Map<String, Value> {
+    let find =
+        |rows: &[(String, u32)], vm: &str| rows.iter().find(|(v, _)| v == vm).map(|(_, x)| *x);
+    let mut names: Vec<String> = decl.vms.iter().map(|d| d.name.clone()).collect();
+    names.extend(held.ips.iter().map(|(v, _)| v.clone()));
+    names.sort();
+    names.dedup();
+    let mut vms = Map::new();
+    for vm in names {
+        let d = decl.vms.iter().find(|d| d.name == vm);
+        let plan = node.and_then(|n| n.vm(&vm));
+        let password = plan
+            .and_then(|p| p.password.clone())
+            .or_else(|| held.passwords.get(&vm).cloned());
+        let mac = held
+            .macs
+            .iter()
+            .find(|(v, s, _)| v == &vm && s.is_empty())
+            .map(|(_, _, m)| m);
+        vms.insert(
+            vm.clone(),
+            json!({
+                "declared": d.is_some(),
+                "vt": d.map(|d| &d.vt),
+                "ip": find(&held.ips, &vm).map(|v| Ipv4Addr::from(v).to_string()),
+                "mac": mac,
+                "ssh_host": cn,
+                "ssh_port": find(&held.ssh, &vm),
+                "snmp_port": find(&held.snmp, &vm),
+                "ssh_username": "root",
+                "password": password,
+                "domains": plan.map_or_else(|| vec![vm.clone()], |p| p.domains.clone()),
+            }),
+        );
+    }
+    vms
+}
+
+/// The free capacity left on `node`: IPs, ssh and snmp ports not held.
+fn free_room(node: &NodePlan, held: &Held) -> Map<String, Value> {
+    let used = |values: &mut dyn Iterator<Item = u32>, pool: &dyn Pool| {
+        values.filter(|v| pool.contains(*v)).count() as u64
+    };
+    let mut free = Map::new();
+    free.insert(
+        "ips".into(),
+        json!(node.network.capacity() - used(&mut held.all_ips.iter().map(|r| r.2), &node.network)),
+    );
+    free.insert(
+        "ssh_ports".into(),
+        json!(node.ssh.capacity() - used(&mut held.ssh.iter().map(|r| r.1), &node.ssh)),
+    );
+    free.insert(
+        "snmp_ports".into(),
+        json!(node.snmp.capacity() - used(&mut held.snmp.iter().map(|r| r.1), &node.snmp)),
+    );
+    free
 }

@@ -1,7 +1,8 @@
 //! A compute node's data as Salt receives it
 //! (`mc_cloud_compute_node.get_settings_for_target`): its registered VMs,
-//! domains, port ranges, network, what the types it hosts add (lxc:
-//! `lxc_path`, the bridge), reserved ports, conf and reverse proxies; with
+//! domains, port ranges, network, what the types it hosts add (their
+//! drivers' [`crate::drivers::Driver::node_facts`]: the bridge …),
+//! reserved ports, conf and reverse proxies; with
 //! the keys makina-states' states read beside mccloud's (`virt_types` as a
 //! mapping, per-VM `virt_type` and `vmname`, `firewall`, `http_proxy_mode`).
 //! The certificates (`ssl_certs`) are added by the Python side, which holds
@@ -12,78 +13,23 @@ use serde_json::{json, Map, Value};
 use super::out::{Out, Str};
 use super::proxy::{reverse_proxies, ProxiedVm, HTTP_PROXY_MODE};
 use crate::alloc::register::Registered;
-use crate::drivers::{Driver, DEFAULT_TYPE};
+use crate::drivers::{self, DEFAULT_TYPE};
 use crate::error::Result;
 use crate::pools::ports::reserved_ports;
 use crate::settings::vm::not_declared;
-use crate::settings::Config;
+use crate::settings::{Config, NodePlan};
 
 /// The data of node `registered.node`, from its registration.
 pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     let node = &registered.node;
-    let mut vms = Vec::with_capacity(registered.vms.len());
-    let mut all_domains: Vec<&str> = vec![];
-    let mut proxied = Vec::with_capacity(registered.vms.len());
-    for (vm, alloc) in &registered.vms {
-        let plan = node.vm(vm).ok_or_else(|| not_declared(&node.cn, vm))?;
-        all_domains.extend(plan.domains.iter().map(String::as_str));
-        let vt = Out::from(plan.vt.clone());
-        vms.push((
-            Str::Owned(vm.clone()),
-            Out::map([
-                ("ip", alloc.ip.to_string().into()),
-                (
-                    "mac",
-                    alloc.macs.first().cloned().map_or(Out::Null, Out::from),
-                ),
-                ("vt", vt.clone()),
-                ("domains", plan.domains.clone().into()),
-                ("ssh_reverse_proxy_port", alloc.ssh.into()),
-                ("snmp_reverse_proxy_port", alloc.snmp.into()),
-                ("virt_type", vt),
-                ("vmname", vm.clone().into()),
-            ]),
-        ));
-        proxied.push(ProxiedVm {
-            vm,
-            vt: plan.vt.as_str(),
-            ip: alloc.ip,
-            domains: &plan.domains,
-            ssh_port: alloc.ssh.unwrap_or(0),
-            snmp_port: alloc.snmp.unwrap_or(0),
-        });
-    }
-    all_domains.sort_unstable();
-    all_domains.dedup();
-    let domains: Vec<String> = all_domains.into_iter().map(str::to_owned).collect();
-    let proxies = reverse_proxies(&node.cn, &proxied, &node.conf);
-    let mut network = Map::new();
-    network.insert("network".into(), json!(node.network.network.to_string()));
-    network.insert("netmask".into(), json!(node.network.prefix.to_string()));
-    network.insert("gateway".into(), json!(node.network.gateway.to_string()));
-    let mut facts = Map::new();
-    // lxc first: its bridge is the node's when it hosts lxc VMs.
-    let lxc_first = node
-        .types
-        .iter()
-        .filter(|t| *t == DEFAULT_TYPE)
-        .chain(node.types.iter().filter(|t| *t != DEFAULT_TYPE));
-    for vt in lxc_first {
-        let defaults = &config.type_settings(vt)?["defaults"];
-        Driver::of(vt).node_facts(defaults, &mut network, &mut facts);
-    }
-    // makina-states' shape: `virt_types` maps each type the node hosts to
-    // true; `firewall` beside `has`.
-    let virt_types: Map<String, Value> = node
-        .types
-        .iter()
-        .map(|t| (t.clone(), json!(true)))
-        .collect();
+    let vms = registered_vms(registered)?;
+    let proxies = reverse_proxies(&node.cn, &vms.proxied, &node.conf);
+    let (network, facts) = network_and_facts(config, node)?;
     let firewall = config.firewall()?;
     let mut m = Out::map([
         ("target", node.cn.clone().into()),
-        ("virt_types", Value::Object(virt_types).into()),
-        ("domains", domains.into()),
+        ("virt_types", virt_types(node).into()),
+        ("domains", vms.domains.into()),
         ("has", json!({"firewall": firewall}).into()),
         ("firewall", json!(firewall).into()),
         ("http_proxy_mode", HTTP_PROXY_MODE.into()),
@@ -113,7 +59,97 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     if !registered.errors.is_empty() {
         m.set("errors", json!(registered.errors).into());
     }
-    m.set("vms", Out::Map(vms));
+    m.set("vms", Out::Map(vms.entries));
     m.set("reverse_proxies", proxies);
     Ok(m)
+}
+
+/// The registered VMs of a node, as its data shows them.
+struct Vms<'a> {
+    /// Each VM's entry, in name order.
+    entries: Vec<(Str, Out)>,
+    /// The domains of all of them, sorted, each once.
+    domains: Vec<String>,
+    /// What the reverse proxies route to them.
+    proxied: Vec<ProxiedVm<'a>>,
+}
+
+/// The entries, domains and proxied VMs of a node's registered VMs.
+fn registered_vms(registered: &Registered) -> Result<Vms<'_>> {
+    let node = &registered.node;
+    let mut entries = Vec::with_capacity(registered.vms.len());
+    let mut all_domains: Vec<&str> = vec![];
+    let mut proxied = Vec::with_capacity(registered.vms.len());
+    for (vm, alloc) in &registered.vms {
+        let plan = node.vm(vm).ok_or_else(|| not_declared(&node.cn, vm))?;
+        all_domains.extend(plan.domains.iter().map(String::as_str));
+        let vt = Out::from(plan.vt.clone());
+        entries.push((
+            Str::Owned(vm.clone()),
+            Out::map([
+                ("ip", alloc.ip.to_string().into()),
+                (
+                    "mac",
+                    alloc.macs.first().cloned().map_or(Out::Null, Out::from),
+                ),
+                ("vt", vt.clone()),
+                ("domains", plan.domains.clone().into()),
+                ("ssh_reverse_proxy_port", alloc.ssh.into()),
+                ("snmp_reverse_proxy_port", alloc.snmp.into()),
+                ("virt_type", vt),
+                ("vmname", vm.clone().into()),
+            ]),
+        ));
+        proxied.push(ProxiedVm {
+            vm,
+            vt: plan.vt.as_str(),
+            ip: alloc.ip,
+            domains: &plan.domains,
+            ssh_port: alloc.ssh.unwrap_or(0),
+            snmp_port: alloc.snmp.unwrap_or(0),
+        });
+    }
+    all_domains.sort_unstable();
+    all_domains.dedup();
+    Ok(Vms {
+        entries,
+        domains: all_domains.into_iter().map(str::to_owned).collect(),
+        proxied,
+    })
+}
+
+/// The node's network, and the keys the types it hosts add to its data
+/// (their drivers' node facts).
+fn network_and_facts(
+    config: &Config,
+    node: &NodePlan,
+) -> Result<(Map<String, Value>, Map<String, Value>)> {
+    let mut network = Map::new();
+    network.insert("network".into(), json!(node.network.network.to_string()));
+    network.insert("netmask".into(), json!(node.network.prefix.to_string()));
+    network.insert("gateway".into(), json!(node.network.gateway.to_string()));
+    let mut facts = Map::new();
+    // The default type first: its bridge is the node's when it hosts
+    // VMs of that type.
+    let default_first = node
+        .types
+        .iter()
+        .filter(|t| *t == DEFAULT_TYPE)
+        .chain(node.types.iter().filter(|t| *t != DEFAULT_TYPE));
+    for vt in default_first {
+        let defaults = &config.type_settings(vt)?["defaults"];
+        drivers::of(vt).node_facts(defaults, &mut network, &mut facts);
+    }
+    Ok((network, facts))
+}
+
+/// makina-states' shape: `virt_types` maps each type the node hosts to
+/// true.
+fn virt_types(node: &NodePlan) -> Value {
+    let types: Map<String, Value> = node
+        .types
+        .iter()
+        .map(|t| (t.clone(), json!(true)))
+        .collect();
+    Value::Object(types)
 }

@@ -4,10 +4,8 @@
 
 use serde_json::{json, Value};
 
-use crate::drivers::TypePlan;
 use crate::error::Result;
 use crate::pillar::values;
-use crate::pools::idmap;
 use crate::pools::secrets::sha512_crypt;
 use crate::settings::vm_checks::domains;
 use crate::settings::{Config, VmAllocation, VmPlan};
@@ -60,14 +58,6 @@ pub fn finish(
         s.insert("snmp_reverse_proxy_port".into(), json!(alloc.snmp));
     }
     s.insert("vt".into(), json!(plan.vt));
-    if let TypePlan::Lxc(_) = plan.type_plan {
-        s.insert("privileged".into(), json!(!plan.idmap));
-        s.insert("idmap_base".into(), json!(alloc.idmap));
-        s.insert(
-            "idmap_size".into(),
-            json!(alloc.idmap.map(|_| idmap::BLOCK)),
-        );
-    }
-    plan.type_plan.complete_vm(&mut s)?;
+    plan.type_plan.complete_vm(&mut s, alloc.idmap)?;
     Ok(Value::Object(s))
 }

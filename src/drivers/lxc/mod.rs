@@ -1,16 +1,21 @@
-//! The lxc driver's part of the core: every LXC fact the registry knows.
-//! Its defaults (`lxc_path`, bridge, backing, profile, template container
-//! …) and `mc_cloud_lxc.settings()` ([`base_settings`]), the checks of
-//! LXC-only values, a VM's profile ([`profile`]), what a finished lxc VM
-//! carries (profile, backing, clone source, [`config`] fragment), the
-//! node facts of a node hosting lxc VMs, and the images ([`images`]).
+//! The lxc driver ([`Lxc`]): every LXC fact the registry knows. Its
+//! defaults (`lxc_path`, bridge, backing, profile, template container …)
+//! and `mc_cloud_lxc.settings()` ([`base_settings`]), the checks of
+//! LXC-only values, a VM's profile ([`profile`]) and whether it runs
+//! unprivileged, what a finished lxc VM carries (profile, backing, clone
+//! source, id block, [`config`] fragment), the node facts of a node
+//! hosting lxc VMs, and the images ([`images`]).
+
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::{Driver, TypePlan};
 use crate::error::Result;
 use crate::pillar::checks;
 use crate::pillar::names::validate;
 use crate::pillar::values::{scalar, MODES};
+use crate::pools::idmap;
 
 pub mod config;
 pub mod images;
@@ -25,6 +30,120 @@ pub const VT: &str = "lxc";
 pub const LXC: &str = "makina-states.cloud.lxc";
 /// Historical form of the lxc VM declarations (SPEC §3.2).
 pub const SEED_TARGETS: &str = "makina-states.services.cloud.lxc.targets";
+
+/// The lxc driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lxc;
+
+impl Driver for Lxc {
+    fn vt(&self) -> &'static str {
+        VT
+    }
+
+    fn defaults(&self, cloud: &Value, devhost: bool) -> Value {
+        base_settings(cloud, &super::generic_defaults(cloud), devhost)
+    }
+
+    fn name_levels(&self) -> &'static [&'static str] {
+        &["vms", "lxc_cloud_profiles"]
+    }
+
+    /// Normalises the profiles; keeps `vms` where the pillar put it:
+    /// `mc_cloud_lxc.settings()` lists the VMs there.
+    fn after_pillar(&self, s: &mut Value) {
+        normalise(s);
+    }
+
+    fn check_settings(&self, s: &Value) -> Result<()> {
+        profile::check_profiles(s.get("lxc_cloud_profiles").unwrap_or(&Value::Null))
+    }
+
+    fn seed_prefixes(&self) -> &'static [&'static str] {
+        &[SEED_TARGETS]
+    }
+
+    fn check(&self, s: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Result<()> {
+        check_vm(s, at)
+    }
+
+    /// The VM's profile, and whether it runs unprivileged.
+    fn plan_vm(
+        &self,
+        t: &Value,
+        s: &Map<String, Value>,
+        cn: &str,
+        whose: &str,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<Arc<dyn TypePlan>> {
+        let profile = profile::profile_of(&t["lxc_cloud_profiles"], s, cn, whose)?;
+        let unprivileged = unprivileged(s, &profile, at)?;
+        Ok(Arc::new(LxcPlan {
+            profile,
+            unprivileged,
+        }))
+    }
+
+    fn node_facts(
+        &self,
+        defaults: &Value,
+        network: &mut Map<String, Value>,
+        out: &mut Map<String, Value>,
+    ) {
+        node_facts(defaults, network, out);
+    }
+
+    /// The size of its size profile (its own `profile`, else the
+    /// default one).
+    fn default_disk<'a>(
+        &self,
+        t: &dyn Fn() -> Result<&'a Value>,
+        own: &'a Map<String, Value>,
+    ) -> Result<Option<(String, &'a Value)>> {
+        let t = t()?;
+        let default = t.pointer("/defaults/profile").unwrap_or(&Value::Null);
+        let profile = own
+            .get("profile")
+            .filter(|v| !v.is_null())
+            .unwrap_or(default);
+        let size = profile.as_str().and_then(|p| {
+            t.get("lxc_cloud_profiles")
+                .and_then(|m| m.get(p))
+                .and_then(|m| m.get("size"))
+        });
+        Ok(size
+            .filter(|size| !size.is_null())
+            .map(|size| (format!("size of profile {profile}"), size)))
+    }
+}
+
+/// What an lxc VM's plan holds: its profile, and whether it runs
+/// unprivileged (see [`unprivileged`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LxcPlan {
+    /// The VM's validated profile.
+    pub profile: Profile,
+    /// Whether it runs unprivileged, holding a block of host ids.
+    pub unprivileged: bool,
+}
+
+impl TypePlan for LxcPlan {
+    fn idmap(&self) -> bool {
+        self.unprivileged
+    }
+
+    fn finish_vm(&self, s: &mut Map<String, Value>, own: &Map<String, Value>) {
+        finish_vm(&self.profile, s, own);
+    }
+
+    /// Whether it runs privileged, its id block, then its configuration
+    /// fragment.
+    fn complete_vm(&self, s: &mut Map<String, Value>, idmap: Option<u32>) -> Result<()> {
+        s.insert("privileged".into(), json!(!self.unprivileged));
+        s.insert("idmap_base".into(), json!(idmap));
+        s.insert("idmap_size".into(), json!(idmap.map(|_| idmap::BLOCK)));
+        complete_vm(s)
+    }
+}
 
 /// `mc_cloud_lxc.settings()` before pillar (and without `vms`): the lxc
 /// defaults over the generic VM defaults `g`, the size profiles, the
