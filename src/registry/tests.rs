@@ -14,6 +14,7 @@ use super::*;
 use crate::pools::mac;
 use crate::settings::{Context, COMPUTE_NODE, LXC};
 
+mod session;
 mod tallies;
 
 const CN: &str = "cn1.local";
