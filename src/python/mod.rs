@@ -157,45 +157,15 @@ pub struct Config {
 
 #[pymethods]
 impl Config {
-    /// `placements`: where the VMs declared without a node were placed
-    /// (VM → node, as `Registry.place_all` answers).
+    /// The configuration as declared: its VMs declared without a node are
+    /// on no node (`Registry.open` puts them where the store placed them).
     #[new]
-    #[pyo3(signature = (context, pillar, placements=None))]
-    fn new(
-        context: &Bound<'_, PyDict>,
-        pillar: &Bound<'_, PyAny>,
-        placements: Option<std::collections::BTreeMap<String, String>>,
-    ) -> PyResult<Self> {
+    fn new(context: &Bound<'_, PyDict>, pillar: &Bound<'_, PyAny>) -> PyResult<Self> {
         let ctx = self::context(context.as_any())?;
         let pillar = input::pillar(pillar).map_err(InvalidInputError::new_err)?;
-        let inner = crate::Config::new(ctx, pillar);
         Ok(Config {
-            inner: match placements {
-                Some(p) if !p.is_empty() => inner.with_placements(p, Default::default()),
-                _ => inner,
-            },
+            inner: crate::Config::new(ctx, pillar),
         })
-    }
-
-    /// The same configuration with the VMs declared without a node on the
-    /// nodes `placements` names (VM → node); `unplaced`: those not placed,
-    /// with why (what the calls about them, and drift, say).
-    #[pyo3(signature = (placements, unplaced=None))]
-    fn with_placements(
-        &self,
-        placements: std::collections::BTreeMap<String, String>,
-        unplaced: Option<std::collections::BTreeMap<String, String>>,
-    ) -> Config {
-        Config {
-            inner: self
-                .inner
-                .with_placements(placements, unplaced.unwrap_or_default()),
-        }
-    }
-
-    /// The names of the VMs declared without a compute node.
-    fn anywhere_vms(&self) -> PyResult<Vec<String>> {
-        Ok(self.inner.anywhere().map_err(to_py)?.into_keys().collect())
     }
 
     /// The global cloud settings (`mc_cloud.settings`): paths, mode,
@@ -547,13 +517,6 @@ impl Registry {
     /// incomplete (`unknown`); see `mc_cloud.drift`. Reads only.
     fn expected_minions(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.expected_minions());
-        out(py, r)
-    }
-
-    /// Places the VMs declared without a compute node not placed yet:
-    /// ``placed`` (VM → node, every placement) and ``unplaced`` (VM → why).
-    fn place_all(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let r = py.detach(|| self.inner.place_all());
         out(py, r)
     }
 
