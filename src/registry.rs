@@ -242,15 +242,17 @@ impl Registry {
     /// Allocates (on first use) and returns a VM's allocations. `ports`
     /// also allocates the ssh and snmp reverse-proxy ports.
     pub fn allocate(&self, cn: &str, vm: &str, ports: bool) -> Result<VmAllocation> {
-        self.allocate_in_node(cn, vm, ports).map(|(_, a)| a)
+        self.allocate_in_node(cn, vm, ports, &Defaults::default())
+            .map(|(_, a)| a)
     }
 
-    /// [`Registry::allocate`], with the node's plan it used.
+    /// [`Registry::allocate_with`], with the node's plan it used.
     fn allocate_in_node(
         &self,
         cn: &str,
         vm: &str,
         ports: bool,
+        defaults: &Defaults,
     ) -> Result<(Arc<NodePlan>, VmAllocation)> {
         validate("compute node", cn)?;
         validate("VM", vm)?;
@@ -263,7 +265,10 @@ impl Registry {
                 return Err(e);
             }
         }
-        let alloc = self.write(|tx| register::one(tx, &self.config, &node, plan, ports))?;
+        let alloc = self.write(|tx| {
+            let plan = defaults.apply(tx, self, &node, plan)?;
+            register::one(tx, &self.config, &node, &plan, ports)
+        })?;
         Ok((node, alloc))
     }
 
@@ -271,7 +276,7 @@ impl Registry {
     /// of a VM. Allocates its IP, MACs, password (and ports when `full`)
     /// on first call. One write transaction, one password hash.
     pub fn vm_settings(&self, cn: &str, vm: &str, full: bool) -> Result<Value> {
-        let (node, alloc) = self.allocate_in_node(cn, vm, full)?;
+        let (node, alloc) = self.allocate_in_node(cn, vm, full, &Defaults::default())?;
         let plan = node.vm(vm).ok_or_else(|| self.config.not_on(cn, vm))?;
         views::vm::finish(&self.config, cn, plan, &alloc, full)
     }
@@ -321,17 +326,17 @@ impl Registry {
 
     /// `find_ip_for_vm` (allocates on first call).
     pub fn find_ip(&self, cn: &str, vm: &str) -> Result<String> {
-        Ok(self.allocate(cn, vm, false)?.ip.to_string())
+        self.find_ip_or(cn, vm, None)
     }
 
     /// `find_mac_for_vm` (allocates on first call).
     pub fn find_mac(&self, cn: &str, vm: &str) -> Result<String> {
-        Ok(self.allocate(cn, vm, false)?.macs.swap_remove(0))
+        self.find_mac_or(cn, vm, None)
     }
 
     /// `find_password_for_vm` (generates and stores on first call).
     pub fn find_password(&self, cn: &str, vm: &str) -> Result<String> {
-        Ok(self.allocate(cn, vm, false)?.password)
+        self.find_password_or(cn, vm, None)
     }
 
     /// `get_ssh_port` / `get_snmp_port` (allocates on first call). The IP
@@ -359,8 +364,6 @@ impl Registry {
     pub fn set_allocated_ip(&self, cn: &str, vm: &str, ip: &str) -> Result<String> {
         validate("compute node", cn)?;
         validate("VM", vm)?;
-        let ip = parse_ip(&format!("IP for {}", who(cn, vm)), ip)
-            .map_err(|e| Error::argument(e.to_string()))?;
         let node = self.config.node_plan(cn)?;
         let Some(plan) = node.vm(vm) else {
             return Err(Error::NotFound(format!(
@@ -369,7 +372,9 @@ impl Registry {
                 DEFAULT_REGISTRY
             )));
         };
-        if plan.ip == Some(ip) {
+        let parsed = parse_ip(&format!("IP for {}", who(cn, vm)), ip)
+            .map_err(|e| Error::argument(e.to_string()))?;
+        if plan.ip == Some(parsed) {
             // What the pillar says already: recorded as allocation does.
             return self.find_ip(cn, vm);
         }
@@ -380,16 +385,7 @@ impl Registry {
                 who(cn, vm)
             )));
         }
-        node.network
-            .check_explicit(ip, &who(cn, vm))
-            .map_err(|e| Error::argument(e.to_string()))?;
-        if let Some(c) = node.claims().into_iter().find(|c| c.ip == ip) {
-            return Err(Error::Conflict(format!(
-                "IP {ip} requested for {} is declared in pillar for VM {}: choose another IP",
-                who(cn, vm),
-                c.vm
-            )));
-        }
+        let ip = self.settable_ip(&node, plan, ip)?;
         self.write(|tx| release::set_ip(tx, cn, vm, ip))?;
         Ok(ip.to_string())
     }
@@ -833,9 +829,13 @@ struct NodeCheck {
     error: Option<String>,
 }
 
+mod defaults;
 #[cfg(test)]
 mod pillar_props;
 mod repair;
+mod session;
+pub use defaults::Defaults;
 pub use repair::{duration_secs, Evidence, Repair, DEFAULT_WINDOW_SECS};
+pub use session::{Note, Place, Session};
 #[cfg(test)]
 mod tests;

@@ -284,30 +284,49 @@ def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
     return saltcompat.minion_config(minion)
 
 
-def store_dir_of(args: argparse.Namespace) -> str:
+def store_dir_of(args: argparse.Namespace, postgres: bool = True) -> str:
     """The store: ``--store`` (a directory or a PostgreSQL database), else
     ``$MCCLOUD_STORE`` (PostgreSQL), else ``$MCCLOUD_STORE_DIR``, else the
     one the Salt configuration in ``--config`` (default
     ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt) resolves to, as
-    ``mastersalt-call`` would."""
-    if args.store:
-        return str(args.store)
-    for env in (saltsupport.DB_ENV, saltsupport.STORE_ENV):
-        if os.environ.get(env):
-            return os.environ[env]
-    opts = _salt_opts(args)
-    return saltsupport.store_location(opts, saltsupport.config(opts, {}))
+    ``mastersalt-call`` would (see :func:`mccloud.saltsupport.store_location`;
+    without ``postgres``, the SQLite store directory)."""
+    named = (saltsupport.DB_ENV, saltsupport.STORE_ENV) if postgres else (saltsupport.STORE_ENV,)
+    opts = {} if args.store or any(os.environ.get(env) for env in named) else _salt_opts(args)
+    return saltsupport.store_location(opts, args.store, postgres)
 
 
-def _caller(args: argparse.Namespace) -> str:
-    """Who runs this command, as the audit journal names it (see
-    :func:`mccloud.saltsupport.caller`): ``mccloud repair (alice)``."""
-    return saltsupport.caller({}, f"mccloud {args.command}")
+def _read_store_of(args: argparse.Namespace) -> str:
+    """:func:`store_dir_of` for a command that reads the store: a
+    ``--store`` directory that does not exist is an error (a mistyped
+    name would otherwise read as an empty registry)."""
+    store = store_dir_of(args)
+    if args.store and not mccloud.is_postgres(store) and not os.path.isdir(store):
+        why = "Not a directory" if os.path.exists(store) else "No such file or directory"
+        raise mccloud.NotFoundError(f"cannot open store '{store}': {why}")
+    return store
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options :func:`mccloud.saltsupport.open_registry` takes for this
+    command: the controller (``--id``) on mastersalt, seen as its master's
+    runners see it (it reads and makes placements)."""
+    return {"__role": "master", "mccloud_controller_id": getattr(args, "id", ""), "mccloud_mastersalt": True}
+
+
+def _store_registry(args: argparse.Namespace, via: str | None = None, reads: bool = True) -> mccloud.Registry:
+    """The registry of the store alone (no pillar: the store commands and
+    the audit journal), its changes journaled as made by ``via`` (default:
+    the command, as in ``mccloud repair (alice)``). ``reads``: the command
+    reads the store (see :func:`_read_store_of`); the store commands say
+    themselves that there is none."""
+    store = _read_store_of(args) if reads else store_dir_of(args)
+    return saltsupport.open_registry(_options(args), {}, via or f"mccloud {args.command}", store=store)
 
 
 def store_backup(args: argparse.Namespace) -> int:
     """Copies the store consistently to ``args.dest`` (must not exist)."""
-    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), _caller(args))
+    reg = _store_registry(args, reads=False)
     reg.backup(args.dest)
     print(f"backed up {reg.store_path} to {args.dest}")
     return 0
@@ -316,7 +335,7 @@ def store_backup(args: argparse.Namespace) -> int:
 def store_check(args: argparse.Namespace) -> int:
     """Prints the store's integrity check, schema version and identity;
     non-zero when the integrity check finds a problem."""
-    report = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), _caller(args)).check()
+    report = _store_registry(args, reads=False).check()
     _emit(report, args.output, lambda: "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
                                                   for k, v in sorted(report.items())))
     return 0 if report["integrity"] == "ok" else 1
@@ -333,14 +352,11 @@ def store_migrate(args: argparse.Namespace) -> int:
     pillar: dict[str, Any] = {}
     for path in args.pillar or []:
         pillar.update(_yaml_file(path, yaml))
-    source = args.store or os.environ.get(saltsupport.STORE_ENV)
-    if not source:
-        opts = _salt_opts(args)
-        source = saltsupport.store_dir(opts, saltsupport.config(opts, {}))
-    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(pillar))
-    reg = mccloud.Registry(cfg, source, _caller(args))
-    print(f"copying {reg.store_path} to {mccloud.Registry(cfg, args.to, _caller(args)).store_path} …",
-          file=sys.stderr)
+    via = f"mccloud {args.command}"
+    reg = saltsupport.open_registry(_options(args), pillar, via, place="declared",
+                                    store=store_dir_of(args, postgres=False))
+    target = saltsupport.open_registry(_options(args), {}, via, store=args.to)
+    print(f"copying {reg.store_path} to {target.store_path} …", file=sys.stderr)
     counts = reg.migrate_to(args.to)
     total = sum(counts.values())
     print(f"copied {total} rows, compared row by row: " + ", ".join(f"{t} {n}" for t, n in sorted(counts.items())))
@@ -383,18 +399,12 @@ def _registry_arguments(p: argparse.ArgumentParser, pillar: bool = True) -> None
 
 
 def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
-    """The registry of the options of :func:`_registry_arguments`."""
-    cfg = mccloud.Config({"minion_id": args.id, "mastersalt": True}, saltsupport.cloud_pillar(_pillar_of(args)))
-    store, caller = store_dir_of(args), _caller(args)
-    reg = mccloud.Registry(cfg, store, caller)
-    # VMs declared without a node are on the node the store placed them on,
-    # as mastersalt-call sees them (placing those left, as the controller
-    # does); a store that does not exist yet is not created for that.
-    if cfg.anywhere_vms() and (mccloud.is_postgres(store) or os.path.exists(str(reg.store_path))):
-        done = reg.place_all()
-        cfg = cfg.with_placements(done["placed"], done["unplaced"])
-        reg = mccloud.Registry(cfg, store, caller)
-    return reg
+    """The registry of the options of :func:`_registry_arguments`. VMs
+    declared without a node are on the node the store placed them on, as
+    mastersalt-call sees them (placing those left, as the controller
+    does); a store that does not exist yet is not created for that."""
+    return saltsupport.open_registry(_options(args), _pillar_of(args), f"mccloud {args.command}",
+                                     place="existing", store=_read_store_of(args))
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -473,7 +483,7 @@ def audit(args: argparse.Namespace) -> int:
     created or forgotten (never its value), key seeded or deleted, repair."""
     if args.audit_command == "prune":
         return audit_prune(args)
-    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), _caller(args))
+    reg = _store_registry(args)
     entries = reg.audit(vm=args.vm, node=args.node, kind=args.kind, since=args.since, limit=args.limit)
     if args.output != "table":
         _emit(entries, args.output, str)
@@ -494,8 +504,7 @@ def audit_prune(args: argparse.Namespace) -> int:
     UTC date or time) and says how many went; the prune itself is noted in
     the journal (``journal_pruned``). The change counters of ``mccloud
     metrics`` keep the entries pruned (Prometheus counters never go down)."""
-    caller = saltsupport.caller({}, "mccloud audit prune")
-    reg = mccloud.Registry(mccloud.Config({}, {}), store_dir_of(args), caller)
+    reg = _store_registry(args, "mccloud audit prune")
     removed = reg.prune_journal(args.before)
     out = {"removed": removed, "before": args.before}
     _emit(out, args.output, lambda: f"removed {removed} entr{'y' if removed == 1 else 'ies'} written before "

@@ -12,7 +12,7 @@ import functools
 import logging
 import os
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, TypeVar
 
 import mccloud
 from mccloud import ArgumentError, MccloudError, saltcompat
@@ -107,64 +107,79 @@ def cloud_pillar(pillar: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(k, str) and (k.startswith(PILLAR_PREFIX) or k == "default_env")}
 
 
-def config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
-    """A :class:`mccloud.Config` over Salt's opts and pillar. VMs declared
-    without a compute node (``makina-states.cloud.<vt>.anywhere``) are
-    placed first (:func:`placed`) and declared on their node."""
-    return placed(opts, unplaced_config(opts, pillar))
+#: What opening the registry does with the VMs declared without a compute
+#: node (see :func:`open_registry`).
+Placing = Literal["declared", "stored", "rest", "existing"]
 
 
-def unplaced_config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
-    """A :class:`mccloud.Config` over Salt's opts and pillar whose VMs
-    declared without a node are not on any node (what placement starts
-    from)."""
-    return mccloud.Config(context(opts, pillar), cloud_pillar(pillar))
+def open_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], via: str | None = None,
+                  place: Placing = "stored", store: str | None = None) -> mccloud.Registry:
+    """The registry of the controller behind ``opts`` and ``pillar``: the
+    one way into mccloud for the execution modules, the runners and the
+    command line. Its store is the one :func:`store_location` resolves
+    (``store``, when given, wins); its changes are journaled as made by
+    :func:`caller` (``via``). Its configuration is ``registry.config``.
+
+    The VMs declared without a compute node (``makina-states.cloud.<vt>.anywhere``)
+    are on the nodes the store placed them on (``place="stored"``, reads
+    only); ``place="rest"`` also places those not placed yet, by policy
+    (once: a placement never moves by itself), which is a write: only the
+    calls documented as allocating ask for it. ``existing`` places only in a
+    store that exists already; ``declared`` leaves them on no node. Only
+    the controller (its master's runners and its own minion), which holds
+    the store, reads or makes placements.
+
+    The placements the store holds always apply: a VM whose size does not
+    read, that fits nowhere, or a placement pillar that does not read fails
+    alone (the calls about that VM, and ``mc_cloud.drift``, say why); the
+    VMs placed before keep their node. When the store cannot be read, no
+    VM declared without a node is placed and each says why (destroying
+    repairs then see them as unplaced, never as gone). The log says which
+    VMs are not placed, and why."""
+    reg = mccloud.Registry.open(context(opts, pillar), cloud_pillar(pillar), store_location(opts, store),
+                                caller(opts, via), place=place, controller=opts.get("__role") == "master")
+    for level, message in reg.notes:
+        log.log(logging.ERROR if level == "error" else logging.WARNING, "%s", message)
+    return reg
+
+
+def open_config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
+    """The configuration of :func:`open_registry` (its VMs declared without
+    a node on the nodes the store placed them on): what the settings
+    getters read. Reads only: nothing is placed."""
+    return open_registry(opts, pillar).config
 
 
 def place(opts: Mapping[str, Any], pillar: Mapping[str, Any], vm: Any, explain: Any = False,
           via: str | None = None) -> dict[str, Any]:
     """Places ``vm`` (declared without a compute node) by policy, or tells
     where it is; see ``mc_cloud.place``."""
-    return registry_for(opts, unplaced_config(opts, pillar), via).place(str(vm), boolean("explain", explain))
+    explain = boolean("explain", explain)
+    return open_registry(opts, pillar, via, place="declared").place(str(vm), explain)
 
 
-def placed(opts: Mapping[str, Any], cfg: mccloud.Config, via: str | None = None) -> mccloud.Config:
-    """``cfg`` with its VMs declared without a node on the nodes the store
-    places them on, placing those not placed yet (by policy, once: a
-    placement never moves by itself); on the controller only (its runners
-    and its own minion), which holds the store.
-
-    The placements the store holds always apply: a VM whose size does not
-    read, that fits nowhere, or a placement pillar that does not read
-    fails alone (the calls about that VM, and ``mc_cloud.drift``, say why);
-    the VMs placed before keep their node. When the store cannot be read,
-    no VM declared without a node is placed, and each says why (destroying
-    repairs then see them as unplaced, never as gone)."""
-    try:
-        anywhere = cfg.anywhere_vms()
-    except MccloudError as exc:
-        log.warning("mccloud: the VMs declared without a compute node do not read: %s", exc)
-        return cfg  # every call that reads them says why; nothing is placed
-    if not anywhere:
-        return cfg
-    if opts.get("__role") != "master" and opts.get("id") != cfg.cloud_settings().get("master"):
-        return cfg  # only the controller places (it holds the store)
-    try:
-        done = registry_for(opts, cfg, via).place_all()
-    except MccloudError as exc:
-        log.error("mccloud: the placements of the VMs declared without a compute node could not be read: %s", exc)
-        why = f"the store's placements could not be read: {exc}"
-        return cfg.with_placements({}, {vm: why for vm in anywhere})
-    for vm, why in sorted(done["unplaced"].items()):
-        log.warning("mccloud: VM %s is not placed: %s", vm, why)
-    return cfg.with_placements(done["placed"], done["unplaced"])
-
-
-def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:
-    """Store directory: ``$MCCLOUD_STORE_DIR``, else the ``mccloud_store_dir``
+def store_location(opts: Mapping[str, Any], given: str | None = None, postgres: bool = True) -> str:
+    """What the registry opens (the one place it is resolved): ``given``
+    (the command line's ``--store``); else, with ``postgres``, a PostgreSQL
+    store (``$MCCLOUD_STORE``, else the ``mccloud_store`` configuration
+    key, of this configuration or of the master's beside it); else the
+    store directory: ``$MCCLOUD_STORE_DIR``, else the ``mccloud_store_dir``
     configuration key, else the master's store when a master configuration
     sits beside this minion's, else ``<pillar_roots.base[0]>/cloud-controller``."""
-    return os.environ.get(STORE_ENV) or opts.get(STORE_OPT) or _master_side_store(opts) or cfg.default_store_dir()
+    if given:
+        return str(given)
+    if postgres:
+        database = os.environ.get(DB_ENV) or opts.get(DB_OPT) or _master_side(opts, DB_OPT)
+        if database:
+            return str(database)
+    return str(os.environ.get(STORE_ENV) or opts.get(STORE_OPT) or _master_side_store(opts)
+               or mccloud.Config(context(opts, {}), {}).default_store_dir())
+
+
+def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config | None = None) -> str:
+    """The store directory of :func:`store_location` (a PostgreSQL store
+    notwithstanding)."""
+    return store_location(opts, postgres=False)
 
 
 #: Environment variable and configuration key naming a PostgreSQL store
@@ -174,18 +189,10 @@ DB_ENV = "MCCLOUD_STORE"
 DB_OPT = "mccloud_store"
 
 
-def store_location(opts: Mapping[str, Any], cfg: mccloud.Config) -> str:
-    """What the registry opens: a PostgreSQL store (``$MCCLOUD_STORE``,
-    else the ``mccloud_store`` configuration key, of this configuration or
-    of the master's beside it), else the store directory (:func:`store_dir`)."""
-    return (os.environ.get(DB_ENV) or opts.get(DB_OPT) or _master_side(opts, DB_OPT)
-            or store_dir(opts, cfg))
-
-
 def _master_beside(opts: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The master configuration beside this minion's (``<config dir>/master``),
     if any; read once per process and file version."""
-    if opts.get("__role") == "master":
+    if opts.get("__role") == "master" or not config_dir(opts):
         return None
     master_file = os.path.join(config_dir(opts), "master")
     try:
@@ -220,17 +227,6 @@ def _master_side_store(opts: Mapping[str, Any]) -> str | None:
         return str(master[STORE_OPT])
     roots = (master.get("pillar_roots") or {}).get("base") or []
     return os.path.join(str(roots[0]), "cloud-controller") if roots else None
-
-
-def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Registry:
-    """The registry of the controller behind ``opts``."""
-    return registry_for(opts, config(opts, pillar))
-
-
-def registry_for(opts: Mapping[str, Any], cfg: mccloud.Config, via: str | None = None) -> mccloud.Registry:
-    """The registry over ``cfg`` (a configuration already built), its
-    changes journaled as made by :func:`caller`."""
-    return mccloud.Registry(cfg, store_location(opts, cfg), caller(opts, via))
 
 
 def caller(opts: Mapping[str, Any], via: str | None = None) -> str:
@@ -276,7 +272,7 @@ def share_ca(opts: Mapping[str, Any], cfg: mccloud.Config, ssl_dir: str) -> None
     """Shares the controller's CA under ``ssl_dir`` through the PostgreSQL
     store, when the registry is on one (every controller then serves the
     same CA's certificates)."""
-    location = store_location(opts, cfg)
+    location = store_location(opts)
     if mccloud.is_postgres(location):
         from mccloud import pki
 
@@ -290,15 +286,6 @@ def declared_type(cfg: mccloud.Config, cn: str, vm: str) -> str:
         raise mccloud.NotFoundError(f"VM {vm} is not declared on compute node {cn}: declare it in "
                                     f"pillar (makina-states.cloud.<vt>.vms.{cn})")
     return str(vms[vm])
-
-
-def with_vm_values(pillar: Mapping[str, Any], vt: str, cn: str, vm: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``pillar`` where ``values`` are added to the declaration of
-    ``vm`` (as its flat key ``makina-states.cloud.<vt>.vms.<cn>.<vm>``)."""
-    key = f"{PILLAR_PREFIX}cloud.{vt}.vms.{cn}.{vm}"
-    copy = dict(saltcompat.pillar_items(pillar))
-    own = copy.get(key)
-    return {**copy, key: {**(own if isinstance(own, Mapping) else {}), **values}}
 
 
 def node_settings(opts: Mapping[str, Any], cfg: mccloud.Config, reg: mccloud.Registry, cn: str,

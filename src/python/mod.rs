@@ -157,45 +157,15 @@ pub struct Config {
 
 #[pymethods]
 impl Config {
-    /// `placements`: where the VMs declared without a node were placed
-    /// (VM → node, as `Registry.place_all` answers).
+    /// The configuration as declared: its VMs declared without a node are
+    /// on no node (`Registry.open` puts them where the store placed them).
     #[new]
-    #[pyo3(signature = (context, pillar, placements=None))]
-    fn new(
-        context: &Bound<'_, PyDict>,
-        pillar: &Bound<'_, PyAny>,
-        placements: Option<std::collections::BTreeMap<String, String>>,
-    ) -> PyResult<Self> {
+    fn new(context: &Bound<'_, PyDict>, pillar: &Bound<'_, PyAny>) -> PyResult<Self> {
         let ctx = self::context(context.as_any())?;
         let pillar = input::pillar(pillar).map_err(InvalidInputError::new_err)?;
-        let inner = crate::Config::new(ctx, pillar);
         Ok(Config {
-            inner: match placements {
-                Some(p) if !p.is_empty() => inner.with_placements(p, Default::default()),
-                _ => inner,
-            },
+            inner: crate::Config::new(ctx, pillar),
         })
-    }
-
-    /// The same configuration with the VMs declared without a node on the
-    /// nodes `placements` names (VM → node); `unplaced`: those not placed,
-    /// with why (what the calls about them, and drift, say).
-    #[pyo3(signature = (placements, unplaced=None))]
-    fn with_placements(
-        &self,
-        placements: std::collections::BTreeMap<String, String>,
-        unplaced: Option<std::collections::BTreeMap<String, String>>,
-    ) -> Config {
-        Config {
-            inner: self
-                .inner
-                .with_placements(placements, unplaced.unwrap_or_default()),
-        }
-    }
-
-    /// The names of the VMs declared without a compute node.
-    fn anywhere_vms(&self) -> PyResult<Vec<String>> {
-        Ok(self.inner.anywhere().map_err(to_py)?.into_keys().collect())
     }
 
     /// The global cloud settings (`mc_cloud.settings`): paths, mode,
@@ -267,6 +237,10 @@ impl Config {
 #[pyclass(frozen, module = "mccloud._native")]
 pub struct Registry {
     inner: crate::Registry,
+    /// The configuration it computes with, as Python sees it.
+    config: Py<Config>,
+    /// What opening it found for the log: `(level, message)`.
+    notes: Vec<(&'static str, String)>,
 }
 
 #[pymethods]
@@ -277,17 +251,82 @@ impl Registry {
     #[pyo3(signature = (config, store_dir, caller=None))]
     fn new(
         py: Python<'_>,
-        config: &Config,
+        config: Py<Config>,
         store_dir: &str,
         caller: Option<&str>,
     ) -> PyResult<Self> {
-        let cfg = config.inner.clone();
+        let cfg = config.get().inner.clone();
         let inner = py
             .detach(|| crate::Registry::open(cfg, std::path::Path::new(store_dir)))
             .map_err(to_py)?;
         Ok(Registry {
             inner: inner.with_caller(caller.unwrap_or_default()),
+            config,
+            notes: vec![],
         })
+    }
+
+    /// The front door: the registry of the configuration `context` and
+    /// `pillar` make, over the store `location`, its changes journaled as
+    /// made by `caller`. `place` says what becomes of the VMs declared
+    /// without a compute node: `declared` (on no node), `stored` (on the
+    /// nodes the store placed them on; reads only), `rest` (those, then the
+    /// others placed by policy: a write) or `existing` (`rest` when the
+    /// store exists, else `stored`). Only the controller reads or makes
+    /// placements: a caller that says it is (`controller`), else the
+    /// minion the pillar names (`makina-states.cloud.master`).
+    #[staticmethod]
+    #[pyo3(signature = (context, pillar, location, caller=None, place="stored", controller=false))]
+    fn open(
+        py: Python<'_>,
+        context: &Bound<'_, PyDict>,
+        pillar: &Bound<'_, PyAny>,
+        location: &str,
+        caller: Option<&str>,
+        place: &str,
+        controller: bool,
+    ) -> PyResult<Self> {
+        let session = crate::registry::Session {
+            context: self::context(context.as_any())?,
+            pillar: input::pillar(pillar).map_err(InvalidInputError::new_err)?,
+            location,
+            caller: caller.unwrap_or_default(),
+            placing: crate::registry::Place::parse(place).map_err(to_py)?,
+            controller,
+        };
+        let (inner, notes) = py
+            .detach(|| crate::Registry::session(session))
+            .map_err(to_py)?;
+        let config = Py::new(
+            py,
+            Config {
+                inner: inner.config().clone(),
+            },
+        )?;
+        let notes = notes
+            .into_iter()
+            .map(|n| (if n.error { "error" } else { "warning" }, n.message))
+            .collect();
+        Ok(Registry {
+            inner,
+            config,
+            notes,
+        })
+    }
+
+    /// The configuration this registry computes with (its VMs declared
+    /// without a node on the nodes it was opened with).
+    #[getter]
+    fn config(&self, py: Python<'_>) -> Py<Config> {
+        self.config.clone_ref(py)
+    }
+
+    /// What opening this registry found for the log, as `(level,
+    /// message)` pairs (`warning` or `error`): VMs declared without a node
+    /// that are not placed, and why.
+    #[getter]
+    fn notes(&self) -> Vec<(&'static str, String)> {
+        self.notes.clone()
     }
 
     /// The store: the SQLite file, or the PostgreSQL database (without
@@ -338,21 +377,47 @@ impl Registry {
     }
 
     /// VM `vm`'s IP on node `cn`, allocated on first call (its declared IP
-    /// when it declares one).
-    fn find_ip(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
-        py.detach(|| self.inner.find_ip(cn, vm)).map_err(to_py)
+    /// when it declares one, else `default` when it holds no allocation
+    /// yet).
+    #[pyo3(signature = (cn, vm, default=None))]
+    fn find_ip(
+        &self,
+        py: Python<'_>,
+        cn: &str,
+        vm: &str,
+        default: Option<&str>,
+    ) -> PyResult<String> {
+        py.detach(|| self.inner.find_ip_or(cn, vm, default))
+            .map_err(to_py)
     }
 
     /// VM `vm`'s MAC on node `cn`, allocated on first call (its declared
-    /// MAC when it declares one).
-    fn find_mac(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
-        py.detach(|| self.inner.find_mac(cn, vm)).map_err(to_py)
+    /// MAC when it declares one, else `default` when it holds no
+    /// allocation yet).
+    #[pyo3(signature = (cn, vm, default=None))]
+    fn find_mac(
+        &self,
+        py: Python<'_>,
+        cn: &str,
+        vm: &str,
+        default: Option<&str>,
+    ) -> PyResult<String> {
+        py.detach(|| self.inner.find_mac_or(cn, vm, default))
+            .map_err(to_py)
     }
 
     /// VM `vm`'s root password on node `cn`, generated on first call (its
-    /// declared password when it declares one).
-    fn find_password(&self, py: Python<'_>, cn: &str, vm: &str) -> PyResult<String> {
-        py.detach(|| self.inner.find_password(cn, vm))
+    /// declared password when it declares one, else `default` when it
+    /// holds no allocation yet).
+    #[pyo3(signature = (cn, vm, default=None))]
+    fn find_password(
+        &self,
+        py: Python<'_>,
+        cn: &str,
+        vm: &str,
+        default: Option<&str>,
+    ) -> PyResult<String> {
+        py.detach(|| self.inner.find_password_or(cn, vm, default))
             .map_err(to_py)
     }
 
@@ -452,13 +517,6 @@ impl Registry {
     /// incomplete (`unknown`); see `mc_cloud.drift`. Reads only.
     fn expected_minions(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.expected_minions());
-        out(py, r)
-    }
-
-    /// Places the VMs declared without a compute node not placed yet:
-    /// ``placed`` (VM → node, every placement) and ``unplaced`` (VM → why).
-    fn place_all(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let r = py.detach(|| self.inner.place_all());
         out(py, r)
     }
 

@@ -15,6 +15,7 @@ use crate::drivers::lxc::LXC;
 use crate::pools::mac;
 use crate::settings::{Context, COMPUTE_NODE};
 
+mod session;
 mod tallies;
 
 const CN: &str = "cn1.local";

@@ -332,3 +332,21 @@ def test_store_backup_and_check_commands(salt_env: SaltEnv, tmp_path: Any) -> No
     dest.rename(restored / "registry.sqlite")
     ok = subprocess.run(["mccloud", "store", "check", "--store", str(restored), "-o", "json"], capture_output=True, text=True)
     assert ok.returncode == 0 and json.loads(ok.stdout)["identity"] == report["identity"]
+
+
+@pytest.mark.parametrize("command", [["inventory"], ["drift"], ["repair"], ["metrics"], ["audit"],
+                                     ["audit", "prune", "--before", "2020-01-01"]])
+def test_a_store_directory_that_does_not_exist_is_an_error(salt_env: SaltEnv, tmp_path: Any,
+                                                           command: list[str]) -> None:
+    import os
+    import subprocess
+
+    salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
+    missing = tmp_path / "mistyped"
+    pillar = ["--pillar", str(salt_env.base / "pillar" / "cloud.sls")] if command[0] != "audit" else []
+    env = {k: v for k, v in os.environ.items() if k not in ("MCCLOUD_STORE_DIR", "MCCLOUD_STORE")}
+    p = subprocess.run(["mccloud", *command, "--store", str(missing), *pillar], capture_output=True, text=True,
+                       env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"cannot open store '{missing}': No such file or directory" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not missing.exists()  # nothing is created either

@@ -97,9 +97,10 @@ def test_inventory_bad_input_is_one_line_and_exit_1(salt_env: SaltEnv, tmp_path:
 def test_inventory_warns_without_a_store_and_fails_on_a_broken_node(salt_env: SaltEnv, sample: dict[str, Any],
                                                                     tmp_path: Path) -> None:
     pillar = salt_env.base / "pillar" / "cloud.sls"
-    p = mccloud(None, "inventory", "--store", str(tmp_path / "mistyped"), "--pillar", str(pillar))
-    assert p.returncode == 0 and f"no store at {tmp_path / 'mistyped'}" in p.stderr, p.stderr
-    assert not (tmp_path / "mistyped").exists()  # reading never creates a store
+    (tmp_path / "empty").mkdir()
+    p = mccloud(None, "inventory", "--store", str(tmp_path / "empty"), "--pillar", str(pillar))
+    assert p.returncode == 0 and f"no store at {tmp_path / 'empty'}" in p.stderr, p.stderr
+    assert list((tmp_path / "empty").iterdir()) == []  # reading never creates a store
     broken = copy.deepcopy(sample)
     broken["makina-states.cloud.lxc.vms.other.local"] = {"../../etc": {}}
     salt_env.set_pillar(broken)

@@ -49,11 +49,11 @@ def test_the_minion_beside_a_master_shares_its_store(tmp_path: Path, monkeypatch
     (conf / "master").write_text(json.dumps({"root_dir": str(tmp_path), "pillar_roots": {"base": ["/srv/ms-pillar"]}}))
     minion_opts = {"__role": "minion", "config_dir": str(conf), "id": "ctl",
                    "pillar_roots": {"base": ["/srv/pillar"]}}
-    cfg = saltsupport.config(minion_opts, {})
+    cfg = saltsupport.open_config(minion_opts, {})
     assert saltsupport.store_dir(minion_opts, cfg) == "/srv/ms-pillar/cloud-controller"
     master_opts = {"__role": "master", "config_dir": str(conf), "id": "ctl_master",
                    "pillar_roots": {"base": ["/srv/ms-pillar"]}}
-    assert saltsupport.store_dir(master_opts, saltsupport.config(master_opts, {})) == "/srv/ms-pillar/cloud-controller"
+    assert saltsupport.store_dir(master_opts, saltsupport.open_config(master_opts, {})) == "/srv/ms-pillar/cloud-controller"
     # An explicit setting wins, and a lone minion keeps its own pillar root.
     assert saltsupport.store_dir({**minion_opts, "mccloud_store_dir": "/x"}, cfg) == "/x"
     (conf / "master").unlink()

@@ -24,7 +24,7 @@ def settings():
 
         mastersalt-call mc_cloud.settings
     """
-    return _ms.config(__opts__, __pillar__).cloud_settings()
+    return _ms.open_config(__opts__, __pillar__).cloud_settings()
 
 
 @_ms.salt_errors
@@ -38,7 +38,7 @@ def inventory():
 
         mastersalt-call mc_cloud.inventory
     """
-    return _ms.registry(__opts__, __pillar__).inventory()
+    return _ms.open_registry(__opts__, __pillar__).inventory()
 
 
 def is_vm():

@@ -13,8 +13,11 @@ def __virtual__():
     return __virtualname__
 
 
-def _registry():
-    return _ms.registry(__opts__, __pillar__)
+def _registry(place="rest"):
+    """The controller's registry; ``place="rest"`` (the allocating calls)
+    places the VMs declared without a node not placed yet, ``"stored"``
+    (the getters) only reads where the store placed them."""
+    return _ms.open_registry(__opts__, __pillar__, place=place)
 
 
 @_ms.salt_errors
@@ -28,7 +31,7 @@ def settings():
 
         mastersalt-call mc_cloud_compute_node.settings
     """
-    return _ms.config(__opts__, __pillar__).compute_node_settings()
+    return _ms.open_config(__opts__, __pillar__).compute_node_settings()
 
 
 @_ms.salt_errors
@@ -55,7 +58,7 @@ KNOWN_VTS = ("docker", "xen", "lxc", "kvm")
 
 
 def _cfg():
-    return _ms.config(__opts__, __pillar__)
+    return _ms.open_config(__opts__, __pillar__)
 
 
 def _vt_of(cfg, target, vm, virt_type=None):
@@ -69,28 +72,15 @@ def _vt_of(cfg, target, vm, virt_type=None):
 
 
 def _both():
-    """The configuration and the registry over it (built once per call)."""
-    cfg = _cfg()
-    return cfg, _ms.registry_for(__opts__, cfg)
+    """The configuration and the registry over it (opened once per call;
+    an allocating call places the VMs declared without a node)."""
+    reg = _registry()
+    return reg.config, reg
 
 
-def _takes_default(cfg, reg, target, vm, key, default):
-    """Whether a ``default`` (the original's ``default=`` arguments) becomes
-    the VM's ``key``: one is given, the VM holds no allocation yet and its
-    pillar declares none."""
-    return default not in (None, "") and vm not in reg.allocated(target, "ip") \
-        and cfg.vm_declared_settings(target, vm).get(key) in (None, "")
-
-
-def _with_default(target, vm, virt_type, key, default):
-    """The registry, where ``default`` (a value, or a function making one)
-    becomes the VM's ``key`` when :func:`_takes_default`."""
-    cfg, reg = _both()
-    vt = _vt_of(cfg, target, vm, virt_type)
-    if not _takes_default(cfg, reg, target, vm, key, default):
-        return reg
-    value = default() if callable(default) else default
-    return _ms.registry(__opts__, _ms.with_vm_values(__pillar__, vt, target, vm, {key: str(value)}))
+def _default(value):
+    """A ``default=`` argument as the core takes it: text, or None."""
+    return None if value in (None, "") else str(value)
 
 
 def _ips_record(reg, target, **extra):
@@ -185,9 +175,7 @@ def find_ip_for_vm(target, vm, default=None, virt_type=None, network=None, netma
                 raise _ms.ArgumentError(
                     f"VM {vm} on compute node {target} is on {key} {own[key]}, not {given}: its network is "
                     f"declared in pillar (makina-states.cloud.lxc.defaults or the VM's own settings)")
-    if _takes_default(cfg, reg, target, vm, "ip", default):
-        reg.set_allocated_ip(target, vm, str(default))
-    return reg.find_ip(target, vm)
+    return reg.find_ip(target, vm, _default(default))
 
 
 @_ms.salt_errors
@@ -207,7 +195,9 @@ def find_mac_for_vm(target, virt_type, vm=None, default=None):
     if vm is None:
         virt_type, vm = None, virt_type
     target, vm = str(target), str(vm)
-    return _with_default(target, vm, virt_type, "mac", default).find_mac(target, vm)
+    cfg, reg = _both()
+    _vt_of(cfg, target, vm, virt_type)
+    return reg.find_mac(target, vm, _default(default))
 
 
 @_ms.salt_errors
@@ -229,7 +219,9 @@ def find_password_for_vm(target, virt_type, vm=None, default=None, pwlen=32):
     target, vm = str(target), str(vm)
     if default in (None, ""):
         default = _ms.random_password(pwlen)
-    return _with_default(target, vm, virt_type, "password", default).find_password(target, vm)
+    cfg, reg = _both()
+    _vt_of(cfg, target, vm, virt_type)
+    return reg.find_password(target, vm, _default(default))
 
 
 @_ms.salt_errors
@@ -326,7 +318,7 @@ def get_allocated_ips(target):
 
         mastersalt-call mc_cloud_compute_node.get_allocated_ips devhost10.local
     """
-    return _ips_record(_registry(), target)
+    return _ips_record(_registry("stored"), target)
 
 
 @_ms.salt_errors
@@ -385,8 +377,8 @@ def _cleanup(target, apply, max_changes, window):
         raise _ms.MccloudError("the pillar does not render (" + "; ".join(map(str, __pillar__["_errors"]))
                                + "): nothing is freed while the declarations are unknown")
     target = str(target)
-    reg = _registry()
     env = repair.controller_env(__opts__, __pillar__, "mc_cloud_compute_node.cleanup")
+    reg = env.registry
     out = repair.repair(env, target, apply, False, window, max_changes, frees_only=True)
     if out.get("refused") or out["errors"]:
         raise _ms.MccloudError("; ".join([*(f"{k}: {v}" for k, v in sorted(out["errors"].items())),

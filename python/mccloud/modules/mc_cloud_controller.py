@@ -30,7 +30,7 @@ def settings():
 
         mastersalt-call mc_cloud_controller.settings
     """
-    return _ms.config(__opts__, __pillar__).controller_settings()
+    return _ms.open_config(__opts__, __pillar__).controller_settings()
 
 
 def gen_id(name):
@@ -47,7 +47,7 @@ def gen_id(name):
 
 def _ssl():
     """``(ssl_pillar_dir, ssl.ca settings, ssl.cert_days)``."""
-    cfg = _ms.config(__opts__, __pillar__)
+    cfg = _ms.open_config(__opts__, __pillar__)
     cloud = cfg.cloud_settings()
     _ms.share_ca(__opts__, cfg, cloud["ssl_pillar_dir"])
     return cloud["ssl_pillar_dir"], cloud["ssl"]["ca"], cloud["ssl"]["cert_days"]

@@ -19,4 +19,4 @@ def settings():
 
         mastersalt-call mc_cloud_images.settings
     """
-    return _ms.config(__opts__, __pillar__).images_settings()
+    return _ms.open_config(__opts__, __pillar__).images_settings()

@@ -20,7 +20,7 @@ def settings():
 
         mastersalt-call mc_cloud_lxc.settings
     """
-    return _ms.config(__opts__, __pillar__).lxc_settings()
+    return _ms.open_config(__opts__, __pillar__).lxc_settings()
 
 
 @_ms.salt_errors
@@ -36,4 +36,4 @@ def get_settings_for_vm(target, vm, full=True):
         mastersalt-call mc_cloud_lxc.get_settings_for_vm devhost10.local mysupertest3.foo.com
     """
     full = _ms.boolean("full", full)
-    return _ms.registry(__opts__, __pillar__).vm_settings(str(target), str(vm), full)
+    return _ms.open_registry(__opts__, __pillar__, place="rest").vm_settings(str(target), str(vm), full)

@@ -20,7 +20,7 @@ def settings():
 
         mastersalt-call mc_cloud_saltify.settings
     """
-    return _ms.config(__opts__, __pillar__).saltify_settings()
+    return _ms.open_config(__opts__, __pillar__).saltify_settings()
 
 
 @_ms.salt_errors
@@ -34,7 +34,7 @@ def settings_for_target(name):
 
         mastersalt-call mc_cloud_saltify.settings_for_target baremetal1.foo.com
     """
-    return _ms.config(__opts__, __pillar__).saltify_target(str(name))
+    return _ms.open_config(__opts__, __pillar__).saltify_target(str(name))
 
 
 def gen_id(name):

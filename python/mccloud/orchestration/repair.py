@@ -42,9 +42,8 @@ def controller_env(opts: Mapping[str, Any], pillar: Mapping[str, Any], name: str
                                     f"configuration {master} does not exist here: run it on the controller "
                                     "(mastersalt-call there, or mastersalt-run mc_cloud.repair)")
     mopts = saltcompat.master_config(master)
-    cfg = saltsupport.config(opts, pillar)
-    context = {"mccloud.pillar": dict(pillar), "mccloud.config": cfg,
-               "mccloud.registry": saltsupport.registry_for(opts, cfg, f"salt-call {name}")}
+    reg = saltsupport.open_registry(opts, pillar, f"salt-call {name}", place="rest")
+    context = {"mccloud.pillar": dict(pillar), "mccloud.config": reg.config, "mccloud.registry": reg}
     return Env(mopts, saltcompat.runners(mopts), context, None, name)
 
 

@@ -175,14 +175,17 @@ class Env:
 
     @property
     def config(self) -> mccloud.Config:
-        return cast(mccloud.Config, self._cached("mccloud.config", lambda: saltsupport.config(self.opts, self.pillar)))
+        """The configuration of :attr:`registry`."""
+        return cast(mccloud.Config, self._cached("mccloud.config", lambda: self.registry.config))
 
     @property
     def registry(self) -> mccloud.Registry:
-        """The controller's registry. One object serves every thread: it is
-        a frozen class whose store sits behind a lock."""
+        """The controller's registry (see :func:`saltsupport.open_registry`);
+        the VMs declared without a node not placed yet are placed as it
+        opens (runners orchestrate them). One object serves every thread:
+        it is a frozen class whose store sits behind a lock."""
         def make() -> mccloud.Registry:
-            return saltsupport.registry_for(self.opts, self.config, f"salt-run {self.name}")
+            return saltsupport.open_registry(self.opts, self.pillar, f"salt-run {self.name}", place="rest")
         return cast(mccloud.Registry, self._cached("mccloud.registry", make))
 
     @property
