@@ -18,7 +18,8 @@ import mccloud
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import VM_SLS_STEPS, VM_STEPS, compute_node_deploy, sls_root, transport
-from mccloud.orchestration.generic import MANY_VM_SLS, NODE_VM_SLS
+from mccloud.orchestration.deploy import NODE_VM_SLS
+from mccloud.orchestration.parallel import MANY_VM_SLS
 
 from tests.support.runners import Jobs, Offline
 from tests.support.sls import ALL_SLS, CN, ROOT, data_for, show_sls, show_sls_pillar  # noqa: F401
