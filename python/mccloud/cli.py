@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Any, Sequence
 
 import mccloud
-from mccloud import saltcompat, saltsupport
+from mccloud import reports, saltcompat, saltsupport
 
 DEFAULT_MASTERSALT_DIR = "/etc/mastersalt"
 
@@ -242,27 +242,7 @@ def inventory(args: argparse.Namespace) -> int:
                                         + (f" of {', '.join(args.node)}" if args.node else ""))
         inv = {n: v for n, v in inv.items() if v["vms"]}
 
-    def table() -> str:
-        def room(node: dict[str, Any]) -> str:
-            cap = node.get("capacity") or {}
-            used, total = cap.get("used") or {}, cap.get("capacity") or {}
-            return " ".join(f"{k} {used.get(k, 0)}/{v}" for k, v in total.items() if v is not None)
-
-        nodes = [[cn, ",".join(n.get("virt_types") or []), "yes" if n.get("declared") else "no", str(len(n["vms"])),
-                  str((n.get("free") or {}).get("ips", "")), str((n.get("free") or {}).get("ssh_ports", "")),
-                  room(n), n.get("error") or ""] for cn, n in sorted(inv.items())]
-        vms = [[cn, vm, v.get("vt") or "", v.get("ip") or "", v.get("mac") or "",
-                f"{v['ssh_username']}@{v['ssh_host']}:{v['ssh_port']}" if v.get("ssh_port") else "",
-                str(v.get("snmp_port") or ""), "yes" if v.get("declared") else "no"]
-               for cn, n in sorted(inv.items()) for vm, v in sorted(n["vms"].items())]
-        parts = [_table(nodes, ["NODE", "TYPES", "DECLARED", "VMS", "FREE IPS", "FREE SSH PORTS", "USED/CAPACITY",
-                                "ERROR"])]
-        if vms:
-            parts.append(_table(vms, ["NODE", "VM", "VT", "IP", "MAC", "SSH (root, through the node)", "SNMP",
-                                      "DECLARED"]))
-        return "\n\n".join(parts) if nodes else ""
-
-    _emit(inv, args.output, table)
+    _emit(inv, args.output, lambda: reports.inventory_text(inv))
     if not inv:
         print("no compute node declared or in the store", file=sys.stderr)
     broken = sorted(cn for cn, n in inv.items() if n.get("error"))
@@ -407,10 +387,12 @@ def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
                                      place="existing", store=_read_store_of(args))
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    """``rows`` under ``header``, in aligned columns."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *rows])
+def _print_report(table: str, notes: Sequence[str]) -> None:
+    """A report's table (if any) on standard output, its notes on standard error."""
+    if table:
+        print(table)
+    for line in notes:
+        print(line, file=sys.stderr)
 
 
 def drift(args: argparse.Namespace) -> int:
@@ -421,19 +403,7 @@ def drift(args: argparse.Namespace) -> int:
     if args.output != "table":
         _emit(out, args.output, str)
         return int(out["retcode"])
-
-    def shown(value: Any) -> str:
-        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-    findings = out["findings"]
-    if findings:
-        print(_table([[f["node"], f["vm"], f["kind"], shown(f["expected"]), shown(f["found"])] for f in findings],
-                     ["NODE", "VM", "KIND", "EXPECTED", "FOUND"]))
-    for cn, why in sorted(out["errors"].items()):
-        print(f"compute node {cn} not checked: {why}", file=sys.stderr)
-    checked = len(out["nodes"]) - len(out["errors"])
-    print(f"{len(findings)} finding(s) on {checked} compute node(s) checked" if findings
-          else f"no drift on {checked} compute node(s) checked", file=sys.stderr)
+    _print_report(reports.DRIFT.text(out["findings"]), reports.drift_notes(out))
     return int(out["retcode"])
 
 
@@ -450,22 +420,7 @@ def repair(args: argparse.Namespace) -> int:
     if args.output != "table":
         _emit(out, args.output, str)
         return int(out["retcode"])
-    steps = out["steps"]
-    if steps:
-        def done(s: dict[str, Any]) -> str:
-            d = s.get("done")
-            return "" if d is None else d if isinstance(d, str) else json.dumps(d, sort_keys=True)
-
-        print(_table([[s["node"], s["vm"], s["kind"], s["action"], str(s["seen"]),
-                       "yes" if s["ready"] else "no", done(s) or s["plan"]] for s in steps],
-                     ["NODE", "VM", "KIND", "ACTION", "SEEN", "READY", "DONE/PLAN"]))
-    for cn, why in sorted(out["errors"].items()):
-        print(f"compute node {cn} not checked: {why}", file=sys.stderr)
-    if any(s["action"] == "free" for s in steps):
-        print("leaked allocations are freed only by mastersalt-run mc_cloud.repair, which asks the nodes "
-              "whether the guests still exist", file=sys.stderr)
-    what = "applied" if out["applied"] else "planned (--apply carries it out)"
-    print(f"{len(steps)} step(s) {what}" if steps else "nothing to repair", file=sys.stderr)
+    _print_report(reports.REPAIR.text(out["steps"]), reports.repair_notes(out))
     return int(out["retcode"])
 
 
@@ -488,14 +443,7 @@ def audit(args: argparse.Namespace) -> int:
     if args.output != "table":
         _emit(entries, args.output, str)
         return 0
-    if entries:
-        def shown(values: dict[str, Any] | None) -> str:
-            return " ".join(f"{k}={v}" for k, v in (values or {}).items())
-
-        print(_table([[e["at"], e["caller"], e["kind"], e["node"], e["vm"], ",".join(e["what"]),
-                       shown(e["before"]), shown(e["after"])] for e in entries],
-                     ["AT", "CALLER", "KIND", "NODE", "VM", "WHAT", "BEFORE", "AFTER"]))
-    print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", file=sys.stderr)
+    _print_report(reports.AUDIT.text(entries), reports.audit_notes(entries))
     return 0
 
 
@@ -572,11 +520,41 @@ def version() -> str:
     return f"mccloud {of('mccloud')} (Salt {of('salt')}, Python {platform.python_version()})"
 
 
+def _output(p: argparse.ArgumentParser, default: str = "table") -> None:
+    """``--output``/``-o``: a table, JSON or YAML."""
+    p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default=default,
+                   help="a table (the default), or the whole answer as JSON or YAML")
+
+
+def _audit_parser(p: argparse.ArgumentParser) -> None:
+    """The options of ``mccloud audit`` and its ``prune`` subcommand."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--vm", help="entries of this VM")
+    p.add_argument("--node", help="entries on this compute node")
+    p.add_argument("--kind", help="entries of this kind (allocated, freed, moved, secret_created, key_seeded, …)")
+    p.add_argument("--since", help="entries at or after this UTC date or time (2026-11-26, 2026-11-26T10:00Z)")
+    p.add_argument("--limit", type=int, help="only the newest N entries")
+    _registry_arguments(p, pillar=False)
+    _output(p)
+    audits = p.add_subparsers(dest="audit_command", metavar="prune", required=False)
+    # Options left out keep the values given before "prune" (or their defaults).
+    p = audits.add_parser("prune", help="delete the entries written before a date", formatter_class=fmt,
+                          description=" ".join((audit_prune.__doc__ or "").split()),
+                          epilog="examples:\n  mccloud audit prune --before 2026-01-01\n"
+                                 "  mccloud audit prune --before 2026-11-26T10:00Z -o json",
+                          argument_default=argparse.SUPPRESS)
+    p.add_argument("--before", required=True, help="delete the entries written before this UTC date or time "
+                   "(2026-01-01, 2026-01-01T10:00Z)")
+    _registry_arguments(p, pillar=False)
+    _output(p, default=argparse.SUPPRESS)
+
+
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mccloud", description=__doc__, formatter_class=fmt)
     parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    output = _output
 
     def command(name: str, func: Any, summary: str, examples: str = "", **kw: Any) -> argparse.ArgumentParser:
         doc = " ".join((func.__doc__ or summary).split())
@@ -584,10 +562,6 @@ def _parser() -> argparse.ArgumentParser:
                            epilog=f"examples:\n{examples}" if examples else None, **kw)
         p.set_defaults(func=func)
         return p
-
-    def output(p: argparse.ArgumentParser, default: str = "table") -> None:
-        p.add_argument("--output", "-o", choices=("table", "json", "yaml"), default=default,
-                       help="a table (the default), or the whole answer as JSON or YAML")
 
     p = command("demo", demo, "run the registry on the sample pillar (masterless, no LXC)",
                 "  mccloud demo --dir ./demo")
@@ -615,27 +589,9 @@ def _parser() -> argparse.ArgumentParser:
                    "(seconds, or 30m, 24h, 7d; default: pillar makina-states.cloud.repair.window, else 24h)")
     _registry_arguments(p)
     output(p)
-    p = command("audit", audit, "the audit journal: who changed what in the registry, and when",
-                "  mccloud audit --vm web1.example.com\n  mccloud audit --kind freed --since 2026-11-01 -o json\n"
-                "  mccloud audit prune --before 2026-01-01")
-    p.add_argument("--vm", help="entries of this VM")
-    p.add_argument("--node", help="entries on this compute node")
-    p.add_argument("--kind", help="entries of this kind (allocated, freed, moved, secret_created, key_seeded, …)")
-    p.add_argument("--since", help="entries at or after this UTC date or time (2026-11-26, 2026-11-26T10:00Z)")
-    p.add_argument("--limit", type=int, help="only the newest N entries")
-    _registry_arguments(p, pillar=False)
-    output(p)
-    audits = p.add_subparsers(dest="audit_command", metavar="prune", required=False)
-    # Options left out keep the values given before "prune" (or their defaults).
-    p = audits.add_parser("prune", help="delete the entries written before a date", formatter_class=fmt,
-                          description=" ".join((audit_prune.__doc__ or "").split()),
-                          epilog="examples:\n  mccloud audit prune --before 2026-01-01\n"
-                                 "  mccloud audit prune --before 2026-11-26T10:00Z -o json",
-                          argument_default=argparse.SUPPRESS)
-    p.add_argument("--before", required=True, help="delete the entries written before this UTC date or time "
-                   "(2026-01-01, 2026-01-01T10:00Z)")
-    _registry_arguments(p, pillar=False)
-    output(p, default=argparse.SUPPRESS)
+    _audit_parser(command("audit", audit, "the audit journal: who changed what in the registry, and when",
+                          "  mccloud audit --vm web1.example.com\n  mccloud audit --kind freed --since 2026-11-01 -o json\n"
+                          "  mccloud audit prune --before 2026-01-01"))
     p = command("metrics", metrics, "the registry's figures in the Prometheus text format",
                 "  mccloud metrics\n  mccloud metrics --textfile /var/lib/node_exporter/mccloud.prom")
     p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "

@@ -20,7 +20,7 @@ import yaml
 
 from mccloud.cli import sample_pillar
 from mccloud.drivers import lxc
-from mccloud.orchestration.generic import with_node_registry
+from mccloud.orchestration.deploy import with_node_registry
 from tests.support.minion import Minion
 from tests.support.pillars import FLAGS
 from tests.support.runners import Offline

@@ -20,7 +20,7 @@ from mccloud import localreg
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import compute_node_deploy, minions, transport, vm_provision
-from mccloud.orchestration.generic import controller_data
+from mccloud.orchestration.deploy import controller_data
 from tests.support.pillars import CLOUD, FLAG_NAMES, RealPillar, corpus
 from tests.support.runners import Jobs, Minions, Offline
 

@@ -18,7 +18,8 @@ import mccloud
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import VM_SLS_STEPS, VM_STEPS, compute_node_deploy, sls_root, transport
-from mccloud.orchestration.generic import MANY_VM_SLS, NODE_VM_SLS
+from mccloud.orchestration.deploy import NODE_VM_SLS
+from mccloud.orchestration.parallel import MANY_VM_SLS
 
 from tests.support.runners import Jobs, Offline
 from tests.support.sls import ALL_SLS, CN, ROOT, data_for, show_sls, show_sls_pillar  # noqa: F401
@@ -250,3 +251,41 @@ def test_an_unprivileged_vm_names_the_directory_its_root_cannot_traverse(
     vm["vm"]["idmap_base"], vm["vm"]["privileged"] = None, True
     privileged = json.loads(show_sls(tmp_path, "makina-states.cloud.lxc.vm.spawn", vm).stdout)["local"]
     assert "mccloud-lxc-vm-traverse" not in privileged
+
+
+@pytest.mark.parametrize("rootfs, fakes, source", [
+    ("dir:/var/lib/lxc/tpl/rootfs", {}, "dir"),
+    ("/var/lib/lxc/tpl/rootfs", {}, "dir"),
+    ("btrfs:/var/lib/lxc/tpl/rootfs", {"btrfs": "exit 0"}, "btrfs"),
+    ("btrfs:/var/lib/lxc/tpl/rootfs", {"btrfs": "exit 1"}, "dir"),
+    ("zfs:tank/lxc/tpl", {}, "zfs"),
+    ("lvm:/dev/vg/tpl", {"lvs": "echo '  Vwi-a-tz--'"}, "lvm-thin"),
+    ("lvm:/dev/vg/tpl", {"lvs": "echo '  -wi-a-----'"}, "lvm"),
+])
+@pytest.mark.parametrize("backing", ["dir", "lvm", "zfs", "overlayfs"])
+def test_a_clone_takes_the_drivers_arguments_for_the_templates_storage(
+        data: dict[str, Any], tmp_path: Path, rootfs: str, fakes: dict[str, str], source: str, backing: str) -> None:
+    """The spawn SLS reads which storage the template is on and runs
+    lxc-copy with the arguments the lxc driver chose for it (data
+    ``clone``), each one argument, whatever it holds."""
+    vm = copy.deepcopy(data["vm"])
+    vm["vm"].update(backing=backing, from_container="tpl", size="10 G")
+    vm["clone"] = lxc.clone_plan(vm["vm"])
+    vm["lxc_path"] = str(tmp_path / "lxc")
+    (tmp_path / "lxc" / "tpl").mkdir(parents=True)
+    (tmp_path / "lxc" / "tpl" / "config").write_text(f"lxc.rootfs.path = {rootfs}\n")
+    p = show_sls(tmp_path, "makina-states.cloud.lxc.vm.spawn", vm)
+    assert p.returncode == 0, p.stdout + p.stderr
+    create = json.loads(p.stdout)["local"]["mccloud-lxc-vm-create"]["cmd"]
+    args = {k: v for a in create if isinstance(a, dict) for k, v in a.items()}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {**fakes, "lxc-copy": "printf '%s\\n' \"$@\""}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, **args["env"], "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    ran = subprocess.run(["bash", "-c", args["name"]], env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    copied = ran.stdout.splitlines()[:-1]  # the last line is the state's own
+    assert copied == ["-P", str(tmp_path / "lxc"), "-n", "tpl", "-N", vm["vm"]["name"],
+                      *lxc.clone_args(backing, source, bool(vm["vm"].get("idmap_base")), "10 G")]

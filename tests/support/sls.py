@@ -11,7 +11,9 @@ from typing import Any
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
 from mccloud.orchestration import sls_root
-from mccloud.orchestration.generic import bootstrap_data, controller_data, destroy_data, with_node_registry
+from mccloud.orchestration.deploy import controller_data, with_node_registry
+from mccloud.orchestration.provision import bootstrap_data
+from mccloud.orchestration.teardown import destroy_data
 from tests.support.runners import Offline
 
 CN = "cn1.example.net"

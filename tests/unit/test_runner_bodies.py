@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import pytest
 
-from mccloud.orchestration import Env, compute_node_deploy, generic, guard, minions, transport, vm_destroy, vm_orchestrate, vm_provision
+from mccloud.orchestration import Env, compute_node_deploy, guard, parallel, minions, transport, vm_destroy, vm_orchestrate, vm_provision
 from tests.support.runners import Jobs, Minions, Offline
 
 CN = "cn1.example.net"
@@ -230,7 +230,7 @@ def test_gathered_jobs_fail_only_their_own_vm(tmp_path: Path, jobs: Jobs, monkey
     assert vm_orchestrate(dirs.env, CN, concurrency=6).result
     assert jobs.shared == [] and len(jobs.sent) == len(VMS)
     jobs.sent.clear()
-    monkeypatch.setattr(generic, "MANY_VM_SLS", frozenset())
+    monkeypatch.setattr(parallel, "MANY_VM_SLS", frozenset())
     assert vm_orchestrate(offline.env, CN, concurrency=6).result
     assert jobs.shared == [] and len(jobs.sent) == len(VMS)
 

@@ -1,6 +1,7 @@
-"""The lxc driver's runner bodies (``mc_cloud_lxc`` runners) and every LXC
-fact the generic bodies need: where a container lives on its node
-(``lxc_path``, ``rootfs``), the images, which VM steps only apply an SLS.
+"""The lxc driver (:class:`LxcDriver`, behind the ``mc_cloud_lxc``
+runners) and every LXC fact the generic bodies need: where a container
+lives on its node (``lxc_path``, ``rootfs``), the images, which VM steps
+only apply an SLS, how a container is cloned.
 
 Compute-node SLS receive the node's settings from the registry; VM SLS
 receive the VM's data (see :meth:`Env.vm_data`), applied on its compute node.
@@ -15,10 +16,11 @@ from typing import TYPE_CHECKING, Any, Mapping, cast
 
 import mccloud
 from mccloud import saltsupport
-from mccloud.orchestration.generic import vm_destroy as generic_destroy
-from mccloud.orchestration.generic import vm_sls
+from mccloud.drivers.contract import Driver, NoHooks, Step, StepFunction
 from mccloud.orchestration import minions
-from mccloud.orchestration.runner import Env, Outcome, guard
+from mccloud.orchestration.provision import vm_sls
+from mccloud.orchestration.runner import Env, Outcome, guard, run
+from mccloud.orchestration.teardown import vm_destroy as generic_destroy
 
 if TYPE_CHECKING:
     from mccloud._native import NodeData
@@ -40,7 +42,7 @@ def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str,
     """What VM SLS need from the lxc driver: ``lxc_path``, ``rootfs`` (the
     container's root filesystem seen from the node), ``rootfs_lower`` (for
     an overlayfs clone, the template's root filesystem under it; else
-    None) and the images. From the VM's settings when given, else from its
+    None), the images and ``clone`` (see :func:`clone_plan`). From the VM's settings when given, else from its
     declaration (no allocation)."""
     cn = target or env.config.node_of(vm)
     s: Mapping[str, Any] = settings if settings is not None else env.config.vm_declared_settings(cn, vm)
@@ -53,7 +55,59 @@ def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str,
         "rootfs": f"{lxc_path}/{vm}/" + ("overlay/delta" if cloned_overlay else "rootfs"),
         "rootfs_lower": f"{lxc_path}/{s['from_container']}/rootfs" if cloned_overlay else None,
         "images": images(env),
+        "clone": clone_plan(s),
     }
+
+
+#: What a template container's root filesystem can be on, as its node reads
+#: it from the template's ``lxc.rootfs.path``: a ``btrfs:`` path that is no
+#: subvolume reads as ``dir`` (lxc labels a plain directory copied onto
+#: btrfs so), an lvm volume that is a thin one as ``lvm-thin``.
+CLONE_SOURCES = ("dir", "btrfs", "zfs", "lvm", "lvm-thin")
+
+
+def clone_args(backing: str, source: str, unprivileged: bool, size: str) -> list[str]:
+    """The ``lxc-copy`` arguments (after ``-P``, ``-n`` and ``-N``) that
+    clone a template whose root filesystem is on ``source`` (one of
+    :data:`CLONE_SOURCES`) into a container of ``backing`` (the VM's
+    setting). Copy-on-write where the storage allows it:
+
+    - ``overlayfs``: an overlay over the template's rootfs (``-s -B overlay``);
+    - ``btrfs``: a snapshot of the template's subvolume (``-s``) when the
+      template is on btrfs, else a new subvolume (``-B btrfs``, a copy);
+    - ``zfs``: a clone of the template's dataset (``-s``) when the template
+      is on zfs, else a new dataset (``-B zfs``, a copy);
+    - ``lvm``, ``lvm-thin``: a thin snapshot (``-s``) when the template is
+      an lvm thin volume, else a new volume of ``size`` (``-B lvm -L``);
+    - anything else (``dir``): a snapshot when the template is a btrfs
+      subvolume; else, for an ``unprivileged`` container, a copy into a
+      directory (``-B dir``: LXC idmaps no other root filesystem, so a zfs
+      or lvm template is copied into one); else a full copy as the
+      template's storage (no argument)."""
+    if backing == "overlayfs":
+        return ["-s", "-B", "overlay"]
+    if backing in ("btrfs", "zfs"):
+        return ["-s"] if source == backing else ["-B", backing]
+    if backing in ("lvm", "lvm-thin"):
+        return ["-s"] if source == "lvm-thin" else ["-B", "lvm", "-L", size]
+    if source == "btrfs":
+        return ["-s"]
+    return ["-B", "dir"] if unprivileged else []
+
+
+def clone_plan(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """How the spawn SLS clones the container of VM ``settings`` from its
+    template (``from_container``), for each storage its node may find the
+    template on (only the node can tell): ``{"args": {source: [lxc-copy
+    arguments]}, "btrfs_path": bool}``, ``btrfs_path`` when the lxc path
+    must be on btrfs (``backing: btrfs``), which the node checks first.
+    None for a container made from an image."""
+    if not settings.get("from_container"):
+        return None
+    backing = str(settings.get("backing") or "")
+    unprivileged, size = bool(settings.get("idmap_base")), str(settings.get("size") or "")
+    return {"args": {source: clone_args(backing, source, unprivileged, size) for source in CLONE_SOURCES},
+            "btrfs_path": backing == "btrfs"}
 
 
 def parse_lxc_ls(text: str) -> dict[str, dict[str, Any]]:
@@ -106,7 +160,7 @@ def vm_sls_steps() -> dict[str, str]:
 
 def vm_gathers(settings: Mapping[str, Any]) -> bool:
     """Whether the first job of lxc VM ``settings`` may serve other VMs of
-    its node too (see :class:`mccloud.orchestration.generic.Gathering`):
+    its node too (see :class:`mccloud.orchestration.parallel.Gathering`):
     only when its container is an overlayfs snapshot of a container, made
     in milliseconds. States run one after another within a job: full
     copies (dir, lvm) and containers made from an image (``*-scratch``)
@@ -269,10 +323,92 @@ def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:
 def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:
     """Stops and removes the VM's container, and, in the same job, removes
     it from the node's reverse proxy, hosts file and firewall; then frees
-    its allocations (see :func:`mccloud.orchestration.generic.vm_destroy`)."""
+    its allocations (see :func:`mccloud.orchestration.teardown.vm_destroy`)."""
     cn = target or env.config.node_of(vm)
     try:  # the VM's own lxc_path when it is still declared, else the default
         lxc_path = env.config.vm_declared_settings(cn, vm)["lxc_path"]
     except mccloud.NotFoundError:
         lxc_path = env.config.lxc_settings()["defaults"]["lxc_path"]
     return generic_destroy(env, vm, cn, f"{VM_SLS}.destroy", {"name": vm, "lxc_path": lxc_path})
+
+
+class LxcDriver(NoHooks):
+    """The lxc driver (see :class:`mccloud.drivers.contract.Driver`): the
+    bodies above over one runner invocation's ``env``. Actions answer the
+    runner's result mapping; answers raise :class:`mccloud.MccloudError`
+    (the runner module turns it into a failure)."""
+
+    vt = "lxc"
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+
+    def vm_data(self, vm: str, target: str | None, settings: Mapping[str, Any] | None) -> dict[str, Any]:
+        """See :func:`vm_data` (module function)."""
+        return vm_data(self.env, vm, target, settings)
+
+    def vm_sls_steps(self) -> dict[str, str]:
+        """See :func:`vm_sls_steps` (module function)."""
+        return vm_sls_steps()
+
+    def vm_gathers(self, settings: Mapping[str, Any]) -> bool:
+        """See :func:`vm_gathers` (module function)."""
+        return vm_gathers(settings)
+
+    def vm_bootstrap_sls(self) -> str:
+        """:data:`BOOTSTRAP_SLS`: the bootstrap script runs inside the
+        container through ``lxc-attach``."""
+        return BOOTSTRAP_SLS
+
+    def vm_step(self, step: str) -> StepFunction | None:
+        """The lxc steps (:data:`SLS_STEPS`), each applying its SLS."""
+        if step not in SLS_STEPS:
+            return None
+        return lambda vm, target: self.run_step(step, vm, target)
+
+    def run_step(self, step: str, vm: str, target: str | None) -> Step:
+        """Applies the lxc SLS of ``step`` for ``vm`` on its node."""
+        return run(f"vm_{step}", vm_step, self.env, vm, target, step)
+
+    def vm_destroy(self, vm: str, target: str | None) -> Step:
+        """See :func:`vm_destroy` (module function)."""
+        return run("vm_destroy", vm_destroy, self.env, vm, target)
+
+    def cn_sls_pillar(self, target: str) -> dict[str, Any]:
+        """See :func:`cn_sls_pillar` (module function)."""
+        return cn_sls_pillar(self.env, target)
+
+    def install_vt(self, target: str) -> Step:
+        """See :func:`install_vt` (module function)."""
+        return run("install_vt", install_vt, self.env, target)
+
+    def guests(self, target: str, also: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """See :func:`guests` (module function): a container is named
+        after its VM, so ``also`` is listed already."""
+        return guests(self.env, target)
+
+    def post_deploy_controller(self) -> Step:
+        """See :func:`post_deploy_controller` (module function)."""
+        return run("post_deploy_controller", post_deploy_controller, self.env)
+
+    def configure(self, name: str, target: str, part: str) -> Step:
+        """Runner ``name``: applies the node SLS ``<CN_SLS>.<part>`` (see :func:`configure`)."""
+        return run(name, configure, self.env, target, part)
+
+    def configure_images(self, target: str) -> Step:
+        """See :func:`configure_images` (module function)."""
+        return run("configure_images", configure_images, self.env, target)
+
+    def sync_images(self, target: str | None) -> Step:
+        """:func:`sync_images` to ``target``, else :func:`sync_all_images`."""
+        if target is None:
+            return run("sync_images", sync_all_images, self.env)
+        return run("sync_images", sync_images, self.env, target)
+
+    def upgrade_vt(self, target: str) -> Step:
+        """See :func:`upgrade_vt` (module function)."""
+        return run("upgrade_vt", upgrade_vt, self.env, target)
+
+
+if TYPE_CHECKING:  # mypy holds the class to the contract
+    _CONTRACT: type[Driver] = LxcDriver

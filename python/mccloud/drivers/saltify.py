@@ -1,6 +1,6 @@
-"""The saltify driver's runner body: a bare-metal target becomes a minion
-of the controller over ssh, with the same bootstrap and pre-seeded key as a
-VM."""
+"""The saltify driver (:class:`SaltifyDriver`, behind the
+``mc_cloud_saltify`` runner): a bare-metal target becomes a minion of the
+controller over ssh, with the same bootstrap and pre-seeded key as a VM."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from mccloud.orchestration import minions
-from mccloud.orchestration.runner import Env, Outcome
+from mccloud.drivers.contract import Driver, NoHooks, Step
+from mccloud.orchestration.runner import Env, Outcome, run
 
 #: Where the bootstrap script lands on the target.
 SCRIPT = "/usr/local/sbin/mccloud-bootstrap-salt"
@@ -173,3 +174,22 @@ def saltify(env: Env, name: str) -> Outcome:
     if out.result:
         out.comment = f"{name} is a minion of the {minion['mode']} master and answers test.ping"
     return out
+
+
+class SaltifyDriver(NoHooks):
+    """The saltify driver (see :class:`mccloud.drivers.contract.Driver`):
+    its targets are no VMs, so it implements no hook; :meth:`saltify`
+    makes a target a minion."""
+
+    vt = "saltify"
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+
+    def saltify(self, name: str) -> Step:
+        """See :func:`saltify` (module function)."""
+        return run("saltify", saltify, self.env, name)
+
+
+if TYPE_CHECKING:  # mypy holds the class to the contract
+    _CONTRACT: type[Driver] = SaltifyDriver

@@ -18,7 +18,10 @@ from typing import Any, Mapping
 
 import mccloud
 from mccloud import saltsupport
+from mccloud.drivers.contract import hook_name
 from mccloud.orchestration import minions, transport
+from mccloud.orchestration.deploy import NODE_SLS, node_render, with_node_registry
+from mccloud.orchestration.drivers import driver_for, drivers_for, types_with
 from mccloud.orchestration.runner import Env
 
 log = logging.getLogger(__name__)
@@ -73,10 +76,8 @@ def key_drift(env: Env, target: str | None, errors: dict[str, Any]) -> tuple[lis
 
 def node_findings(env: Env, target: str | None, nodes: Any, errors: dict[str, Any]) -> list[dict[str, Any]]:
     """With ``nodes``: the drift on each compute node itself (see
-    ``generic.node_drift``); a node that cannot be checked goes to
+    :func:`node_drift`); a node that cannot be checked goes to
     ``errors``."""
-    from mccloud.orchestration import generic
-
     if not saltsupport.boolean("nodes", nodes):
         return []
     targets = env.config.compute_node_settings().get("targets") or {}
@@ -84,9 +85,73 @@ def node_findings(env: Env, target: str | None, nodes: Any, errors: dict[str, An
     for cn in [str(target)] if target is not None else sorted(targets):
         env.progress(f"{cn}: checking the node against the registry")
         try:
-            found.extend(generic.node_drift(env, cn))
+            found.extend(node_drift(env, cn))
         except mccloud.MccloudError as exc:
             errors[cn] = str(exc)
+    return found
+
+
+def node_drift(env: Env, target: str) -> list[dict[str, Any]]:
+    """Drift on compute node ``target`` itself, one finding per discrepancy
+    (as ``mc_cloud.drift`` shows them):
+
+    - ``node_config_drift``: a state of the node's SLS (registry, grains,
+      ports, reverse proxy, firewall and DNAT, hosts) that would change
+      something: what the node runs differs from what the registry renders
+      today (Salt's test mode decides: nothing changes);
+    - through each driver's ``guests(target)``
+      (``{name: {running, ips, mac}}``, every guest of the type on the node;
+      ``ips`` and ``mac`` as far as the driver can tell, else empty/None):
+      ``guest_missing`` (a declared VM with no guest), ``guest_stopped``,
+      ``guest_ip_differs``, ``guest_mac_differs`` (another IP or MAC than
+      allocated) and ``stray_guest`` (a guest nobody declared).
+
+    Registers the node first: what it renders is what its VMs hold."""
+    data = env.node_data(target)
+    found = []
+    job = with_node_registry(env, data)
+    for st in transport.would_change(env.opts, target, NODE_SLS, job, env.progress):
+        found.append({"kind": "node_config_drift", "node": target, "vm": "", "what": st["id"],
+                      "expected": "as the registry renders it", "found": st["comment"] or "would change"})
+    vms = data["vms"]
+    for driver in drivers_for(env.functions, data["virt_types"]):
+        live = driver.guests(target)
+        if live is None:
+            continue
+        hook = hook_name(driver.vt, "guests")
+        if not isinstance(live, Mapping) or (live.get("result") is False and isinstance(live.get("comment"), str)):
+            raise mccloud.MccloudError(f"{hook} {target}: " + str(live.get("comment") if isinstance(live, Mapping)
+                                                                  else live))
+        found.extend(guest_findings(target, driver.vt, vms, live))
+    return found
+
+
+def guest_findings(target: str, vt: str, vms: Mapping[str, Any], live: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The guest findings of type ``vt`` on ``target``: its declared ``vms``
+    against the guests its driver lists (``live``)."""
+    found: list[dict[str, Any]] = []
+    for vm, v in sorted(vms.items()):
+        if v.get("vt") != vt:
+            continue
+        g = live.get(vm)
+        if g is None:
+            found.append({"kind": "guest_missing", "node": target, "vm": vm, "what": f"{vt} guest",
+                          "expected": "running", "found": None})
+            continue
+        if not g.get("running"):
+            found.append({"kind": "guest_stopped", "node": target, "vm": vm, "what": f"{vt} guest",
+                          "expected": "running", "found": "stopped"})
+        ips = [str(a) for a in g.get("ips") or []]
+        if ips and v.get("ip") and str(v["ip"]) not in ips:
+            found.append({"kind": "guest_ip_differs", "node": target, "vm": vm, "what": "ip",
+                          "expected": v["ip"], "found": ips})
+        mac = g.get("mac")
+        if mac and v.get("mac") and str(mac).lower() != str(v["mac"]).lower():
+            found.append({"kind": "guest_mac_differs", "node": target, "vm": vm, "what": "mac",
+                          "expected": v["mac"], "found": mac})
+    for name in sorted(set(live) - set(vms)):
+        found.append({"kind": "stray_guest", "node": target, "vm": name, "what": f"{vt} guest",
+                      "expected": None, "found": live[name]})
     return found
 
 
@@ -96,18 +161,19 @@ def guests_of(env: Env, cn: str, also: list[str]) -> list[str] | dict[str, str]:
     the hook names as such), or ``{"error": why}``. Every driver is asked,
     not only the types the node declares today: a VM no longer declared
     may be of another type."""
-    hooks = sorted(f for f in env.functions if f.startswith("mc_cloud_") and f.endswith(".guests"))
+    vts = types_with(env.functions, "guests")
     names: set[str] = set()
-    for hook in hooks:
+    for vt in vts:
+        hook = hook_name(vt, "guests")
         try:
-            live = env.functions[hook](cn, also=also)
+            live = driver_for(env.functions, vt).guests(cn, also=also)
         except Exception as exc:  # any failure is "unknown", never "none"
             return {"error": f"{hook}: {exc}"}
         if not isinstance(live, Mapping) or (live.get("result") is False and isinstance(live.get("comment"), str)):
             why = live.get("comment") if isinstance(live, Mapping) else live
             return {"error": f"{hook}: {why}"}
         names.update(str(n) for n in live)
-    if not hooks:
+    if not vts:
         return {"error": "no driver lists guests (no mc_cloud_<vt>.guests runner)"}
     return sorted(names)
 
@@ -214,14 +280,12 @@ def node_step(env: Env, f: dict[str, Any], apply: bool, rendered: dict[str, Any]
     """The step of a finding on a node itself: ``render`` applies the
     node's SLS again (once per node: ``rendered`` keeps what each did);
     guests are left to the operator."""
-    from mccloud.orchestration import generic
-
     step = {**f, "seen": 1, "since": None, "placed": False}
     if f["kind"] == "node_config_drift":
         step.update(action="render", ready=True, plan=f"apply the node's SLS again on {f['node']} (state {f['what']})")
         if apply:
             if f["node"] not in rendered:
-                done = generic.node_render(env, f["node"])
+                done = node_render(env, f["node"])
                 rendered[f["node"]] = done
                 if done.result:
                     env.registry.record("repaired", f["node"], "", "node configuration", "", "rendered")

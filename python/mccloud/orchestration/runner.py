@@ -17,7 +17,7 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Mapping, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar, cast
 
 import mccloud
 from mccloud import localreg, saltcompat, saltsupport
@@ -118,11 +118,6 @@ def make_progress(jid_event: Any, prefix: str) -> Progress:
     return progress
 
 
-def hook_functions(available: Container[str], vts: Iterable[str], hook: str) -> list[str]:
-    """Driver hooks ``mc_cloud_<vt>.<hook>`` that exist, per type."""
-    return [f"mc_cloud_{vt}.{hook}" for vt in vts if f"mc_cloud_{vt}.{hook}" in available]
-
-
 def _resolved(dunder: Any) -> Any:
     """What a loader dunder (``__opts__``, ``__salt__``, ``__context__``)
     stands for in the calling thread; anything else as it is."""
@@ -210,8 +205,9 @@ class Env:
         registry call per runner invocation): the VM's settings (without the
         clear-text password), its node, the controller's public key, the
         registry the VM keeps (``vm_registry``, see :mod:`mccloud.localreg`),
-        and what its driver adds through the optional hook
-        ``mc_cloud_<vt>.vm_data(vm, target, settings=...)`` (e.g. ``rootfs``)."""
+        and what its driver adds (its ``vm_data``: e.g. ``rootfs``)."""
+        from mccloud.orchestration.drivers import driver_for  # which imports this module
+
         cn = target or self.config.node_of(vm)
 
         def make() -> VmStepData:
@@ -220,8 +216,7 @@ class Env:
             vt = settings.setdefault("vt", self.vm_type(vm, cn))
             data: dict[str, Any] = {"vm": settings, "target": cn, "controller_pubkey": self.controller_pubkey(),
                                     "vm_registry": self.vm_registry(vm, cn, settings)}
-            for hook in hook_functions(self.functions, [vt], "vm_data"):
-                data.update(self.functions[hook](vm, cn, settings=settings))
+            data.update(driver_for(self.functions, vt).vm_data(vm, cn, settings))
             return cast("VmStepData", data)
 
         return cn, cast("VmStepData", self._cached(f"mccloud.vm.{cn}.{vm}", make))

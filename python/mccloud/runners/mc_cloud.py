@@ -5,10 +5,10 @@
 outputter)."""
 
 import datetime
-import json
 
 import mccloud
 import mccloud.orchestration as _o
+from mccloud import reports as _reports
 from mccloud import saltsupport
 from mccloud.orchestration import repair as _repair
 
@@ -21,28 +21,6 @@ def __virtual__():
 
 def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
-
-
-def _cell(value):
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _table(env, out, key, columns, empty):
-    """``out`` as Salt's ``table`` outputter shows it (``key``'s rows, their
-    ``columns``) when ``salt-run`` was given no ``--out``; else as it is
-    (``--out json`` prints the whole result)."""
-    if env.opts.get("output") or not isinstance(out, (dict, list)):
-        return out
-    rows = out if isinstance(out, list) else out.get(key)
-    if not isinstance(rows, list):  # a failure: its reason, as it is
-        return out
-    shown = [{c: _cell(r.get(c)) for c in columns} for r in rows] or [{"result": empty}]
-    data = {key: shown}
-    if isinstance(out, dict) and out.get("retcode"):
-        data["retcode"] = out["retcode"]  # salt-run's exit code
-    return {"outputter": "table", "data": data}
 
 
 @_o.strict
@@ -106,7 +84,7 @@ def drift(target=None, nodes=False, **kwargs):
     out = _o.answer("drift", body, env, **kwargs)
     if out.get("retcode"):
         env.context["retcode"] = out["retcode"]
-    return _table(env, out, "findings", ("node", "vm", "kind", "what", "expected", "found"), "no drift")
+    return _reports.DRIFT.salt(out, env.opts.get("output"))
 
 
 @_o.strict
@@ -170,8 +148,7 @@ def repair(target=None, apply=False, force=False, window=None, max_changes=None,
     out = _o.answer("repair", body, env, **kwargs)
     if out.get("retcode"):
         env.context["retcode"] = out["retcode"]
-    return _table(env, out, "steps", ("node", "vm", "kind", "action", "ready", "seen", "plan", "done"),
-                  "nothing to repair")
+    return _reports.REPAIR.salt(out, env.opts.get("output"))
 
 
 @_o.strict
@@ -206,8 +183,7 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
         return env.registry.audit(*(None if v is None else str(v) for v in (vm, node, kind)), _utc(since), limit)
 
     env = _env()
-    return _table(env, _o.answer("audit", body, env, **kwargs), "entries",
-                  ("at", "caller", "kind", "node", "vm", "what", "before", "after"), "no entry")
+    return _reports.AUDIT.salt(_o.answer("audit", body, env, **kwargs), env.opts.get("output"))
 
 
 def _utc(value):

@@ -1,4 +1,5 @@
-"""lxc driver runners: compute-node installation and the lxc VM steps."""
+"""lxc driver runners: compute-node installation and the lxc VM steps,
+each a thin call of :class:`mccloud.drivers.lxc.LxcDriver`."""
 
 import mccloud as _mccloud
 import mccloud.drivers.lxc as _lxc
@@ -15,6 +16,10 @@ def _env():
     return _o.Env(__opts__, __salt__, __context__, globals().get("__jid_event__"), __virtualname__)
 
 
+def _driver():
+    return _lxc.LxcDriver(_env())
+
+
 @_o.strict
 def install_vt(target, **kwargs):
     """Installs lxc on a compute node: registers the node (allocating every
@@ -27,7 +32,7 @@ def install_vt(target, **kwargs):
 
         mastersalt-run mc_cloud_lxc.install_vt devhost10.local
     """
-    return _o.run("install_vt", _lxc.install_vt, _env(), str(target), **kwargs)
+    return _driver().install_vt(str(target))
 
 
 @_o.strict
@@ -40,7 +45,7 @@ def configure_grains(target, **kwargs):
 
         mastersalt-run mc_cloud_lxc.configure_grains devhost10.local
     """
-    return _o.run("configure_grains", _lxc.configure, _env(), str(target), "grains", **kwargs)
+    return _driver().configure("configure_grains", str(target), "grains")
 
 
 @_o.strict
@@ -53,7 +58,7 @@ def configure_install_lxc(target, **kwargs):
 
         mastersalt-run mc_cloud_lxc.configure_install_lxc devhost10.local
     """
-    return _o.run("configure_install_lxc", _lxc.configure, _env(), str(target), "install_lxc", **kwargs)
+    return _driver().configure("configure_install_lxc", str(target), "install_lxc")
 
 
 @_o.strict
@@ -66,7 +71,7 @@ def configure_images(target, **kwargs):
 
         mastersalt-run mc_cloud_lxc.configure_images devhost10.local
     """
-    return _o.run("configure_images", _lxc.configure_images, _env(), str(target), **kwargs)
+    return _driver().configure_images(str(target))
 
 
 @_o.strict
@@ -83,9 +88,7 @@ def sync_images(target=None, **kwargs):
         mastersalt-run mc_cloud_lxc.sync_images devhost10.local
         mastersalt-run mc_cloud_lxc.sync_images
     """
-    if target is None:
-        return _o.run("sync_images", _lxc.sync_all_images, _env(), **kwargs)
-    return _o.run("sync_images", _lxc.sync_images, _env(), str(target), **kwargs)
+    return _driver().sync_images(None if target is None else str(target))
 
 
 @_o.strict
@@ -98,7 +101,7 @@ def upgrade_vt(target, **kwargs):
 
         mastersalt-run mc_cloud_lxc.upgrade_vt devhost10.local
     """
-    return _o.run("upgrade_vt", _lxc.upgrade_vt, _env(), str(target), **kwargs)
+    return _driver().upgrade_vt(str(target))
 
 
 @_o.strict
@@ -111,7 +114,7 @@ def post_deploy_controller(**kwargs):
 
         mastersalt-run mc_cloud_lxc.post_deploy_controller
     """
-    return _o.run("post_deploy_controller", _lxc.post_deploy_controller, _env(), **kwargs)
+    return _driver().post_deploy_controller()
 
 
 @_o.strict
@@ -127,7 +130,8 @@ def vm_data(vm, target=None, settings=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_data mysupertest3.foo.com
     """
-    return _o.answer("vm_data", _lxc.vm_data, _env(), str(vm), target, settings, **kwargs)
+    return _o.answer("vm_data", lambda env: _lxc.LxcDriver(env).vm_data(str(vm), target, settings), _env(),
+                     **kwargs)
 
 
 @_o.strict
@@ -141,7 +145,7 @@ def cn_sls_pillar(target, **kwargs):
 
         mastersalt-run mc_cloud_lxc.cn_sls_pillar devhost10.local
     """
-    return _o.answer("cn_sls_pillar", _lxc.cn_sls_pillar, _env(), str(target), **kwargs)
+    return _o.answer("cn_sls_pillar", lambda env: _lxc.LxcDriver(env).cn_sls_pillar(str(target)), _env(), **kwargs)
 
 
 @_o.strict
@@ -155,7 +159,7 @@ def vm_sls_steps(**kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_sls_steps
     """
-    return _lxc.vm_sls_steps()
+    return _driver().vm_sls_steps()
 
 
 @_o.strict
@@ -173,7 +177,7 @@ def vm_gathers(settings, **kwargs):
     """
     if not isinstance(settings, dict):
         raise _mccloud.ArgumentError(f"settings must be a mapping of VM settings, not {type(settings).__name__}")
-    return _lxc.vm_gathers(settings)
+    return _driver().vm_gathers(settings)
 
 
 @_o.strict
@@ -188,7 +192,7 @@ def vm_bootstrap_sls(**kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_bootstrap_sls
     """
-    return _lxc.BOOTSTRAP_SLS
+    return _driver().vm_bootstrap_sls()
 
 
 @_o.strict
@@ -201,7 +205,7 @@ def vm_spawn(vm, target=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_spawn mysupertest3.foo.com
     """
-    return _o.run("vm_spawn", _lxc.vm_step, _env(), str(vm), target, "spawn", **kwargs)
+    return _driver().run_step("spawn", str(vm), target)
 
 
 @_o.strict
@@ -214,7 +218,7 @@ def vm_reconfigure(vm, target=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_reconfigure mysupertest3.foo.com
     """
-    return _o.run("vm_reconfigure", _lxc.vm_step, _env(), str(vm), target, "reconfigure", **kwargs)
+    return _driver().run_step("reconfigure", str(vm), target)
 
 
 @_o.strict
@@ -227,7 +231,7 @@ def vm_volumes(vm, target=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_volumes mysupertest3.foo.com
     """
-    return _o.run("vm_volumes", _lxc.vm_step, _env(), str(vm), target, "volumes", **kwargs)
+    return _driver().run_step("volumes", str(vm), target)
 
 
 @_o.strict
@@ -240,7 +244,7 @@ def vm_preprovision(vm, target=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_preprovision mysupertest3.foo.com
     """
-    return _o.run("vm_preprovision", _lxc.vm_step, _env(), str(vm), target, "preprovision", **kwargs)
+    return _driver().run_step("preprovision", str(vm), target)
 
 
 @_o.strict
@@ -253,7 +257,7 @@ def vm_initial_setup(vm, target=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_initial_setup mysupertest3.foo.com
     """
-    return _o.run("vm_initial_setup", _lxc.vm_step, _env(), str(vm), target, "initial_setup", **kwargs)
+    return _driver().run_step("initial_setup", str(vm), target)
 
 
 @_o.strict
@@ -269,7 +273,7 @@ def vm_destroy(vm, target=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.vm_destroy mysupertest3.foo.com
     """
-    return _o.run("vm_destroy", _lxc.vm_destroy, _env(), str(vm), target, **kwargs)
+    return _driver().vm_destroy(str(vm), target)
 
 
 @_o.strict
@@ -287,4 +291,4 @@ def guests(target, also=None, **kwargs):
 
         mastersalt-run mc_cloud_lxc.guests devhost10.local
     """
-    return _o.answer("guests", lambda env: _lxc.guests(env, str(target)), _env(), **kwargs)
+    return _o.answer("guests", lambda env: _lxc.LxcDriver(env).guests(str(target), also), _env(), **kwargs)

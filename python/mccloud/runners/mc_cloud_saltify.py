@@ -30,4 +30,4 @@ def saltify(name, **kwargs):
 
         mastersalt-run mc_cloud_saltify.saltify baremetal1.foo.com
     """
-    return _o.run("saltify", _saltify.saltify, _env(), str(name), **kwargs)
+    return _saltify.SaltifyDriver(_env()).saltify(str(name))

@@ -3,18 +3,11 @@
     it again on an existing container changes nothing. Commands receive the
     data through their environment only.
 
-    Clones are copy-on-write where the storage allows it:
-      overlayfs  an overlay over the template's rootfs (lxc-copy -s -B overlay)
-      btrfs      a snapshot of the template's subvolume (lxc-copy -s) when the
-                 template is on btrfs, else a new subvolume (-B btrfs, a copy)
-      zfs        a clone of the template's dataset (lxc-copy -s) when the
-                 template is on zfs, else a new dataset (-B zfs, a copy)
-      lvm, lvm-thin
-                 a thin snapshot (lxc-copy -s) when the template is an lvm
-                 thin volume, else a new volume of the VM's size (-B lvm -L)
-      dir        a snapshot when the template is a btrfs subvolume (lxc path
-                 on btrfs), else a full copy
-    The template's storage is read from its own lxc.rootfs.path.
+    Clones are copy-on-write where the storage allows it. How to clone
+    from each storage the template may be on is the lxc driver's decision
+    (data `clone`: mccloud.drivers.lxc.clone_plan, one list of lxc-copy
+    arguments per storage); the node only reads which storage that is,
+    from the template's own lxc.rootfs.path.
 
     When the job makes the VM a minion too (data `minion`: provisioning
     with the bootstrap step), its configuration and keys are placed in the
@@ -80,39 +73,31 @@ mccloud-lxc-vm-create{{ s }}:
         fi
         src=$(sed -n 's/^[[:space:]]*lxc\.rootfs\.path[[:space:]]*=[[:space:]]*//p' \
             "$MCCLOUD_LXC_PATH/$MCCLOUD_FROM/config" 2>/dev/null | tail -n 1)
+        from=dir
         case "$src" in
             btrfs:*)
                 # lxc labels a plain directory btrfs when it was copied onto
                 # btrfs across lxc paths: only a subvolume can be snapshotted.
-                from=dir
                 if btrfs subvolume show "${src#btrfs:}" >/dev/null 2>&1; then from=btrfs; fi ;;
             zfs:*) from=zfs ;;
             lvm:*)
                 from=lvm
                 if lvs --noheadings -o lv_attr "${src#lvm:}" 2>/dev/null | grep -q '^[[:space:]]*V'; then
-                    from=lvm-thin
+                    from=lvm_thin
                 fi ;;
-            *) from=dir ;;
         esac
-        case "$MCCLOUD_BACKING" in
-            overlayfs) set -- -s -B overlay ;;
-            btrfs)
-                if [ "$(stat -f -c %T "$MCCLOUD_LXC_PATH")" != btrfs ]; then
-                    echo "backing btrfs: the lxc path $MCCLOUD_LXC_PATH is not on a btrfs file system;" \
-                        "mount one there or choose another backing" >&2
-                    exit 1
-                fi
-                if [ "$from" = btrfs ]; then set -- -s; else set -- -B btrfs; fi ;;
-            zfs) if [ "$from" = zfs ]; then set -- -s; else set -- -B zfs; fi ;;
-            lvm|lvm-thin)
-                if [ "$from" = lvm-thin ]; then set -- -s; else set -- -B lvm -L "$MCCLOUD_SIZE"; fi ;;
-            *)
-                # an unprivileged container's root filesystem is a directory
-                # (LXC idmaps no other): a zfs or lvm template is copied into one
-                if [ "$from" = btrfs ]; then set -- -s
-                elif [ -n "$MCCLOUD_UNPRIVILEGED" ]; then set -- -B dir
-                else set --; fi ;;
-        esac
+        if [ -n "$MCCLOUD_BTRFS_PATH" ] && [ "$(stat -f -c %T "$MCCLOUD_LXC_PATH")" != btrfs ]; then
+            echo "backing btrfs: the lxc path $MCCLOUD_LXC_PATH is not on a btrfs file system;" \
+                "mount one there or choose another backing" >&2
+            exit 1
+        fi
+        # the driver's arguments for that storage: MCCLOUD_CLONE_<storage>_<n>
+        set --
+        i=0
+        while arg=$(printenv "MCCLOUD_CLONE_${from}_$i"); do
+            set -- "$@" "$arg"
+            i=$((i + 1))
+        done
         lxc-copy -P "$MCCLOUD_LXC_PATH" -n "$MCCLOUD_FROM" -N "$MCCLOUD_NAME" "$@" || exit $?
         echo "changed=yes comment='container $MCCLOUD_NAME cloned from $MCCLOUD_FROM'"
 {%- else %}
@@ -135,12 +120,17 @@ mccloud-lxc-vm-create{{ s }}:
     - env:
         MCCLOUD_LXC_PATH: {{ P | string | tojson }}
         MCCLOUD_NAME: {{ v.name | string | tojson }}
-        MCCLOUD_BACKING: {{ (v.get('backing') or '') | string | tojson }}
-        MCCLOUD_SIZE: {{ (v.get('size') or '') | string | tojson }}
-        MCCLOUD_UNPRIVILEGED: {{ ('1' if v.get('idmap_base') else '') | tojson }}
 {%- if v.get('from_container') %}
         MCCLOUD_FROM: {{ v.from_container | string | tojson }}
+        MCCLOUD_BTRFS_PATH: {{ ('1' if d.clone.btrfs_path else '') | tojson }}
+{%- for source in ['dir', 'btrfs', 'zfs', 'lvm', 'lvm-thin'] %}
+{%- for arg in d.clone.args[source] %}
+        MCCLOUD_CLONE_{{ source | replace('-', '_') }}_{{ loop.index0 }}: {{ arg | string | tojson }}
+{%- endfor %}
+{%- endfor %}
 {%- else %}
+        MCCLOUD_BACKING: {{ (v.get('backing') or '') | string | tojson }}
+        MCCLOUD_SIZE: {{ (v.get('size') or '') | string | tojson }}
         MCCLOUD_VGNAME: {{ (v.get('vgname') or '') | string | tojson }}
         MCCLOUD_LVNAME: {{ (v.get('lvname') or '') | string | tojson }}
         MCCLOUD_TEMPLATE: {{ template | string | tojson }}

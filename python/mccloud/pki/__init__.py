@@ -37,30 +37,14 @@ domain there) are read once when ``issued.json`` has no usable entry for it,
 and taken in when still good; they are written again, from ``issued.json``,
 only for callers that ask for file paths.
 
-Several controllers sharing a PostgreSQL store (:func:`share`) share one
-CA through it: the CA's certificate, its key and ``issued.json`` are kept
-in the database too (table ``shared_files``), and every operation runs
-inside one database transaction that holds their lock. It first brings
-the files here up to the database's (a controller that finds the database
-without them puts its own there: the first controller's CA becomes every
-controller's), then writes back, in that transaction, what it changed. So
-every controller serves certificates of the same CA, and none is issued
-twice at once. ``custom/`` stays each controller's own.
-
-Several processes may ask at once: every change happens under one
-exclusive ``flock`` on ``<ssl_dir>/.lock``, and every file is written to a
-temporary file in its directory, fsynced, then renamed over the old one, so
-no reader sees half a file and a crash leaves the previous state (a batch of
-certificates is one write of ``issued.json``: all of it, or none).
+Locking, sharing through the store and writing live in :mod:`mccloud.pki.files`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -75,15 +59,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mccloud import ArgumentError, InvalidInputError, MccloudError, NotFoundError, _native, check_domain
-from mccloud.durable import TMP_SUFFIX as _TMP_SUFFIX
+from mccloud import ArgumentError, InvalidInputError, MccloudError, NotFoundError, _native
 from mccloud.durable import write as _write
 from mccloud.durable import write_many as _write_many
+from mccloud.pki.names import BadDomainError, domain_match, file_stem, validate_domain, wildcard_of
+from mccloud.pki.files import (CUSTOM, ISSUED, SETTINGS, _book_path, _custom_names, _file_names, _locked, _mkdir,
+                               _read_book, _tighten, _write_book, share)
 
 log = logging.getLogger(__name__)
 
-#: The settings (pillar keys) errors name.
-SETTINGS = "makina-states.cloud"
 #: Longest leaf validity (days) every client accepts: Apple platforms refuse
 #: TLS server certificates valid longer than 825 days, whoever their CA.
 MAX_LEAF_DAYS = 825
@@ -117,19 +101,10 @@ SUBJECT_KEYS = {
 }
 
 _CA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}")
-#: The directory of operators' certificates, beside the CA's.
-CUSTOM = "custom"
-_LOCK = ".lock"
-#: The file of the certificates a CA issued, in its directory.
-ISSUED = "issued.json"
 
 
 class PkiError(MccloudError):
     """A file of the CA or of a certificate cannot be used."""
-
-
-class BadDomainError(ArgumentError, ValueError):
-    """A domain that is no DNS name."""
 
 
 @dataclass(frozen=True)
@@ -208,44 +183,6 @@ class Served:
 
 # --- names -----------------------------------------------------------------
 
-def validate_domain(domain: Any) -> str:
-    """``domain`` lower-cased, if it is a DNS host name, optionally a
-    wildcard ``*.<at least two labels>``; :class:`BadDomainError` otherwise.
-    The registry's own rule (:func:`mccloud.check_domain`): a domain the
-    registry accepts is one a certificate is issued for."""
-    if not isinstance(domain, str):
-        raise BadDomainError(f"domain {domain!r} is not a string: give a DNS name such as vm1.example.com")
-    if domain == "*":
-        raise BadDomainError("domain '*' routes every host to one VM and has no certificate of its own")
-    try:
-        return check_domain(domain)
-    except InvalidInputError as exc:
-        advice = str(exc).rsplit(" is not a domain: ", 1)[-1]
-        raise BadDomainError(f"domain {domain!r} is not a DNS name: {advice}") from None
-
-
-def file_stem(domain: str) -> str:
-    """The file name (without extension) of ``domain``'s certificate."""
-    return domain.replace("*", "_star")
-
-
-def wildcard_of(domain: str) -> str | None:
-    """The wildcard covering ``domain`` (``*.foo.com`` for ``a.foo.com``), if any."""
-    if domain.startswith("*.") or domain.count(".") < 2:
-        return None
-    return "*." + domain.split(".", 1)[1]
-
-
-def domain_match(domain: str, cert_domain: str) -> bool:
-    """Whether a certificate for ``cert_domain`` serves ``domain``: equal
-    (ignoring case), or ``cert_domain`` is ``*.<parent>`` with at least two
-    labels in the parent and ``domain`` has exactly one label more."""
-    domain, cert_domain = domain.lower(), cert_domain.lower()
-    if domain == cert_domain:
-        return True
-    parts, dparts = cert_domain.split("."), domain.split(".")
-    return parts[0] == "*" and len(parts) == len(dparts) > 2 and parts[1:] == dparts[1:]
-
 
 def ca_dir(ssl_dir: str | os.PathLike[str], ca_name: str) -> Path:
     """Where the CA's own files are kept."""
@@ -264,6 +201,7 @@ def issued_files(ssl_dir: str | os.PathLike[str], ca_name: str, domain: str) -> 
 
 
 # --- public operations ------------------------------------------------------
+
 
 def ensure_ca(ssl_dir: str | os.PathLike[str], ca: Mapping[str, Any]) -> CA:
     """The CA of ``ca`` (the ``ssl.ca`` settings) under ``ssl_dir``,
@@ -433,6 +371,7 @@ def _issuing(ssl_dir: str | os.PathLike[str], ca: Mapping[str, Any],
 
 # --- the CA -----------------------------------------------------------------
 
+
 def _ensure_ca(ssl_dir: Path, settings: CASettings) -> CA:
     folder = ca_dir(ssl_dir, settings.name)
     _mkdir(folder)
@@ -478,6 +417,7 @@ def _ca_cert(settings: CASettings, key: PrivateKey) -> x509.Certificate:
 
 
 # --- issued certificates ----------------------------------------------------
+
 
 def _find(ssl_dir: Path, ca: CA, domain: str, days: int, gen: bool,
           subject: Mapping[str, Any]) -> CertFiles:
@@ -615,35 +555,6 @@ def _files(ssl_dir: Path, ca: CA, domains: list[str], served: list[Served]) -> l
         _mkdir(pending[0][0].parent)
         _write_many(pending)
     return out
-
-
-# --- issued.json --------------------------------------------------------------
-
-def _book_path(ca: CA) -> Path:
-    return ca.cert_path.parent / ISSUED
-
-
-def _read_book(ca: CA) -> dict[str, Any]:
-    """``{domain: entry}`` of ``issued.json``; an unreadable file is logged
-    and counts as empty (what it held is issued again, then replaces it)."""
-    path = _book_path(ca)
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        log.warning("%s cannot be read (%s): the certificates it held are issued again", path, exc)
-        return {}
-    certs = data.get("certs") if isinstance(data, dict) else None
-    if not isinstance(certs, dict):
-        log.warning("%s holds no certificates map: the certificates it held are issued again", path)
-        return {}
-    return certs
-
-
-def _write_book(ca: CA, book: Mapping[str, Any]) -> None:
-    data = json.dumps({"format": 1, "certs": book}, separators=(",", ":"), sort_keys=True)
-    _write(_book_path(ca), data.encode(), 0o600)
 
 
 def _entry_texts(entry: Any) -> tuple[str, str] | None:
@@ -833,19 +744,6 @@ def _leaf_subject(ca_subject: x509.Name, domain: str, overrides: Mapping[str, An
     return _subject(values, "certificate subject", ArgumentError)
 
 
-def _custom_names(ssl_dir: Path) -> set[str]:
-    """The file names in the directory of operators' certificates."""
-    return _file_names(ssl_dir / CUSTOM)
-
-
-def _file_names(folder: Path) -> set[str]:
-    """The names in ``folder`` (none if it is missing)."""
-    try:
-        return set(os.listdir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return set()
-
-
 def _custom(ssl_dir: Path, domain: str, names: set[str]) -> CertFiles | None:
     """An operator's certificate for ``domain``, else for its wildcard
     (``names``: the files of the custom directory)."""
@@ -869,6 +767,7 @@ def _checked_custom(files: CertFiles, domain: str) -> CertFiles:
 
 
 # --- helpers ----------------------------------------------------------------
+
 
 def _int_setting(key: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
@@ -944,124 +843,3 @@ def _join_pem(*parts: str) -> str:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-
-
-def _tighten(path: Path, mode: int) -> None:
-    """Takes from ``path`` any permission beyond ``mode`` (it must exist)."""
-    with contextlib.suppress(FileNotFoundError):
-        current = path.stat().st_mode & 0o777
-        if current & ~mode:
-            os.chmod(path, current & mode)
-            log.warning("%s was mode %o: made %o", path, current, current & mode)
-
-
-def _mkdir(path: Path) -> None:
-    """``path`` and missing parents; the ones made here are 0700."""
-    if path.is_dir():
-        return
-    _mkdir(path.parent)
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-        os.chmod(path, 0o700)
-
-
-#: ``ssl_dir`` -> the PostgreSQL store its CA is shared through.
-_SHARED: dict[str, str] = {}
-#: The files of a CA directory that are shared.
-_SHARED_FILES = ("{name}_ca_cert.crt", "{name}_ca_cert.key", ISSUED)
-
-
-def share(ssl_dir: str | os.PathLike[str], store: str) -> None:
-    """Shares the CA under ``ssl_dir`` through the PostgreSQL store ``store``
-    (a connection string) from now on, in this process."""
-    _SHARED[str(Path(ssl_dir))] = store
-
-
-def _shared_names(root: Path) -> dict[str, bytes]:
-    """``{"<ca>/<file>": bytes}`` of the shared files under ``root``."""
-    out = {}
-    with contextlib.suppress(OSError), os.scandir(root) as top:
-        for entry in top:
-            if not entry.is_dir(follow_symlinks=False) or entry.name == CUSTOM or entry.name.startswith("."):
-                continue
-            for pattern in _SHARED_FILES:
-                name = pattern.format(name=entry.name)
-                with contextlib.suppress(FileNotFoundError):
-                    out[f"{entry.name}/{name}"] = (root / entry.name / name).read_bytes()
-    return out
-
-
-def _pull(root: Path, session: Any) -> dict[str, bytes]:
-    """Brings the shared files under ``root`` up to the database's (only
-    those whose digest differs are read); returns the database's digests."""
-    held: dict[str, bytes] = session.digests()
-    for name, digest in held.items():
-        ca_name, _, file_name = name.partition("/")
-        if (not ca_name or ca_name.startswith(".") or ca_name == CUSTOM
-                or file_name not in {p.format(name=ca_name) for p in _SHARED_FILES}):
-            log.warning("shared file %r of the store is not one of a CA: ignored", name)
-            continue
-        path = root / ca_name / file_name
-        with contextlib.suppress(FileNotFoundError):
-            if hashlib.sha256(path.read_bytes()).digest() == digest:
-                continue
-        content = session.content(name)
-        if content is None:
-            continue
-        _mkdir(path.parent)
-        _write(path, content, 0o644 if file_name.endswith(".crt") else 0o600)
-    return held
-
-
-@contextlib.contextmanager
-def _shared(root: Path) -> Iterator[None]:
-    """The shared files' transaction around a change under ``root`` (see
-    the module's documentation); nothing when the CA is not shared."""
-    store = _SHARED.get(str(root))
-    if store is None:
-        yield
-        return
-    session = _native.SharedFiles(store)
-    try:
-        held = _pull(root, session)
-        yield
-        mine = _shared_names(root)
-        session.commit({n: b for n, b in mine.items() if held.get(n) != hashlib.sha256(b).digest()})
-    finally:
-        session.close()
-
-
-@contextlib.contextmanager
-def _locked(ssl_dir: str | os.PathLike[str]) -> Iterator[None]:
-    """Holds the exclusive lock of ``ssl_dir`` (and, when its CA is shared,
-    the shared files' transaction); temporary files a killed writer left
-    behind are removed first (nobody else can be writing)."""
-    root = Path(ssl_dir)
-    if not root.is_absolute():
-        raise InvalidInputError(f"{SETTINGS}.ssl_pillar_dir {str(root)!r} is not an absolute path: use one such as"
-                                " /srv/pillar/cloud-controller/ssl")
-    _mkdir(root)
-    fd = os.open(root / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        for stale in _stale_temporaries(root):
-            stale.unlink(missing_ok=True)
-        with _shared(root):
-            yield
-    finally:
-        os.close(fd)
-
-
-def _stale_temporaries(root: Path) -> Iterator[Path]:
-    """Temporary files left in the directories this module writes:
-    ``root``, each CA directory and its ``certs``."""
-    folders = [root]
-    with contextlib.suppress(OSError), os.scandir(root) as top:
-        for entry in top:
-            if entry.is_dir(follow_symlinks=False) and entry.name != CUSTOM:
-                folders += [Path(entry.path), Path(entry.path) / "certs"]
-    for folder in folders:
-        with contextlib.suppress(OSError), os.scandir(folder) as it:
-            for entry in it:
-                if entry.name.startswith(".") and entry.name.endswith(_TMP_SUFFIX):
-                    yield Path(entry.path)

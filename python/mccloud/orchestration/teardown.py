@@ -1,0 +1,74 @@
+"""Destroying a VM: its driver's ``vm_destroy``, and the generic destroy
+drivers build it on (the guest and the node's proxy, hosts and firewall in
+one job, then the allocations and the minion key)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import mccloud
+from mccloud import saltsupport
+from mccloud.orchestration import minions
+from mccloud.orchestration.deploy import NODE_VM_SLS, with_node_registry
+from mccloud.drivers.contract import hook_name
+from mccloud.orchestration.drivers import driver_for
+from mccloud.orchestration.runner import Env, Outcome
+
+
+def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) -> Outcome:
+    """The generic destroy, for a driver: one job on the node applies the
+    driver's ``sls`` (removing the guest; ``data`` under pillar key
+    ``mccloud:destroy``) and the node's reverse proxy, hosts file and
+    firewall without the VM; the allocations are freed last, only on
+    success (IP and ports return to their pools, MACs are retired), so a
+    failed destroy can simply be run again."""
+    held = vm in env.registry.allocated(cn, "ip") or vm in env.registry.allocated(cn, "ssh")
+    parts = [("guest", sls), *((s, s) for s in NODE_VM_SLS)]
+    out = Outcome()
+    results = env.batch(cn, parts, destroy_data(env, vm, cn, data))
+    guest = dict(results[0][1])
+    removed = bool(guest.get("changes"))
+    if guest.get("result"):
+        guest["comment"] = f"guest {vm} removed from {cn}" if removed else f"no guest {vm} on {cn}"
+    if not out.add_all([("guest", guest), *results[1:]]):
+        return out
+    if not removed and not held:
+        return out.fail(f"VM {vm} does not exist on compute node {cn}: no guest and no allocation")
+    try:
+        freed = env.registry.destroy_vm(cn, vm)
+    except mccloud.NotFoundError:
+        freed = {}
+    env.forget(cn, vm)
+    keys = minions.forget(env.opts, vm)
+    for mode in keys:
+        env.registry.record("key_deleted", cn, vm, "minion key", f"accepted on the {mode} master", "")
+    out.add("minion key", {"result": True, "comment": f"key of {vm} deleted from the {', '.join(keys)} master"
+                           if keys else f"{vm} had no key on a master", "changes": {"deleted": keys} if keys else {}})
+    out.add("allocations", {"result": True, "comment": f"freed {freed}" if freed else "no allocation held",
+                            "changes": {"freed": freed} if freed else {}})
+    out.comment = f"VM {vm} destroyed on {cn}" + (f"; freed {', '.join(f'{k} {v}' for k, v in freed.items())}"
+                                                  if freed else "")
+    return out
+
+
+def destroy_data(env: Env, vm: str, cn: str, guest: Mapping[str, Any]) -> dict[str, Any]:
+    """What a destroy job receives: the node's settings and registry without
+    the VM (nothing allocated for it), and the driver's ``guest`` data under
+    ``destroy``. The node's packages, installed by its deploy, are left out
+    (``node_packages``: Salt's first ``pkg`` state of a job costs about 1 s)."""
+    return {**with_node_registry(env, saltsupport.node_settings(env.opts, env.config, env.registry, cn, [vm])),
+            "destroy": dict(guest), "node_packages": False}
+
+
+def destroy(env: Env, vm: str, target: str | None = None, vt: str | None = None) -> Outcome:
+    """Destroys a VM with its driver's ``vm_destroy`` (the
+    type is the VM's declared one, or ``vt``)."""
+    cn = target or env.config.node_of(vm)
+    vt = vt or env.vm_type(vm, cn)
+    ret = driver_for(env.functions, vt).vm_destroy(vm, cn)
+    if ret is None:
+        fun = hook_name(vt, "vm_destroy")
+        raise mccloud.NotFoundError(f"no driver destroys {vt} VMs ({fun} is not a runner): install the {vt} driver")
+    out = Outcome(result=bool(ret.get("result")), comment=str(ret.get("comment", "")),
+                  changes=dict(ret.get("changes") or {}), steps=list(ret.get("steps") or []))
+    return out
