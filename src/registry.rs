@@ -4,7 +4,7 @@
 //! so; all allocation happens inside one store transaction, so a failure
 //! leaves the store unchanged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,6 +37,9 @@ pub struct Registry {
     postgres: Option<String>,
     /// Who calls (minion, runner, user), as the audit journal names it.
     caller: String,
+    /// The nodes whose historical store could not be imported when the
+    /// store was opened: their calls import it first (and fail as it does).
+    legacy_pending: Mutex<BTreeSet<String>>,
 }
 
 /// `{vm: value}` as users see it.
@@ -60,6 +63,7 @@ impl Registry {
                 config,
                 store: Mutex::new(None),
                 caller: "unknown".into(),
+                legacy_pending: Mutex::default(),
             });
         }
         Ok(Registry {
@@ -68,6 +72,7 @@ impl Registry {
             config,
             store: Mutex::new(None),
             caller: "unknown".into(),
+            legacy_pending: Mutex::default(),
         })
     }
 
@@ -105,7 +110,12 @@ impl Registry {
             };
             let mut opened = crate::store::open(&location, create)?;
             if let (Some(store), Some(dir)) = (opened.as_mut(), self.legacy_dir()) {
-                crate::store::legacy::import_at_open(store, dir, &self.config, &self.caller)?;
+                let failed =
+                    crate::store::legacy::import_at_open(store, dir, &self.config, &self.caller)?;
+                *self
+                    .legacy_pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = failed;
             }
             *guard = opened;
         }
@@ -266,9 +276,11 @@ impl Registry {
             }
         }
         let alloc = self.write(|tx| {
+            self.import_pending(tx, cn)?;
             let plan = defaults.apply(tx, self, &node, plan)?;
             register::one(tx, &self.config, &node, &plan, ports)
         })?;
+        self.imported(cn);
         Ok((node, alloc))
     }
 
@@ -288,7 +300,37 @@ impl Registry {
     pub fn register_node(&self, cn: &str, exclude: &[String]) -> Result<Registered> {
         validate("compute node", cn)?;
         let node = self.config.node_plan(cn)?;
-        self.write(|tx| register::node(tx, &self.config, Arc::clone(&node), exclude))
+        let done = self.write(|tx| {
+            self.import_pending(tx, cn)?;
+            register::node(tx, &self.config, Arc::clone(&node), exclude)
+        })?;
+        self.imported(cn);
+        Ok(done)
+    }
+
+    /// Imports node `cn`'s historical store inside `tx` when its import
+    /// failed at open (so that the node's calls fail as it does, and only
+    /// they); nothing otherwise.
+    fn import_pending(&self, tx: &Tx, cn: &str) -> Result<()> {
+        let pending = self
+            .legacy_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(cn);
+        match self.legacy_dir() {
+            Some(dir) if pending => {
+                crate::store::legacy::import_node(tx, dir, cn, self.config.node_vms(cn)?).map(drop)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Node `cn`'s historical store is imported (its call committed).
+    fn imported(&self, cn: &str) {
+        self.legacy_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(cn);
     }
 
     /// `mc_cloud_compute_node.get_settings_for_target`: everything a compute
@@ -557,7 +599,7 @@ impl Registry {
     /// incomplete (a broken declaration): then no key may be called an
     /// orphan. Reads only.
     pub fn expected_minions(&self) -> Result<Value> {
-        let mut minions: std::collections::BTreeSet<String> = Default::default();
+        let mut minions: BTreeSet<String> = Default::default();
         let mut unknown: Vec<String> = vec![];
         match self.config.declared() {
             Ok(declared) => {

@@ -143,6 +143,14 @@ def open_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], via: str |
     return reg
 
 
+def registry(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Registry:
+    """The registry as a driver's execution module opens it for an
+    allocating call (``get_settings_for_vm``): :func:`open_registry`,
+    placing the VMs declared without a node that are not placed yet. Kept
+    for the drivers written as plain Salt modules, which call it."""
+    return open_registry(opts, pillar, place="rest")
+
+
 def open_config(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> mccloud.Config:
     """The configuration of :func:`open_registry` (its VMs declared without
     a node on the nodes the store placed them on): what the settings

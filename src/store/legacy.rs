@@ -11,7 +11,7 @@
 //! the old files are only read, never changed or deleted. A value that
 //! collides with one already held is skipped and counted.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
@@ -181,14 +181,19 @@ fn marker(cn: &str) -> String {
 /// this is one directory lookup; with one, one read transaction when
 /// every node is imported already. A node the configuration does not
 /// declare (or cannot say the VMs of) waits for an opening that does.
+///
+/// A node whose import fails (an unreadable historical file) fails alone:
+/// it is returned, not imported, and its calls import it before they
+/// allocate (and fail as it did); the other nodes are unaffected.
 pub fn import_at_open(
     store: &mut Backend,
     dir: &Path,
     config: &Config,
     caller: &str,
-) -> Result<()> {
+) -> Result<BTreeSet<String>> {
+    let mut failed = BTreeSet::new();
     let Ok(found) = std::fs::read_dir(dir.join("compute_node")) else {
-        return Ok(());
+        return Ok(failed);
     };
     let held: HashSet<String> = found
         .flatten()
@@ -196,10 +201,10 @@ pub fn import_at_open(
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     if held.is_empty() {
-        return Ok(());
+        return Ok(failed);
     }
     let Ok(declared) = config.declared() else {
-        return Ok(());
+        return Ok(failed);
     };
     let nodes: Vec<&String> = declared
         .keys()
@@ -218,9 +223,14 @@ pub fn import_at_open(
         let Ok(vms) = config.node_vms(cn) else {
             continue;
         };
-        store.write(caller, |tx| import_node(tx, dir, cn, vms).map(drop))?;
+        if store
+            .write(caller, |tx| import_node(tx, dir, cn, vms).map(drop))
+            .is_err()
+        {
+            failed.insert(cn.clone());
+        }
     }
-    Ok(())
+    Ok(failed)
 }
 
 /// Records a number unless the VM already has one or another VM holds it.

@@ -220,6 +220,20 @@ def test_an_unreadable_historical_file_is_reported_not_deleted(tmp_path: Path) -
     assert bad.read_bytes() == b"\xc1\xc1garbage"
 
 
+def test_an_unreadable_historical_file_fails_its_node_only(tmp_path: Path) -> None:
+    bad = tmp_path / "store" / "compute_node" / "cn1examplenet" / "settings" / "ssh_map.pack"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"\xc1\xc1garbage")
+    write_pack(tmp_path / "store" / "compute_node" / "cn2examplenet" / "settings" / "allocated_ips.pack",
+               {"api": 2, "ips": {"b.vm": "10.5.0.7"}})
+    reg = registry(tmp_path, {"a.vm": {}}, **{"makina-states.cloud.lxc.vms.cn2.example.net": {"b.vm": {}}})
+    assert reg.find_ip("cn2.example.net", "b.vm") == "10.5.0.7"  # the other node is imported and serves
+    for _ in range(2):  # and the broken one keeps failing its own calls, and only them
+        with pytest.raises(StoreError, match="ssh_map.pack.*left untouched"):
+            reg.find_ip(CN, "a.vm")
+    assert reg.vm_settings("cn2.example.net", "b.vm")["ip"] == "10.5.0.7"
+
+
 def test_declared_settings_before_allocation() -> None:
     cfg = mccloud.Config(CTX, {f"makina-states.cloud.lxc.vms.{CN}": {"a.vm": {"lxc_path": "/srv/lxc"}}})
     s = cfg.vm_declared_settings(CN, "a.vm")
