@@ -156,8 +156,8 @@ def main() -> None:
     ap.add_argument("--fill-sample", type=int, default=1000)
     ap.add_argument("--skip-salt", action="store_true")
     ap.add_argument("--results", default=str(results.RESULTS),
-                    help="the results file the README's figures come from (default: %(default)s)")
-    ap.add_argument("--no-results", action="store_true", help="print only: leave the results file and README")
+                    help="the results file the performance page's figures come from (default: %(default)s)")
+    ap.add_argument("--no-results", action="store_true", help="print only: leave the results file and the performance page")
     args = ap.parse_args()
     print(f"mccloud benchmarks on {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     measured: dict[str, Any] = {}
@@ -167,7 +167,7 @@ def main() -> None:
     measured["binding"] = bench_binding(200)
     if not args.no_results:
         path = results.record(args.results, measured)
-        print(f"\nfigures recorded in {path} (commit {results.commit()}); README tables rendered from it")
+        print(f"\nfigures recorded in {path} (commit {results.commit()}); the performance page's tables rendered from it")
 
 
 if __name__ == "__main__":

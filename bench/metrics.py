@@ -20,10 +20,10 @@ Then ``Registry.prune_journal`` deletes the old entries (``mccloud audit
 prune``), timed, and the counters are checked to have kept them.
 
 The figures go to ``bench/results.json`` (section ``metrics``) and the
-README's table (``bench/results.py``).
+performance page's table (``bench/results.py``).
 
 Usage: python3 bench/metrics.py [--entries N] [--nodes N] [--vms N] [--runs N]
-       [--results FILE] [--readme FILE] [--no-results]
+       [--results FILE] [--page FILE] [--no-results]
 """
 
 from __future__ import annotations
@@ -185,9 +185,9 @@ def main() -> None:
     ap.add_argument("--vms", type=int, default=100, help="VMs each node declares (default: %(default)s)")
     ap.add_argument("--runs", type=int, default=5, help="scrapes measured, the median shown (default: %(default)s)")
     ap.add_argument("--results", default=str(results.RESULTS),
-                    help="the results file the README's figures come from (default: %(default)s)")
-    ap.add_argument("--readme", default=str(results.README), help="the README rendered (default: %(default)s)")
-    ap.add_argument("--no-results", action="store_true", help="print only: leave the results file and README")
+                    help="the results file the performance page's figures come from (default: %(default)s)")
+    ap.add_argument("--page", default=str(results.PAGE), help="the page rendered (default: %(default)s)")
+    ap.add_argument("--no-results", action="store_true", help="print only: leave the results file and the performance page")
     args = ap.parse_args()
     print(f"metrics scrapes on {os.cpu_count()} cores, Python {sys.version.split()[0]}: {args.nodes} nodes of "
           f"{args.vms} VMs")
@@ -217,8 +217,8 @@ def main() -> None:
                "scrapes": [{k: round(v, 4) if isinstance(v, float) else v for k, v in f.items()}
                            for f in (base, large)]}
     if not args.no_results:
-        path = results.record(args.results, {"metrics": section}, readme=args.readme)
-        print(f"\nfigures recorded in {path} (commit {results.commit()}); README's metrics table rendered from it")
+        path = results.record(args.results, {"metrics": section}, page=args.page)
+        print(f"\nfigures recorded in {path} (commit {results.commit()}); the performance page's metrics table rendered from it")
 
 
 if __name__ == "__main__":

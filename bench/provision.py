@@ -27,7 +27,7 @@ one run and on the same machine state:
   before (so the deploy allocates them, issues their certificates and
   writes their routes, ports, firewall rules and hosts entries), on a /20
   network and port ranges of their own; the ratio goes to
-  ``bench/results.json`` and the README (goal: at most 2x);
+  ``bench/results.json`` and the performance page (goal: at most 2x);
 - a minion at the floor: by hand, an overlayfs snapshot clone of the
   template (Salt inside), a static address, the minion's configuration and
   a key accepted on the master beforehand written into it, ``lxc-start``,
@@ -687,7 +687,7 @@ def results_module() -> Any:
 
 def record(bench: Bench, name: str, wanted: list[tuple[str, str, float | None]]) -> None:
     """The figures and the ratios ``wanted`` (of, to, goal) in
-    bench/results.json (section ``name``) and the README's provisioning
+    bench/results.json (section ``name``) and the performance page's provisioning
     table."""
     results = results_module()
     f = bench.figures

@@ -1,12 +1,13 @@
-"""The benchmark results file and the README tables made from it.
+"""The benchmark results file and the performance page's tables made from it.
 
 ``bench/bench.py`` records what it measured in ``bench/results.json``, each
-section with the commit and machine it measured, then renders the README's
-registry table from that file (between the ``bench:registry`` markers);
+section with the commit and machine it measured, then renders the registry
+table of the performance page (``docs/explanation/performance.md``) from
+that file (between the ``bench:registry`` markers);
 ``bench/provision.py``, ``bench/store.py`` and ``bench/metrics.py`` record
 sections of their own, rendered between the ``bench:provisioning``,
 ``bench:store`` and ``bench:metrics`` markers.
-The tests check that the README's table is the file's rendering, so a
+The tests check that the page's tables are the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
 Usage: python3 bench/results.py [--check]   (render, or only compare)
@@ -26,7 +27,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "explanation" / "performance.md"
 START, END = "<!-- bench:registry:start -->", "<!-- bench:registry:end -->"
 #: The provisioning table's markers (``bench/provision.py`` records its section).
 PSTART, PEND = "<!-- bench:provisioning:start -->", "<!-- bench:provisioning:end -->"
@@ -56,7 +57,7 @@ def commit() -> str:
     # What is measured is the product: the benchmark's own files and the
     # figures' destinations do not make it differ.
     dirty = [line for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
-             if not line[3:].startswith("bench/") and line[3:] != "README.md"]
+             if not line[3:].startswith("bench/") and line[3:] != "docs/explanation/performance.md"]
     return head + ("-dirty" if dirty else "")
 
 
@@ -83,9 +84,9 @@ def load(path: str | os.PathLike[str] = RESULTS) -> dict[str, Any]:
 
 
 def record(path: str | os.PathLike[str], measured: dict[str, dict[str, Any]],
-           readme: str | os.PathLike[str] = README) -> Path:
+           page: str | os.PathLike[str] = PAGE) -> Path:
     """Stores each measured section with its commit, date and machine (the
-    sections not measured keep theirs), then renders the README."""
+    sections not measured keep theirs), then renders the performance page."""
     data = load(path)
     stamp = {"commit": commit(), "date": datetime.date.today().isoformat(), "machine": machine()}
     for name, figures in measured.items():
@@ -94,7 +95,7 @@ def record(path: str | os.PathLike[str], measured: dict[str, dict[str, Any]],
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tmp.replace(out)
-    update_readme(readme, data)
+    update_page(page, data)
     return out
 
 
@@ -308,12 +309,12 @@ def _replace(path: Path, text: str, start: str, end: str, body: str, required: b
     return f"{head}{start}\n{body}\n{end}{tail}"
 
 
-def update_readme(readme: str | os.PathLike[str], data: dict[str, Any], check: bool = False) -> bool:
-    """Puts the renderings of ``data`` between the markers of ``readme``
+def update_page(page: str | os.PathLike[str], data: dict[str, Any], check: bool = False) -> bool:
+    """Puts the renderings of ``data`` between the markers of ``page``
     (the registry's, and the provisioning's, stores' and metrics' where the
-    README has them);
+    page has them);
     with ``check``, only tells whether they are there already."""
-    path = Path(readme)
+    path = Path(page)
     text = path.read_text()
     new = _replace(path, text, START, END, render(data), required=True)
     new = _replace(path, new, PSTART, PEND, render_provisioning(data), required=False)
@@ -328,14 +329,14 @@ def update_readme(readme: str | os.PathLike[str], data: dict[str, Any], check: b
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the README's figures are not the file's")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the performance page's figures are not the file's")
     ap.add_argument("--results", default=str(RESULTS))
-    ap.add_argument("--readme", default=str(README))
+    ap.add_argument("--page", default=str(PAGE))
     args = ap.parse_args()
     data = load(args.results)
-    ok = update_readme(args.readme, data, check=args.check)
+    ok = update_page(args.page, data, check=args.check)
     if not ok:
-        print(f"{args.readme}: its benchmark figures are not those of {args.results}: "
+        print(f"{args.page}: its benchmark figures are not those of {args.results}: "
               "run python3 bench/results.py (or ./run bench)", file=sys.stderr)
         sys.exit(1)
 

@@ -24,10 +24,10 @@ one machine, each measure on a new store:
    node, or any MAC anywhere, and whether the store holds what was answered.
 
 The figures go to ``bench/results.json`` (section ``store``) and the
-README's stores table (``bench/results.py``).
+performance page's stores table (``bench/results.py``).
 
 Usage: python3 bench/store.py [--allocs N] [--single N] [--vms N] [--processes 1,4,16]
-       [--results FILE] [--readme FILE] [--no-results]
+       [--results FILE] [--page FILE] [--no-results]
 """
 
 from __future__ import annotations
@@ -288,9 +288,9 @@ def main() -> None:
     ap.add_argument("--vms", type=int, default=10_000, help="VMs of the registered node (2.) (default: %(default)s)")
     ap.add_argument("--processes", default="1,4,16", help="process counts of 3. (default: %(default)s)")
     ap.add_argument("--results", default=str(results.RESULTS),
-                    help="the results file the README's figures come from (default: %(default)s)")
-    ap.add_argument("--readme", default=str(results.README), help="the README rendered (default: %(default)s)")
-    ap.add_argument("--no-results", action="store_true", help="print only: leave the results file and README")
+                    help="the results file the performance page's figures come from (default: %(default)s)")
+    ap.add_argument("--page", default=str(results.PAGE), help="the page rendered (default: %(default)s)")
+    ap.add_argument("--no-results", action="store_true", help="print only: leave the results file and the performance page")
     args = ap.parse_args()
     counts = [int(n) for n in args.processes.split(",")]
     sys.path.insert(0, str(HERE.parent))
@@ -315,8 +315,8 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
     print_table(section)
     if not args.no_results:
-        path = results.record(args.results, {"store": section}, readme=args.readme)
-        print(f"\nfigures recorded in {path} (commit {results.commit()}); README's stores table rendered from it")
+        path = results.record(args.results, {"store": section}, page=args.page)
+        print(f"\nfigures recorded in {path} (commit {results.commit()}); the performance page's stores table rendered from it")
 
 
 if __name__ == "__main__":

@@ -482,7 +482,7 @@ impl Registry {
         freed.ok_or_else(holds_nothing)
     }
 
-    /// Inventory (SPEC §8): every compute node, its VMs with their type and
+    /// Inventory (docs/reference/cli.md, `mccloud inventory`): every compute node, its VMs with their type and
     /// access information, and the free capacity left. Does not allocate.
     pub fn inventory(&self) -> Result<Value> {
         let stored = self.read(|tx| tx.nodes())?.unwrap_or_default();

@@ -15,7 +15,7 @@ from tests.support.saltenv import SaltEnv
 
 @pytest.fixture
 def salt_env(tmp_path: Path) -> SaltEnv:
-    """A masterless configuration holding the sample (seed 003) pillar."""
+    """A masterless configuration holding the makina-states documentation's sample pillar."""
     conf = write_masterless_config(str(tmp_path), sample_pillar())
     return SaltEnv(tmp_path, Path(conf))
 

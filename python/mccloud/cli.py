@@ -251,6 +251,24 @@ def inventory(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
+def sls_root(args: argparse.Namespace) -> int:
+    """Prints the directory of mccloud's SLS tree, to add to the master's
+    ``file_roots``. When the configuration directory (``--config``, default
+    ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt) has a master
+    configuration, its ``file_roots`` are checked too: a warning (exit 0)
+    says when they do not list the tree, or list a makina-states checkout
+    before it, which would serve the original SLS of the same names."""
+    from mccloud import orchestration
+
+    print(orchestration.sls_root())
+    conf = args.config or os.environ.get(saltsupport.MASTERSALT_ENV) or DEFAULT_MASTERSALT_DIR
+    master = os.path.join(conf, "master")
+    if os.path.isfile(master):
+        for warning in orchestration.sls_served(saltcompat.master_config(master).get("file_roots")):
+            print(f"mccloud sls-root: warning: {master}: {warning}", file=sys.stderr)
+    return 0
+
+
 def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
     """The minion options of the Salt configuration in ``--config`` (default
     ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt)."""
@@ -567,8 +585,10 @@ def _parser() -> argparse.ArgumentParser:
                 "  mccloud demo --dir ./demo")
     p.add_argument("--dir", help="where to write the configuration, pillar and store (default: "
                    "<tmp>/mccloud-demo; a previous demo there is replaced)")
-    command("sls-root", lambda args: print(__import__("mccloud.orchestration").orchestration.sls_root()) or 0,
-            "print the directory to add to the master's file_roots")
+    p = command("sls-root", sls_root, "print the directory to add to the master's file_roots",
+                "  mccloud sls-root\n  mccloud sls-root --config /etc/salt")
+    p.add_argument("--config", help="Salt configuration directory whose master's file_roots are checked "
+                   "(default: $MASTERSALT_CONFIG_DIR or /etc/mastersalt)")
     p = command("inventory", inventory, "compute nodes, their VMs, access and free capacity",
                 "  mccloud inventory\n  mccloud inventory --node devhost10.local -o yaml\n"
                 "  mccloud inventory --store /srv/pillar/cloud-controller --pillar cloud.sls --vm web1.example.com")

@@ -1,4 +1,5 @@
-//! What each kind of machine adds to the core (SPEC §10): one [`Driver`]
+//! What each kind of machine adds to the core
+//! (docs/reference/virtualisation-types.md): one [`Driver`]
 //! per type, looked up by its name in one place ([`for_vt`], [`of`]). A
 //! VM's type is the `<vt>` it is declared under
 //! (`makina-states.cloud.<vt>.vms.<cn>`); every type gets the generic VM

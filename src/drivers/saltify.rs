@@ -1,5 +1,5 @@
 //! The saltify driver ([`Saltify`]): bare-metal targets made minions
-//! (SPEC §7). The defaults of every target, the checks of a target's
+//! (docs/howto/saltify.md). The defaults of every target, the checks of a target's
 //! declaration and values, and the keys a target's settings are finished
 //! with (ssh host, credentials, sudo password). The calls
 //! (`mc_cloud_saltify.settings()`, `settings_for_target`) are

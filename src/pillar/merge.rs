@@ -1,4 +1,4 @@
-//! Pillar lookup and merging, makina-states' `mc_utils.defaults` (SPEC §3):
+//! Pillar lookup and merging, makina-states' `mc_utils.defaults` (docs/reference/pillar.md, "Conventions"):
 //! pillar values are merged onto defaults; mappings deep-merge, lists
 //! extend the default list (once, skipping items it already holds),
 //! anything else replaces; a `<key>-overrides` key replaces `<key>`

@@ -1,4 +1,5 @@
-//! The registry as a user sees it: allocation rules of SPEC §4 over a real
+//! The registry as a user sees it: the allocation rules of
+//! docs/explanation/allocation.md over a real
 //! store, checked by examples, properties and a model of first-free
 //! allocation.
 
@@ -62,7 +63,8 @@ impl Pools {
         m
     }
 
-    /// The automatic IPs in allocation order, straight from SPEC §4: walk up
+    /// The automatic IPs in allocation order, straight from
+    /// docs/explanation/allocation.md: walk up
     /// from the network address, skipping the first two and last two
     /// addresses, those ending in .0 or .255, and the gateway.
     fn ips(&self) -> Vec<Ipv4Addr> {

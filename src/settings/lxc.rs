@@ -9,7 +9,7 @@ use crate::drivers::lxc;
 use crate::error::Result;
 
 impl Config {
-    /// `mc_cloud_lxc.settings()` (SPEC §3.2): [`Config::vt_settings`] of
+    /// `mc_cloud_lxc.settings()` (docs/reference/pillar.md): [`Config::vt_settings`] of
     /// lxc.
     pub fn lxc_settings(&self) -> Result<Value> {
         self.vt_settings(lxc::VT)

@@ -1,4 +1,4 @@
-//! Pillar → plans, pure: the defaults of SPEC §3 merged with the pillar,
+//! Pillar → plans, pure: the defaults (docs/reference/pillar.md) merged with the pillar,
 //! the VMs declared per compute node ([`declared`]), the settings of each
 //! virtualisation type ([`types`]), a node's validated plan ([`node`]),
 //! each VM's plan ([`vm`]), the bare-metal targets ([`saltify`]) and the
@@ -151,7 +151,7 @@ impl Config {
     /// Whether this is a development host (makina-states' devhost mode):
     /// the context says so, or pillar `makina-states.nodetypes.devhost` (in
     /// any pillar form) is true. Its VMs default to overlayfs with
-    /// snapshots (seed 003).
+    /// snapshots, as the makina-states lxc documentation has them.
     pub fn devhost(&self) -> bool {
         self.ctx.devhost
             || forms(&self.pillar, &["makina-states", "nodetypes", "devhost"])
@@ -262,7 +262,7 @@ impl Config {
         format!("{}/cloud-controller", self.pillar_root())
     }
 
-    /// `mc_cloud.settings()` (SPEC §3.1), computed once. Beside SPEC's keys,
+    /// `mc_cloud.settings()`, computed once. Beside the documented keys,
     /// makina-states' `pvdir`/`pfdir` (salt-cloud providers and profiles
     /// under `prefix`), `all_sls_dir` (`cloud-controller`, relative to the
     /// file roots), `compute_node_sls_dir`, `ssl_dir`, `ssl_pillar_dir`

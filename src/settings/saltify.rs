@@ -1,4 +1,4 @@
-//! Bare-metal targets (SPEC §7): `mc_cloud_saltify.settings()` and the
+//! Bare-metal targets (docs/howto/saltify.md): `mc_cloud_saltify.settings()` and the
 //! settings of one target, over the saltify driver
 //! ([`crate::drivers::saltify`]).
 
@@ -11,7 +11,7 @@ use crate::pillar::names::validate;
 use crate::pillar::values::{at, check_mode, mapping};
 
 impl Config {
-    /// `mc_cloud_saltify.settings()` (SPEC §7): the defaults of every
+    /// `mc_cloud_saltify.settings()`: the defaults of every
     /// target and `targets` as `{id: {}}`, as makina-states gave it (a
     /// target's own settings, passwords included, are only given by
     /// [`Config::saltify_target`]); broken targets under `errors`.

@@ -1,5 +1,5 @@
-//! Settings as a user sees them: defaults of SPEC §3, pillar merging, the
-//! per-VM settings of §3.3, saltify targets (§7) and the errors bad pillars
+//! Settings as a user sees them: the defaults and pillar merging of
+//! docs/reference/pillar.md, the per-VM settings, saltify targets and the errors bad pillars
 //! give.
 
 use serde_json::{json, Map, Value};
@@ -95,7 +95,8 @@ fn assert_names(msg: String, parts: &[&str]) -> String {
 
 // --- the seed sample -------------------------------------------------------
 
-/// The VMs of SPEC §3.2 / seed 003 (gfoobar2 gets its own IP: the seed gives
+/// The VMs of the makina-states lxc documentation's sample pillar
+/// (python/mccloud/data/sample_pillar.sls; gfoobar2 gets its own IP: the sample gives
 /// it gfoobar3's, which `seed_duplicate_ip_is_a_conflict` covers).
 fn seed_vms() -> Value {
     json!({

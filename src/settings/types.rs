@@ -52,7 +52,7 @@ impl Config {
     }
 
     /// The settings of type `vt` as its registry's `settings()` call
-    /// gives them (SPEC §3.2), checked by its driver: `vms` as `{cn: [vm,
+    /// gives them (docs/reference/pillar.md), checked by its driver: `vms` as `{cn: [vm,
     /// ...]}` (the VMs of that type on each node; a node declared under
     /// the type with none lists none).
     pub fn vt_settings(&self, vt: &str) -> Result<Value> {

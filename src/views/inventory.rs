@@ -1,4 +1,4 @@
-//! The inventory (SPEC §8): every compute node, its VMs with their type
+//! The inventory (docs/reference/cli.md, `mccloud inventory`): every compute node, its VMs with their type
 //! and access information, and the free capacity left. Does not allocate.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Reverse-proxy data of a compute node (SPEC §6): haproxy http/https
+//! Reverse-proxy data of a compute node (docs/howto/compute-node.md): haproxy http/https
 //! frontends routing by domain, one tcp listener per VM ssh port, and the
 //! snmp port forwarding. Each frontend, backend and listener carries both
 //! mccloud's keys (`acls`, `backends`, `server`, ...) and the ones

@@ -1,5 +1,5 @@
-//! A VM's settings as Salt receives them (`get_settings_for_vm`, SPEC
-//! §3.3): its merged settings completed with its allocations, what its
+//! A VM's settings as Salt receives them (`get_settings_for_vm`; the keys
+//! are in docs/reference/pillar.md, "A VM's keys"): its merged settings completed with its allocations, what its
 //! type adds, and the generic keys every VM carries.
 
 use serde_json::{json, Value};

@@ -1,13 +1,14 @@
-"""The README's commands, as written.
+"""The commands of the README and of the documentation, as written.
 
 The quick start's ``./run demo`` runs for real; every other command of the
-README's ``sh`` blocks then either runs against the demo's configuration,
-in a shell that took the README's own ``export`` lines (exit code and a
-key of its output checked), or — where it needs a real cloud (masters,
-compute nodes, LXC, PostgreSQL, a Salt onedir) — is matched to the test
-that runs it on one (the test must still call it). A README command that
-neither runs here nor names its test fails this test: a new command needs
-one or the other.
+``sh`` blocks of the README and of every page under ``docs/`` then either
+runs against the demo's configuration, in a shell that took the ``export``
+lines met so far (the README's first, then the pages' in name order; exit
+code and a key of its output checked), or — where it needs a real cloud
+(masters, compute nodes, LXC, PostgreSQL, a Salt onedir) — is matched to
+the test that runs it on one (the test must still call it). A documented
+command that neither runs here nor names its test fails this test: a new
+command needs one or the other.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 DEMO = ROOT / ".demo" / "mastersalt"
 
 pytestmark = pytest.mark.slow
@@ -36,6 +38,7 @@ RUN: list[tuple[str, int, str]] = [
     (r"mastersalt-call mc_cloud\.inventory$", 0, "ssh_port"),
     (r"mccloud inventory ", 0, "root@devhost10.local:"),
     (r"mccloud --help$", 0, "inventory"),
+    (r"mccloud sls-root$", 0, "/mccloud/sls"),
     (r"mccloud store backup /root/", 0, "backed up"),
     (r"mccloud store check ", 0, "integrity: ok"),
     (r"mastersalt-run mc_cloud\.audit vm=web1\.example\.com$", 0, "no entry"),
@@ -50,6 +53,12 @@ RUN: list[tuple[str, int, str]] = [
 COVERED: list[tuple[str, str, str]] = [
     (r"\./run demo ", "tests/docs/test_readme.py", '["./run", "demo"]'),
     (r"\./run test ", ".ci/run", "exec ./run test"),
+    # ./run test builds the documentation (checks calls docs_build) and
+    # runs every step of ./run check; the performance page's tables are
+    # checked to be the rendering of what ./run bench records.
+    (r"\./run docs ", "run", "    docs_build\n"),
+    (r"\./run check ", "run", "check) shift; quick"),
+    (r"\./run bench ", "tests/unit/test_bench_results.py", "results.update_page(results.PAGE"),
     (r"pip install \. ", "tests/packaging/test_onedir.py", '"pip", "install"'),
     (r"salt-pip install mccloud-", "tests/packaging/test_onedir.py", "--target="),
     (r"mccloud store migrate --to postgresql://", "tests/functional/test_postgres_migrate.py", '"migrate", "--to"'),
@@ -65,26 +74,38 @@ COVERED: list[tuple[str, str, str]] = [
 ]
 
 
-def commands() -> list[tuple[int, str]]:
-    """Every command of the README's ``sh`` blocks (continuation lines
-    joined, comment-only lines left out), with its line number."""
+def pages() -> list[Path]:
+    """The README, then every page of the documentation, in name order."""
+    return [README, *sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts)]
+
+
+def commands(page: Path = README) -> list[tuple[int, str]]:
+    """Every command of ``page``'s ``sh`` blocks (continuation lines
+    joined, comment-only lines left out), with its line number. Blocks may
+    be indented (inside a list item)."""
     out: list[tuple[int, str]] = []
     block: str | None = None
     pending, start = "", 0
-    for no, line in enumerate(README.read_text().splitlines(), 1):
-        if line.startswith("```"):
-            block = None if block is not None else line[3:].strip()
+    for no, line in enumerate(page.read_text().splitlines(), 1):
+        if line.strip().startswith("```"):
+            block = None if block is not None else line.strip()[3:].strip()
             continue
         if block != "sh" or not line.strip() or line.lstrip().startswith("#"):
             continue
         if not pending:
             start = no
         if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1].rstrip() + " "
+            pending += line.strip()[:-1].rstrip() + " "
             continue
         out.append((start, (pending + line.strip()).strip()))
         pending = ""
     return out
+
+
+def documented() -> list[tuple[str, str]]:
+    """``(where, command)`` of every page's commands, ``where`` as
+    ``docs/howto/audit.md:32``."""
+    return [(f"{page.relative_to(ROOT)}:{no}", command) for page in pages() for no, command in commands(page)]
 
 
 def without_comment(command: str) -> str:
@@ -139,19 +160,21 @@ def test_the_demo_shows_its_steps_shortens_openly_and_says_how_to_go_on(demo: st
     assert proc.stdout.split() == [str(DEMO), str(ROOT / ".venv" / "bin" / "mccloud")], proc.stdout
 
 
-def test_every_readme_command_runs_here_or_names_the_test_that_runs_it(demo: str, tmp_path: Path) -> None:
-    found = commands()
-    assert len(found) > 20, found
-    unmatched = [(no, c) for no, c in found if rule_for(c) is None]
-    assert not unmatched, f"README commands neither run here nor covered (add them to RUN or COVERED): {unmatched}"
+def test_every_documented_command_runs_here_or_names_the_test_that_runs_it(demo: str, tmp_path: Path) -> None:
+    found = documented()
+    assert len(found) > 40 and sum(w.startswith("README.md:") for w, _ in found) >= 5, found
+    assert {w.split(":")[0] for w, _ in found} >= {"README.md", "docs/tutorials/first-vm.md",
+                                                  "docs/howto/upgrading.md", "docs/howto/audit.md"}
+    unmatched = [(w, c) for w, c in found if rule_for(c) is None]
+    assert not unmatched, f"documented commands neither run here nor covered (add them to RUN or COVERED): {unmatched}"
     exports: list[str] = []
     failures = []
     ran = 0
-    for no, command in found:
+    for where, command in found:
         how, what = rule_for(command)  # type: ignore[misc]
         if how == "covered":
-            where, needle = what
-            assert needle in (ROOT / where).read_text(), f"README:{no} {command}: {where} no longer calls it"
+            test, needle = what
+            assert needle in (ROOT / test).read_text(), f"{where} {command}: {test} no longer calls it"
             continue
         rc, needle = what
         if command.startswith("export "):
@@ -163,10 +186,10 @@ def test_every_readme_command_runs_here_or_names_the_test_that_runs_it(demo: str
         ran += 1
         out = proc.stdout + proc.stderr
         if proc.returncode != rc or needle not in out or "Traceback" in out:
-            failures.append(f"README:{no} `{command}` exited {proc.returncode} (expected {rc}, "
+            failures.append(f"{where} `{command}` exited {proc.returncode} (expected {rc}, "
                             f"output with {needle!r}):\n{out[-1500:]}")
     assert not failures, "\n\n".join(failures)
-    assert ran >= 10 and exports, (ran, exports)
+    assert ran >= 15 and exports, (ran, exports)
 
 
 def test_a_salt_call_without_a_reachable_configuration_fails_at_once(tmp_path: Path) -> None:

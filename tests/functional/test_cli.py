@@ -15,14 +15,14 @@ from tests.support.saltenv import CN, SaltEnv
 
 VM = "mysupertest3.foo.com"
 MAC_RE = re.compile(r"^00:16:3e:[0-7][0-9a-f]:[0-9a-f]{2}:[0-9a-f]{2}$")
-SEED_003_KEYS = {
+SAMPLE_KEYS = {
     "autostart", "backing", "bootsalt_branch", "bridge", "dnsservers", "domains", "from_container",
     "gateway", "image", "ip", "lxc_conf", "lxc_conf_unset", "mac", "master", "master_port", "mode",
     "name", "netmask", "network", "password", "profile", "script_args", "snapshot", "ssh_gateway",
     "ssh_gateway_key", "ssh_gateway_password", "ssh_gateway_port", "ssh_gateway_user",
     "ssh_reverse_proxy_port", "ssh_username", "sudo", "users",
 }
-SPEC_KEYS = SEED_003_KEYS | {
+DOCUMENTED_KEYS = SAMPLE_KEYS | {
     "profile_type", "script", "bootstrap_shell", "main_bridge", "fstab", "password_hash",
     "snmp_reverse_proxy_port",
 }
@@ -38,7 +38,7 @@ def crypt_matches(password: str, hashed: str) -> bool:
 
 def test_get_settings_for_vm_is_shaped_like_the_seed_and_stable(salt_env: SaltEnv) -> None:
     first = salt_env.ok("mc_cloud_lxc.get_settings_for_vm", CN, VM)
-    assert SPEC_KEYS <= set(first)
+    assert DOCUMENTED_KEYS <= set(first)
     assert first["name"] == VM and first["domains"] == [VM]
     assert first["profile"] == "ms-devhost10-local-dir"
     assert first["backing"] == "dir" and first["from_container"] == "makina-states-trusty"

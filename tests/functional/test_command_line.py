@@ -50,6 +50,37 @@ def test_version_and_help() -> None:
     assert p.returncode == 2 and "invalid choice: 'xml'" in p.stderr
 
 
+def test_sls_root_warns_when_the_master_would_serve_another_tree_first(tmp_path: Path) -> None:
+    from mccloud.orchestration import sls_root, sls_served
+
+    root = sls_root()
+    # A makina-states checkout holding an SLS of the same name as mccloud's.
+    checkout = tmp_path / "mastersalt"
+    (checkout / "makina-states" / "cloud" / "lxc").mkdir(parents=True)
+    (checkout / "makina-states" / "cloud" / "lxc" / "init.sls").write_text("{}\n")
+    (tmp_path / "elsewhere").mkdir()
+    conf = tmp_path / "conf"
+    conf.mkdir()
+
+    def run(file_roots: Any) -> subprocess.CompletedProcess[str]:
+        (conf / "master").write_text(yaml.safe_dump({"root_dir": str(tmp_path / "root"), "file_roots": file_roots}))
+        return mccloud(None, "sls-root", "--config", str(conf))
+
+    wrong = run({"base": [str(checkout), root]})
+    assert wrong.returncode == 0 and wrong.stdout.strip() == root, wrong.stderr
+    assert f"file_roots:base lists {checkout} before mccloud's SLS tree ({root})" in wrong.stderr, wrong.stderr
+    assert "makina-states/cloud/lxc/init.sls" in wrong.stderr and f"list {root} first" in wrong.stderr
+    right = run({"base": [root, str(checkout)]})
+    assert right.returncode == 0 and right.stdout.strip() == root and right.stderr == "", right.stderr
+    # A root before the tree holding none of its files shadows nothing.
+    assert run({"base": [str(tmp_path / "elsewhere"), root]}).stderr == ""
+    missing = run({"base": [str(checkout)]})
+    assert "do not list mccloud's SLS tree" in missing.stderr and missing.returncode == 0
+    # The runners log the same (once per process) through sls_served.
+    assert sls_served({"base": [str(checkout), root], "dev": [root]}) == [
+        line.split(": ", 3)[3] for line in wrong.stderr.splitlines()]
+
+
 def test_inventory_finds_the_store_and_pillar_and_prints_a_table(salt_env: SaltEnv) -> None:
     registered = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)["vms"]
     p = mccloud(salt_env, "inventory")

@@ -1,4 +1,4 @@
-"""The README's registry figures are the rendering of bench/results.json."""
+"""The performance page's figures are the rendering of bench/results.json."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ results = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(results)
 
 
-def test_the_readmes_figures_are_those_of_the_results_file() -> None:
+def test_the_performance_pages_figures_are_those_of_the_results_file() -> None:
     data = results.load(results.RESULTS)
     assert {"node", "allocations", "binding"} <= set(data), "run ./run bench to record every section"
-    assert results.update_readme(results.README, data, check=True), (
-        "README.md's benchmark table is not bench/results.json's: run python3 bench/results.py")
+    assert results.update_page(results.PAGE, data, check=True), (
+        "docs/explanation/performance.md's benchmark tables are not bench/results.json's: run python3 bench/results.py")
     for section in data.values():
         assert section["commit"] and section["machine"]["cores"]
 
@@ -55,17 +55,17 @@ def test_recording_a_section_keeps_the_others_and_renders_the_readme(tmp_path: P
     path, readme = tmp_path / "results.json", tmp_path / "README.md"
     path.write_text(json.dumps(sample(9.4, 3.7, [700, 1300])))
     readme.write_text(f"# x\n\n{results.START}\nstale figures\n{results.END}\n\nafter\n")
-    assert not results.update_readme(readme, results.load(path), check=True)
+    assert not results.update_page(readme, results.load(path), check=True)
     results.record(path, {"binding": {"vm_settings_us": 1000, "vm_settings_fresh_us": 1500, "peak_rss_mib": 90}},
-                   readme=readme)
+                   page=readme)
     data = results.load(path)
     assert data["node"]["commit"] == "abc1234" and data["binding"]["commit"] == results.commit()
     assert data["binding"]["machine"]["cores"]
     text = readme.read_text()
     assert "stale figures" not in text and "| 1.0 ms (1.5 ms" in text and text.endswith("\n\nafter\n")
-    assert results.update_readme(readme, data, check=True)
+    assert results.update_page(readme, data, check=True)
     readme.write_text(text.replace("1.0 ms", "0.5 ms"))  # a figure edited by hand
-    assert not results.update_readme(readme, data, check=True)
+    assert not results.update_page(readme, data, check=True)
 
 
 def test_the_provisioning_table_comes_from_its_section(tmp_path: Path) -> None:
@@ -85,12 +85,12 @@ def test_the_provisioning_table_comes_from_its_section(tmp_path: Path) -> None:
     assert "3 run(s)): commit abc1234" in table
     readme = tmp_path / "README.md"
     readme.write_text(f"{results.START}\nx\n{results.END}\n\n{results.PSTART}\nold\n{results.PEND}\n")
-    assert results.update_readme(readme, data)
+    assert results.update_page(readme, data)
     assert table in readme.read_text() and "old" not in readme.read_text()
     # A README without the provisioning block keeps only the registry's.
     bare = tmp_path / "BARE.md"
     bare.write_text(f"{results.START}\nx\n{results.END}\n")
-    results.update_readme(bare, data)
+    results.update_page(bare, data)
     assert results.PSTART not in bare.read_text()
 
 
@@ -145,5 +145,5 @@ def test_the_stores_table_comes_from_its_section(tmp_path: Path) -> None:
     assert "fsync=on, synchronous_commit=on" in table and "Measured (`./run bench store`" in table
     readme = tmp_path / "README.md"
     readme.write_text(f"{results.START}\nx\n{results.END}\n\n{results.SSTART}\nold\n{results.SEND}\n")
-    assert results.update_readme(readme, data)
+    assert results.update_page(readme, data)
     assert table in readme.read_text() and "old" not in readme.read_text()

@@ -1,4 +1,4 @@
-# The sample pillar of the makina-states lxc documentation (seed 003), in the
+# The sample pillar of the makina-states lxc documentation, in the
 # form that documentation describes. One change: the documentation gives
 # gfoobar3.test.com and gfoobar2.test.coma the same IP (10.5.10.17), which
 # mccloud refuses; gfoobar2.test.coma gets 10.5.10.18 here.

@@ -15,7 +15,8 @@ from mccloud.orchestration.drivers import driver_for
 from mccloud.orchestration.parallel import vm_orchestrate
 from mccloud.orchestration.provision import vm_bootstrap, vm_minion_call, vm_provision, vm_sls
 from mccloud.orchestration.repair import node_drift
-from mccloud.orchestration.runner import Env, Outcome, answer, controller_pillar, guard, names, run, sls_root, strict
+from mccloud.orchestration.runner import (Env, Outcome, answer, controller_pillar, guard, names, run, sls_root, sls_served,
+                                         strict)
 from mccloud.orchestration.steps import VM_SLS_STEPS, VM_STEPS, run_steps, step_functions
 from mccloud.orchestration.teardown import destroy, vm_destroy
 from mccloud.orchestration.transport import DATA_KEY, accepted_minions, apply_batch, state_changes, state_failures
@@ -45,6 +46,7 @@ __all__ = [
     "run",
     "run_steps",
     "sls_root",
+    "sls_served",
     "strict",
     "state_changes",
     "state_failures",

@@ -17,6 +17,7 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar, cast
 
 import mccloud
@@ -37,6 +38,40 @@ Step = dict[str, Any]
 def sls_root() -> str:
     """Directory to add to the master's ``file_roots`` (holds ``makina-states/``)."""
     return str(resources.files("mccloud").joinpath("sls"))
+
+
+def sls_served(file_roots: Any, root: str | None = None) -> list[str]:
+    """What keeps a master with these ``file_roots`` from serving mccloud's
+    SLS tree (``root``, default :func:`sls_root`), one sentence each; empty
+    when nothing does.
+
+    Salt serves a file from the first root of its environment that has it,
+    so a makina-states checkout listed before mccloud's tree serves the
+    original SLS of the same names instead of mccloud's: every environment
+    listing the tree must list it before any root holding one of its files.
+    """
+    root = os.path.realpath(root or sls_root())
+    ours = sorted(str(p.relative_to(root)) for p in Path(root).rglob("*") if p.is_file())
+    if not isinstance(file_roots, Mapping):
+        return [f"the master's file_roots list no environment: add {root} to base"]
+    out, listed = [], False
+    for env, roots in sorted(file_roots.items(), key=lambda kv: str(kv[0])):
+        if isinstance(roots, str) or not isinstance(roots, Sequence):
+            continue
+        paths = [os.path.realpath(str(r)) for r in roots]
+        if root not in paths:
+            continue
+        listed = True
+        for before in paths[: paths.index(root)]:
+            shadowed = [rel for rel in ours if os.path.isfile(os.path.join(before, rel))]
+            if shadowed:
+                out.append(f"file_roots:{env} lists {before} before mccloud's SLS tree ({root}), and it holds "
+                           f"{len(shadowed)} SLS file(s) of the same names (such as {shadowed[0]}): Salt would "
+                           f"serve those instead of mccloud's; list {root} first")
+    if not listed:
+        out.append(f"the master's file_roots do not list mccloud's SLS tree: add {root} to base, before any "
+                   "makina-states checkout")
+    return out
 
 
 @dataclass
@@ -99,6 +134,17 @@ def controller_pillar(opts: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _EVENTS = threading.Lock()
+_WARNED: set[str] = set()
+
+
+def _warn_unserved(file_roots: Any) -> None:
+    """Logs, once per process and configuration, what keeps the master from
+    serving mccloud's SLS tree (see :func:`sls_served`)."""
+    if file_roots is None or repr(file_roots) in _WARNED:
+        return
+    _WARNED.add(repr(file_roots))
+    for warning in sls_served(file_roots):
+        log.warning("mccloud: %s", warning)
 
 
 def make_progress(jid_event: Any, prefix: str) -> Progress:
@@ -146,6 +192,7 @@ class Env:
         self.opts, self.functions, self.context = _resolved(opts), _resolved(functions), _resolved(context)
         self.progress = make_progress(jid_event, name)
         self.name = name
+        _warn_unserved(self.opts.get("file_roots"))
         #: What :meth:`batch` hands its jobs to instead of the node (an
         #: orchestration gathering its VMs' first jobs), if anything.
         self.batcher: Callable[[str, Sequence[tuple[str, str]], Mapping[str, Any]], list[tuple[str, Step]]] | None = None

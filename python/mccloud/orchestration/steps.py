@@ -13,7 +13,7 @@ import mccloud
 from mccloud.drivers.contract import Driver
 from mccloud.orchestration.runner import Env, Outcome, Progress, Step, as_step
 
-#: VM provisioning steps, in order (SPEC §2).
+#: VM provisioning steps, in order (docs/howto/provision.md).
 VM_STEPS = ("spawn", "fix_dns", "reconfigure", "volumes", "preprovision", "initial_setup", "bootstrap",
             "initial_highstate")
 #: The generic VM steps that only apply an SLS with the VM's data (batched).

@@ -28,7 +28,7 @@ pub use profile::{Profile, PROFILE_TYPES, SIZES};
 pub const VT: &str = "lxc";
 /// Pillar prefix of the lxc registry.
 pub const LXC: &str = "makina-states.cloud.lxc";
-/// Historical form of the lxc VM declarations (SPEC §3.2).
+/// Historical form of the lxc VM declarations (docs/reference/pillar.md).
 pub const SEED_TARGETS: &str = "makina-states.services.cloud.lxc.targets";
 
 /// The lxc driver.
@@ -149,7 +149,7 @@ impl TypePlan for LxcPlan {
 /// defaults over the generic VM defaults `g`, the size profiles, the
 /// profile types and modes. On a development host, VMs default to
 /// overlayfs clones with snapshots ("We use overlayfs with snapshot in
-/// development mode", seed 003), which run privileged; elsewhere to dir
+/// development mode", says the makina-states lxc documentation), which run privileged; elsewhere to dir
 /// copies, which run unprivileged (see [`unprivileged`]).
 pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
     let ptype = if devhost { "overlayfs" } else { "dir" };

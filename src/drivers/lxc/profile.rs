@@ -1,5 +1,5 @@
 //! LXC profiles: the size profiles, the profile types (storage layouts)
-//! and a VM's validated profile (SPEC §3.2, §3.3).
+//! and a VM's validated profile (docs/reference/pillar.md, "A VM's keys").
 
 use serde_json::{Map, Value};
 
