@@ -180,8 +180,11 @@ def test_every_documented_command_runs_here_or_names_the_test_that_runs_it(demo:
         if command.startswith("export "):
             exports.append(without_comment(command))
             continue
-        # Written to /root on a controller; here, to this test's directory.
-        script = command.replace("/root/", f"{tmp_path}/")
+        # Written to /root on a controller; here, to a directory of this
+        # command's own (two pages may show the same backup).
+        home = tmp_path / f"root{ran}"
+        home.mkdir()
+        script = command.replace("/root/", f"{home}/")
         proc = shell("\n".join([*exports, script]), tmp_path)
         ran += 1
         out = proc.stdout + proc.stderr
