@@ -658,18 +658,20 @@ impl Registry {
     /// those made before included) and `unplaced` (VM → why it fits
     /// nowhere). Nothing is opened when no VM is declared without a node.
     pub fn place_all(&self) -> Result<Value> {
+        let (placed, unplaced) = self.placed_all()?;
+        Ok(serde_json::json!({"placed": placed, "unplaced": unplaced}))
+    }
+
+    /// [`Registry::place_all`] as maps: VM → node, and VM → why it is on
+    /// no node.
+    pub(crate) fn placed_all(&self) -> Result<session::Placements> {
         let anywhere = self.config.anywhere()?;
         if anywhere.is_empty() {
-            return Ok(serde_json::json!({"placed": {}, "unplaced": {}}));
+            return Ok(Default::default());
         }
-        let held: BTreeMap<String, String> = self
-            .read(|tx| tx.placements())?
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(vm, _)| anywhere.contains_key(vm))
-            .collect();
+        let held = self.held_placements(&anywhere)?;
         if held.len() == anywhere.len() {
-            return Ok(serde_json::json!({"placed": held, "unplaced": {}}));
+            return Ok((held, BTreeMap::new()));
         }
         // A slip in the placement pillar places nothing new; the
         // placements made stand, and every VM left says why.
@@ -678,17 +680,31 @@ impl Registry {
             .capacities()
             .and_then(|_| self.config.placement_policy())
         {
-            let unplaced: BTreeMap<&String, String> = anywhere
+            let unplaced = anywhere
                 .keys()
                 .filter(|vm| !held.contains_key(*vm))
-                .map(|vm| (vm, format!("nothing is placed: {e}")))
+                .map(|vm| (vm.clone(), format!("nothing is placed: {e}")))
                 .collect();
-            return Ok(serde_json::json!({"placed": held, "unplaced": unplaced}));
+            return Ok((held, unplaced));
         }
         // Every call on the controller asks: a write only when a VM is left
         // to place.
         let p = self.write(|tx| self.placing(tx, None))?;
-        Ok(serde_json::json!({"placed": p.placed, "unplaced": p.unplaced}))
+        Ok((p.placed, p.unplaced))
+    }
+
+    /// The placements the store holds for the VMs of `anywhere` (none
+    /// without a store).
+    fn held_placements<T>(
+        &self,
+        anywhere: &BTreeMap<String, T>,
+    ) -> Result<BTreeMap<String, String>> {
+        Ok(self
+            .read(|tx| tx.placements())?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(vm, _)| anywhere.contains_key(vm))
+            .collect())
     }
 
     /// Places VM `vm`, declared without a compute node, or tells where it

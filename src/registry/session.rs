@@ -87,7 +87,7 @@ impl Note {
 }
 
 /// Placements: VM → node, and the VMs left on no node with why.
-type Placements = (BTreeMap<String, String>, BTreeMap<String, String>);
+pub(crate) type Placements = (BTreeMap<String, String>, BTreeMap<String, String>);
 
 impl Registry {
     /// Opens the registry of `session`, its VMs declared without a node
@@ -163,26 +163,9 @@ impl Registry {
             Place::RestIfStored => self.store_exists(),
         };
         if !place {
-            let anywhere = self.config.anywhere()?;
-            let held = self
-                .read(|tx| tx.placements())?
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(vm, _)| anywhere.contains_key(vm))
-                .collect();
+            let held = self.held_placements(&self.config.anywhere()?)?;
             return Ok((held, BTreeMap::new()));
         }
-        let done = self.place_all()?;
-        let map = |key: &str| -> BTreeMap<String, String> {
-            done.get(key)
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        Ok((map("placed"), map("unplaced")))
+        self.placed_all()
     }
 }
