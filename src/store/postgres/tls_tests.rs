@@ -10,8 +10,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
+use super::conninfo::client;
 use super::tests::Server;
-use super::tls::client;
 use super::PgStore;
 use crate::store::TxOps;
 
@@ -223,7 +223,8 @@ fn verify_full_checks_the_ca_and_the_host_name() {
         e.contains("/nonexistent-mccloud/root.crt") && e.contains("cannot be read"),
         "{e}"
     );
-    assert!(refused(&tls.keywords("localhost", "sslmode=verify-everything")).contains("sslmode"));
+    let e = refused(&tls.keywords("localhost", "sslmode=verify-everything"));
+    assert!(e.contains("sslmode"), "{e}");
 }
 
 #[test]
@@ -250,7 +251,7 @@ fn the_store_works_over_verified_tls_and_never_shows_the_password() {
     );
     let e = PgStore::connect(&bad).unwrap_err().to_string();
     assert!(
-        !e.contains(PASSWORD) && e.contains("host=localhost") && e.contains("TLS"),
+        !e.contains(PASSWORD) && e.contains("host localhost") && e.contains("TLS"),
         "{e}"
     );
 }
