@@ -121,7 +121,15 @@ impl Catalog {
     fn problems_in(&self, place: &str) -> Vec<String> {
         let me = &self.me;
         let mut out = vec![];
-        for o in self.objects.iter().filter(|o| o.place == place) {
+        // of an older store in public, only the tables are moved (its
+        // functions, the role's own, are dropped; another's are left)
+        let moved = |o: &&Object| place == "ours" || o.kind == "table";
+        for o in self
+            .objects
+            .iter()
+            .filter(|o| o.place == place)
+            .filter(moved)
+        {
             let (kind, what) = (o.kind.as_str(), o.display.as_str());
             let sql_kind = kind.to_uppercase();
             if !o.mine {
@@ -234,6 +242,7 @@ pub(super) fn build(tx: &PgTx) -> Result<()> {
             before.problems_in("public"),
             " (an older store's tables in schema public are to be moved into it)",
         )?;
+        tx.batch("CREATE SCHEMA IF NOT EXISTS {s}")?;
         move_legacy(tx, &before)?;
     }
     // A store made before the change counts and last runs gets them from

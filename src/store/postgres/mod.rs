@@ -57,6 +57,8 @@ mod lock_tests;
 #[cfg(test)]
 mod model_tests;
 mod passfile;
+#[cfg(test)]
+mod role_tests;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -64,6 +66,8 @@ mod tls;
 #[cfg(test)]
 mod tls_tests;
 mod tx;
+#[cfg(test)]
+mod wait_tests;
 mod waits;
 
 use cache::Cache;
