@@ -119,3 +119,25 @@ fn a_host_that_never_answers_fails_within_connect_timeout_naming_it() {
     assert_eq!(done(Work::Retry), retries, "not tried again");
     assert!(waited.as_secs() < 60, "{waited:?}");
 }
+
+#[test]
+fn a_statement_that_runs_too_long_ends_in_a_timeout_saying_so() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let info = format!(
+        "{} options='-c statement_timeout=1s'",
+        server.conninfo("slow")
+    );
+    let mut pg = PgStore::connect(&info).unwrap();
+    let err = pg
+        .write(|tx| tx.query("SELECT pg_catalog.pg_sleep(30)", &[]).map(|_| ()))
+        .unwrap_err();
+    assert_eq!(err.store_failure(), Some(StoreFailure::Timeout));
+    let err = err.to_string();
+    assert!(
+        err.contains("a statement ran longer than statement_timeout (1s)")
+            && !err.contains("tried"),
+        "{err}"
+    );
+}
