@@ -185,9 +185,10 @@ pub(super) fn again(e: &postgres::Error) -> Option<Again> {
     let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>())?;
     use std::io::ErrorKind::*;
     match io.kind() {
-        // TLS refusals come as InvalidData; they would fail again; a host
-        // that did not answer in time would again make the caller wait
-        InvalidData | InvalidInput | PermissionDenied | Unsupported | TimedOut => None,
+        // TLS refusals come as InvalidData; they would fail again (a host
+        // that did not answer within connect_timeout is not tried again
+        // either: see conninfo)
+        InvalidData | InvalidInput | PermissionDenied | Unsupported => None,
         _ => Some(Again::Lost),
     }
 }

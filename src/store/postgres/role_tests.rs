@@ -90,6 +90,11 @@ fn another_roles_schema_or_tables_are_refused_before_any_secret_is_written() {
         "{e}"
     );
     assert_eq!(tables(&mut admin, "mccloud"), ["passwords"]);
+    let caught: i64 = admin
+        .query_one("SELECT count(*) FROM mccloud.passwords", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(caught, 0, "no secret was written");
 
     // the squatter's tables in an older store's place (public), made
     // before the first controller: not taken for the store's
