@@ -153,9 +153,9 @@ impl Target {
         let mut failures = Vec::new();
         let mut last = (StoreFailure::Unreachable, None);
         for (host, addr, port) in hosts(&self.config) {
-            let at = match (&host, addr) {
-                (Host::Tcp(name), _) => format!("host {name} port {port}"),
-                (Host::Unix(dir), _) => format!("socket directory {} port {port}", dir.display()),
+            let at = match &host {
+                Host::Tcp(name) => format!("host {name} port {port}"),
+                Host::Unix(dir) => format!("socket directory {} port {port}", dir.display()),
             };
             let (config, ignored) = self.for_host(&host, addr, port);
             match within(
@@ -200,7 +200,6 @@ impl Target {
         one.options(c.get_options().unwrap_or_default())
             .ssl_mode(c.get_ssl_mode())
             .ssl_negotiation(c.get_ssl_negotiation())
-            .tcp_user_timeout(c.get_tcp_user_timeout().copied().unwrap_or_default())
             .keepalives(c.get_keepalives())
             .keepalives_idle(c.get_keepalives_idle())
             .target_session_attrs(c.get_target_session_attrs())
@@ -217,6 +216,9 @@ impl Target {
         }
         if let Some(t) = c.get_connect_timeout() {
             one.connect_timeout(*t);
+        }
+        if let Some(t) = c.get_tcp_user_timeout() {
+            one.tcp_user_timeout(*t);
         }
         if let Some(i) = c.get_keepalives_interval() {
             one.keepalives_interval(i);
@@ -430,4 +432,52 @@ pub fn shown(conninfo: &str) -> String {
 pub(super) fn client(conninfo: &str) -> Result<Client, Error> {
     let target = Target::parse(conninfo).map_err(Error::argument)?;
     target.connect().map_err(|(e, _)| e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_go_first_and_the_strings_own_settings_win() {
+        let t = Target::parse("host=db user=u options='-c lock_timeout=5s'").unwrap();
+        assert_eq!(t.lock_timeout, "5s");
+        assert_eq!(t.statement_timeout, STATEMENT_TIMEOUT);
+        assert_eq!(t.config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
+        assert_eq!(t.config.get_application_name(), Some("mccloud"));
+        let options = t.config.get_options().unwrap();
+        assert!(
+            options.ends_with("-c search_path=pg_catalog,pg_temp"),
+            "{options}"
+        );
+        let t = Target::parse(
+            "postgresql://u@db/x?connect_timeout=3&keepalives_idle=5&application_name=a",
+        )
+        .unwrap();
+        assert_eq!(
+            t.config.get_connect_timeout(),
+            Some(&Duration::from_secs(3))
+        );
+        assert_eq!(t.config.get_keepalives_idle(), Duration::from_secs(5));
+        assert_eq!(t.config.get_application_name(), Some("a"));
+        assert_eq!(
+            setting("--lock-timeout=1s -clock_timeout=2s", "lock_timeout").as_deref(),
+            Some("2s")
+        );
+    }
+
+    #[test]
+    fn the_schema_is_one_of_the_stores_own() {
+        let t = Target::parse("host=db user=u mccloud_schema=lab_2").unwrap();
+        assert_eq!(t.schema.ident, "\"lab_2\"");
+        assert!(t
+            .label
+            .display()
+            .to_string()
+            .ends_with("?mccloud_schema=lab_2"));
+        for bad in ["public", "pg_x", "Lab", "a-b", "2x", "", "a\"b"] {
+            let e = Target::parse(&format!("host=db user=u mccloud_schema='{bad}'")).unwrap_err();
+            assert!(e.contains(SCHEMA_KEY), "{bad}: {e}");
+        }
+    }
 }
