@@ -38,10 +38,10 @@ class Server:
     def __init__(self, pg: Postgres, port: int) -> None:
         self.pg, self.port = pg, port
 
-    def admin(self, sql: str) -> None:
+    def admin(self, sql: str, db: str = "postgres") -> None:
         """Runs ``sql`` as the server's superuser (over its socket)."""
         subprocess.run([str(self.pg.bin / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.pg.root),
-                        "-p", str(self.port), "-U", "mccloud", "-d", "postgres", "-c", sql],
+                        "-p", str(self.port), "-U", "mccloud", "-d", db, "-c", sql],
                        check=True, capture_output=True, text=True, timeout=60)
 
     def database(self, name: str) -> str:
@@ -129,6 +129,12 @@ def test_a_password_of_any_characters_connects_from_a_url_and_is_never_shown(ser
     assert "wr?ng" not in out and quote("wr?ng@pa%ss/word", safe="") not in out, out
     out = failing("store", "check", "--store", url.replace("/creds?", "/nowhere?"))
     assert "nowhere" in out and "does not exist" in out, out
+    # another role granted a table of the store: check says which, and how to revoke it
+    server.admin("GRANT SELECT ON mccloud.passwords TO PUBLIC", db="creds")
+    out = failing("store", "check", "--store", url)
+    assert "ownership: table mccloud.passwords is granted to PUBLIC" in out and "REVOKE ALL" in out, out
+    server.admin("REVOKE SELECT ON mccloud.passwords FROM PUBLIC", db="creds")
+    mccloud("store", "check", "--store", url)
 
 
 def test_pgpassword_and_the_password_file_log_in(server: Server, tmp_path: Path) -> None:

@@ -191,7 +191,9 @@ impl Catalog {
     /// What `mccloud store check` says of the schema's owners and grants.
     pub(super) fn ownership(&self, schema: &str) -> String {
         let problems = self.problems_in("ours");
-        if problems.is_empty() {
+        if !self.ours().any(|o| o.kind == "schema") {
+            format!("ok (schema {schema} not made yet: the first connection makes it)")
+        } else if problems.is_empty() {
             format!(
                 "ok (schema {schema} and its {} objects belong to role {}, granted to no other)",
                 self.ours().count().saturating_sub(1),

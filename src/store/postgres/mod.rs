@@ -289,14 +289,7 @@ impl PgStore {
     /// of it, and created (or an older store's tables moved into it), under
     /// the store-wide lock, only when something is missing.
     pub fn connect(conninfo: &str) -> Result<PgStore> {
-        let target = Target::parse(conninfo)
-            .map_err(|why| Error::store(Path::new(&shown(conninfo)), why))?;
-        let mut store = PgStore {
-            client: None,
-            label: target.label.clone(),
-            target,
-            statements: RefCell::new(HashMap::new()),
-        };
+        let mut store = PgStore::unchecked(conninfo)?;
         let complete = store.read(|tx| {
             let catalog = catalog::Catalog::read(tx)?;
             catalog.refuse_others(tx)?;
@@ -306,6 +299,41 @@ impl PgStore {
             store.whole(catalog::build)?;
         }
         Ok(store)
+    }
+
+    /// The store of `conninfo`, its schema not checked yet.
+    fn unchecked(conninfo: &str) -> Result<PgStore> {
+        let target = Target::parse(conninfo)
+            .map_err(|why| Error::store(Path::new(&shown(conninfo)), why))?;
+        Ok(PgStore {
+            client: None,
+            label: target.label.clone(),
+            target,
+            statements: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// What `mccloud store check` reports of the store of `conninfo`: its
+    /// checks ([`PgStore::check`]), or, when another role owns or is
+    /// granted part of its schema, which part and what to do (nothing else
+    /// is read then).
+    pub fn check_at(conninfo: &str) -> Result<CheckReport> {
+        let mut store = PgStore::unchecked(conninfo)?;
+        let ownership =
+            store.read(|tx| Ok(catalog::Catalog::read(tx)?.ownership(&tx.schema.name)))?;
+        if ownership.starts_with("ok") {
+            return PgStore::connect(conninfo)?.check();
+        }
+        Ok(CheckReport {
+            path: store.label.display().to_string(),
+            files: vec![],
+            schema_version: super::SCHEMA_VERSION,
+            identity: String::new(),
+            integrity: "not checked: the schema is not the store's own (see ownership)".to_owned(),
+            nodes: 0,
+            rows: std::collections::BTreeMap::new(),
+            ownership: Some(ownership),
+        })
     }
 
     /// A new connection to the store's database.

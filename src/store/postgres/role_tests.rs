@@ -137,6 +137,13 @@ fn another_roles_schema_or_tables_are_refused_before_any_secret_is_written() {
              GRANT SELECT ON mccloud.passwords TO squatter",
         )
         .unwrap();
+    let report = PgStore::check_at(&store).unwrap();
+    let ownership = report.ownership.unwrap();
+    assert!(
+        ownership.contains("table mccloud.passwords is granted to squatter")
+            && report.integrity.starts_with("not checked"),
+        "{ownership}"
+    );
     let e = refused(&store);
     assert!(
         e.contains("schema mccloud is granted to squatter")
