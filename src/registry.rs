@@ -165,7 +165,7 @@ impl Registry {
     /// schema is reported, not upgraded).
     pub fn check(&self) -> Result<crate::store::CheckReport> {
         if let Some(conninfo) = &self.postgres {
-            return PgStore::connect(conninfo)?.check();
+            return PgStore::check_at(conninfo);
         }
         self.inspect()?.check()
     }

@@ -331,12 +331,14 @@ def store_backup(args: argparse.Namespace) -> int:
 
 
 def store_check(args: argparse.Namespace) -> int:
-    """Prints the store's integrity check, schema version and identity;
-    non-zero when the integrity check finds a problem."""
+    """Prints the store's integrity check, schema version and identity (and
+    a PostgreSQL store's ownership: whose its schema is, what it grants);
+    non-zero when a check finds a problem."""
     report = _store_registry(args, reads=False).check()
     _emit(report, args.output, lambda: "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}"
                                                   for k, v in sorted(report.items())))
-    return 0 if report["integrity"] == "ok" else 1
+    ownership = str(report.get("ownership", "ok"))
+    return 0 if report["integrity"] == "ok" and ownership.startswith("ok") else 1
 
 
 def store_migrate(args: argparse.Namespace) -> int:

@@ -96,6 +96,10 @@ pub struct CheckReport {
     pub nodes: usize,
     /// Rows per table.
     pub rows: std::collections::BTreeMap<String, i64>,
+    /// A PostgreSQL store's schema: `ok` and whose it is, or which of its
+    /// objects another role owns or is granted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<String>,
 }
 
 /// What a transaction of the store offers: every read and write of the

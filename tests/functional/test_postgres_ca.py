@@ -73,7 +73,7 @@ def test_controllers_on_one_database_share_one_ca(server: Postgres, tmp_path: Pa
 
     # the key is in the database, never in an output; the password neither
     psql = [str(server.bin / "psql"), "-h", str(server.root), "-U", "mccloud", "-d", "ca", "-tAc",
-            "SELECT name FROM shared_files ORDER BY name"]
+            "SELECT name FROM mccloud.shared_files ORDER BY name"]
     names = subprocess.run(psql, capture_output=True, text=True, timeout=60, check=True).stdout.split()
     assert any(n.endswith("_ca_cert.key") for n in names) and any(n.endswith("/issued.json") for n in names)
 

@@ -56,7 +56,7 @@ def clear_failure(p: subprocess.CompletedProcess[str], db: str) -> None:
     """``p`` failed saying that the database ``db`` is unreachable."""
     out = p.stdout + p.stderr
     assert p.returncode != 0, out
-    assert "unreachable" in out and f"dbname={db}" in out, out
+    assert "unreachable" in out and f":5432/{db}" in out, out
     assert "Traceback" not in out and SECRET not in out, out
 
 

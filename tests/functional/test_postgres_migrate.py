@@ -75,7 +75,7 @@ def pg_rows(server: Postgres, db: str) -> dict[str, list[tuple[str, ...]]]:
     out = {}
     for t, cols in TABLES.items():
         p = subprocess.run([str(server.bin / "psql"), "-h", str(server.root), "-U", "mccloud", "-d", db, "-tA",
-                            "-F", "\t", "-c", f"SELECT {cols} FROM {t}"],
+                            "-F", "\t", "-c", f"SELECT {cols} FROM mccloud.{t}"],
                            capture_output=True, text=True, timeout=60, check=True)
         out[t] = sorted(tuple(line.split("\t")) for line in p.stdout.splitlines() if line)
     return out
@@ -140,7 +140,7 @@ def test_a_historical_node_the_pillar_does_not_declare_stops_the_migration(serve
     assert p.returncode == 1 and "cn2examplenet" in out and "--pillar" in out and "Traceback" not in out, out
     # refused before the database was touched: not even the schema is there
     p = subprocess.run([str(server.bin / "psql"), "-h", str(server.root), "-U", "mccloud", "-d", "undeclared", "-tAc",
-                        "SELECT to_regclass('numbers') IS NULL"], capture_output=True, text=True, timeout=60)
+                        "SELECT to_regclass('mccloud.numbers') IS NULL"], capture_output=True, text=True, timeout=60)
     assert p.stdout.strip() == "t", p.stdout + p.stderr
 
 

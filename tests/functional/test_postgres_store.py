@@ -10,6 +10,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 
@@ -64,7 +65,8 @@ def test_an_unreachable_database_is_said_so_without_its_password(server: Postgre
     p = m.call("mc_cloud_lxc.get_settings_for_vm", CN, VMS["c0"][0])
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "unreachable" in out and SECRET not in out, out
-    assert f"host={tmp_path}/nowhere user=mccloud dbname=x" in out, out
+    # the database as parsed (user, socket directory, port, database)
+    assert f"postgresql://mccloud@{quote(f'{tmp_path}/nowhere', safe='')}:5432/x" in out, out
 
 
 def test_the_command_line_reads_the_shared_registry(server: Postgres, tmp_path: Path) -> None:

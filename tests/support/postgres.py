@@ -31,6 +31,9 @@ REQUIRED = os.environ.get("MCCLOUD_TEST_POSTGRESQL") == "required"
 NUMBER_KEYS = {"ip": "ip", "ssh": "ssh_reverse_proxy_port", "snmp": "snmp_reverse_proxy_port"}
 #: How long a wait for the server's state gives up after: against a hang only.
 HANG = 120.0
+#: What the tests' own ``psql`` sessions run with: the store's tables named
+#: without their schema (``mccloud``) are found.
+PSQL_ENV = {**os.environ, "PGOPTIONS": "-c search_path=mccloud"}
 
 
 def bin_dir() -> Path | None:
@@ -106,7 +109,7 @@ class Postgres:
         fields as text."""
         p = subprocess.run([str(self.bin / "psql"), "-X", "-q", "-t", "-A", "-F", "\t", "-v", "ON_ERROR_STOP=1",
                             "-h", str(self.root), "-U", "mccloud", "-d", db, "-c", sql],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, env=PSQL_ENV)
         assert p.returncode == 0, f"psql {sql!r}: {p.stdout}{p.stderr}"
         return [line.split("\t") for line in p.stdout.splitlines() if line]
 
@@ -117,7 +120,8 @@ class Postgres:
         rolled back when the block ends."""
         p = subprocess.Popen([str(self.bin / "psql"), "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1",
                               "-h", str(self.root), "-U", "mccloud", "-d", db],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=PSQL_ENV)
         assert p.stdin and p.stdout
         try:
             p.stdin.write(f"BEGIN;\n{sql};\nSELECT 'holding';\n")

@@ -1,11 +1,10 @@
 //! Files every controller of a PostgreSQL store shares through it.
 
-use std::path::Path;
-
 use postgres::Client;
 
-use super::{again, pg_err, retried, shown, tls, AtPg};
-use crate::error::Result;
+use super::waits::{self, Wait};
+use super::{again, pg_err, retried, shown, Again, AtPg, PgStore, Schema};
+use crate::error::{Error, Result, StoreFailure};
 
 /// The advisory lock of the files controllers share ("mccloud pki").
 const FILES_LOCK: i64 = 0x6d63_636c_6f75_646b;
@@ -19,6 +18,7 @@ const FILES_LOCK: i64 = 0x6d63_636c_6f75_646b;
 pub struct SharedFiles {
     client: Client,
     label: std::path::PathBuf,
+    schema: Schema,
 }
 
 impl std::fmt::Debug for SharedFiles {
@@ -30,34 +30,47 @@ impl std::fmt::Debug for SharedFiles {
 }
 
 impl SharedFiles {
-    /// Connects, begins the transaction and takes the files' lock
-    /// (waiting for another controller's turn to end); a connection lost
-    /// on the way is tried again, as a store transaction is.
+    /// Connects (checking the store's schema as [`PgStore::connect`]
+    /// does), begins the transaction and takes the files' lock (waiting
+    /// for another controller's turn to end, `lock_timeout` at most); a
+    /// connection lost on the way is tried again, as a store transaction
+    /// is.
     pub fn open(conninfo: &str) -> Result<SharedFiles> {
         let label = std::path::PathBuf::from(shown(conninfo));
         retried(&label, || {
-            Self::try_open(conninfo, &label).map_err(|e| (pg_err(&label, &e), again(&e)))
+            let mut store = PgStore::connect(conninfo).map_err(|e| (e, None))?;
+            let schema = store.schema().clone();
+            let client = store.take_client().map_err(|e| (e, None))?;
+            Self::try_open(client, &store, schema)
         })
     }
 
-    fn try_open(conninfo: &str, label: &Path) -> std::result::Result<SharedFiles, postgres::Error> {
-        let mut client = tls::client(conninfo)?;
-        let created = client.batch_execute(
-            "BEGIN ISOLATION LEVEL READ COMMITTED;
-             CREATE TABLE IF NOT EXISTS shared_files(name TEXT PRIMARY KEY, content BYTEA NOT NULL);",
-        );
-        if let Err(e) = created {
-            // two first uses at once: the table is there now
-            client.batch_execute("ROLLBACK; BEGIN ISOLATION LEVEL READ COMMITTED;")?;
-            let exists = client.query_one("SELECT to_regclass('shared_files') IS NOT NULL", &[])?;
-            if !exists.try_get::<_, bool>(0)? {
-                return Err(e);
-            }
+    fn try_open(
+        mut client: Client,
+        store: &PgStore,
+        schema: Schema,
+    ) -> std::result::Result<SharedFiles, (Error, Option<Again>)> {
+        let label = store.label().to_path_buf();
+        let begun = client
+            .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .and_then(|()| client.query_one("SELECT pg_advisory_xact_lock($1)", &[&FILES_LOCK]));
+        if let Err(e) = begun {
+            let wait = Wait::Files(FILES_LOCK);
+            let Some(ran_out) = waits::ran_out(&e, &wait) else {
+                return Err((pg_err(&label, &e), again(&e)));
+            };
+            let _ = client.batch_execute("ROLLBACK");
+            let (lock, statement) = store.timeouts();
+            let why = waits::reason(&ran_out, Some(&mut client), &schema, lock, statement);
+            return Err((
+                Error::store_failed(&label, StoreFailure::Timeout, why),
+                None,
+            ));
         }
-        client.query_one("SELECT pg_advisory_xact_lock($1)", &[&FILES_LOCK])?;
         Ok(SharedFiles {
             client,
-            label: label.to_path_buf(),
+            label,
+            schema,
         })
     }
 
@@ -66,7 +79,9 @@ impl SharedFiles {
         let rows = self
             .client
             .query(
-                "SELECT name, sha256(content) FROM shared_files ORDER BY name",
+                &self
+                    .schema
+                    .qualify("SELECT name, sha256(content) FROM {s}.shared_files ORDER BY name"),
                 &[],
             )
             .at(&self.label)?;
@@ -79,7 +94,12 @@ impl SharedFiles {
     pub fn content(&mut self, name: &str) -> Result<Option<Vec<u8>>> {
         let row = self
             .client
-            .query_opt("SELECT content FROM shared_files WHERE name = $1", &[&name])
+            .query_opt(
+                &self
+                    .schema
+                    .qualify("SELECT content FROM {s}.shared_files WHERE name = $1"),
+                &[&name],
+            )
             .at(&self.label)?;
         row.map(|r| r.try_get(0).at(&self.label)).transpose()
     }
@@ -88,10 +108,10 @@ impl SharedFiles {
     pub fn commit(mut self, changed: &[(String, Vec<u8>)]) -> Result<()> {
         let upsert = self
             .client
-            .prepare(
-                "INSERT INTO shared_files(name, content) VALUES ($1, $2)
+            .prepare(&self.schema.qualify(
+                "INSERT INTO {s}.shared_files(name, content) VALUES ($1, $2)
                  ON CONFLICT(name) DO UPDATE SET content = excluded.content",
-            )
+            ))
             .at(&self.label)?;
         for (name, content) in changed {
             self.client

@@ -9,6 +9,7 @@ use std::cell::{Cell, RefCell};
 use super::tests::Server;
 use super::{PgStore, ATTEMPTS};
 use crate::counters::{done, Work};
+use crate::error::StoreFailure;
 use crate::store::TxOps;
 
 /// A connection string whose lock waits give up after `ms`.
@@ -38,8 +39,15 @@ fn writers_of_different_nodes_do_not_wait_for_each_other() {
         })
         .unwrap();
     elsewhere.unwrap();
-    let err = same.unwrap_err().to_string();
-    assert!(err.contains("lock timeout"), "{err}");
+    let err = same.unwrap_err();
+    assert_eq!(err.store_failure(), Some(StoreFailure::Timeout));
+    let err = err.to_string();
+    assert!(
+        err.contains("gave up waiting for the lock of compute node node-a's rows")
+            && err.contains("after lock_timeout (500)")
+            && err.contains("held by pid"),
+        "{err}"
+    );
     // the waiting writer kept nothing; the others' rows are there
     let mut other = other.into_inner();
     assert_eq!(

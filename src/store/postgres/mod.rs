@@ -48,11 +48,17 @@ use super::{CheckReport, TxOps};
 use crate::error::{Error, Result, StoreFailure};
 
 mod cache;
+mod catalog;
+mod client_cert;
+mod conninfo;
 mod files;
 #[cfg(test)]
 mod lock_tests;
 #[cfg(test)]
 mod model_tests;
+mod passfile;
+#[cfg(test)]
+mod role_tests;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -60,12 +66,17 @@ mod tls;
 #[cfg(test)]
 mod tls_tests;
 mod tx;
+#[cfg(test)]
+mod wait_tests;
+mod waits;
 
 use cache::Cache;
+use conninfo::Target;
+pub use conninfo::{shown, Schema, DEFAULT_SCHEMA, SCHEMA_KEY};
 pub use files::SharedFiles;
-use schema::{LOAD_FUNCTION, SCHEMA};
 pub use tx::PgTx;
 use tx::Tallies;
+use waits::{RanOut, Wait};
 
 /// The store-wide advisory lock ("mccloud" in ASCII): every write
 /// transaction holds it shared, store-wide work exclusively.
@@ -174,52 +185,11 @@ pub(super) fn again(e: &postgres::Error) -> Option<Again> {
     let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>())?;
     use std::io::ErrorKind::*;
     match io.kind() {
-        // TLS refusals come as InvalidData; they would fail again
+        // TLS refusals come as InvalidData; they would fail again (a host
+        // that did not answer within connect_timeout is not tried again
+        // either: see conninfo)
         InvalidData | InvalidInput | PermissionDenied | Unsupported => None,
         _ => Some(Again::Lost),
-    }
-}
-
-/// The connection string without its password: what errors and
-/// inventories show of it.
-pub fn shown(conninfo: &str) -> String {
-    let url = conninfo
-        .strip_prefix("postgresql://")
-        .or_else(|| conninfo.strip_prefix("postgres://"));
-    if let Some(rest) = url {
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        // user:password@host, of which the password goes
-        let (auth, host) = rest.rsplit_once('@').unwrap_or(("", rest));
-        let user = auth.split(':').next().unwrap_or("");
-        let kept: Vec<&str> = query
-            .split('&')
-            .filter(|kv| !kv.is_empty() && !kv.to_ascii_lowercase().starts_with("password="))
-            .collect();
-        let query = if kept.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", kept.join("&"))
-        };
-        return if auth.is_empty() {
-            format!("postgresql://{host}{query}")
-        } else {
-            format!("postgresql://{user}@{host}{query}")
-        };
-    }
-    match tls::keyword_pairs(conninfo) {
-        Some(pairs) => pairs
-            .iter()
-            .filter(|(k, _)| !k.eq_ignore_ascii_case("password"))
-            .map(|(k, v)| {
-                if v.is_empty() || v.contains([' ', '\'', '\\']) {
-                    format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
-                } else {
-                    format!("{k}={v}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
-        None => "a PostgreSQL connection string that does not parse".to_string(),
     }
 }
 
@@ -228,8 +198,9 @@ pub struct PgStore {
     /// None after the connection was lost, until the next transaction
     /// connects again.
     client: Option<Client>,
-    /// The connection string (never shown: it may hold a password).
-    conninfo: String,
+    /// The database, as the connection string says (never shown: it may
+    /// hold a password).
+    target: Target,
     /// The connection string without its password, for messages.
     label: std::path::PathBuf,
     /// The statements prepared on the connection, by their SQL: each is
@@ -313,42 +284,80 @@ impl<T> AtPg<T> for std::result::Result<T, postgres::Error> {
 
 impl PgStore {
     /// Connects to the database of `conninfo` (a `postgresql://` URL or a
-    /// libpq keyword string) and creates the schema when missing.
+    /// libpq keyword string) and checks the store's schema (see
+    /// [`catalog`]): it is refused when another role owns or is granted any
+    /// of it, and created (or an older store's tables moved into it), under
+    /// the store-wide lock, only when something is missing.
     pub fn connect(conninfo: &str) -> Result<PgStore> {
-        let mut store = PgStore {
-            client: None,
-            conninfo: conninfo.to_string(),
-            label: std::path::PathBuf::from(shown(conninfo)),
-            statements: RefCell::new(HashMap::new()),
-        };
-        store.whole(|tx| {
-            // A store made before the change counts and last runs gets
-            // them from its journal, once: when their table is created.
-            let fresh = tx
-                .opt("SELECT to_regclass('last_runs') IS NULL", &[])?
-                .map(|r| tx.col::<bool>(&r, 0))
-                .transpose()?
-                .unwrap_or(true);
-            let r = tx.client.borrow_mut().batch_execute(SCHEMA);
-            tx.checked(r)?;
-            if fresh {
-                super::journal::fill_tallies(tx)?;
-            }
-            let r = tx.client.borrow_mut().batch_execute(LOAD_FUNCTION);
-            tx.checked(r)?;
-            if tx.meta("identity")?.is_none() {
-                tx.set_meta("format", super::FORMAT)?;
-                tx.set_meta("identity", &crate::store::sqlite::files::new_identity()?)?;
-            }
-            Ok(())
+        let mut store = PgStore::unchecked(conninfo)?;
+        let complete = store.read(|tx| {
+            let catalog = catalog::Catalog::read(tx)?;
+            catalog.refuse_others(tx)?;
+            Ok(catalog.missing().is_empty())
         })?;
+        if !complete {
+            store.whole(catalog::build)?;
+        }
         Ok(store)
     }
 
+    /// The store of `conninfo`, its schema not checked yet.
+    fn unchecked(conninfo: &str) -> Result<PgStore> {
+        let target = Target::parse(conninfo)
+            .map_err(|why| Error::store(Path::new(&shown(conninfo)), why))?;
+        Ok(PgStore {
+            client: None,
+            label: target.label.clone(),
+            target,
+            statements: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// What `mccloud store check` reports of the store of `conninfo`: its
+    /// checks ([`PgStore::check`]), or, when another role owns or is
+    /// granted part of its schema, which part and what to do (nothing else
+    /// is read then).
+    pub fn check_at(conninfo: &str) -> Result<CheckReport> {
+        let mut store = PgStore::unchecked(conninfo)?;
+        let ownership =
+            store.read(|tx| Ok(catalog::Catalog::read(tx)?.ownership(&tx.schema.name)))?;
+        if ownership.starts_with("ok") {
+            return PgStore::connect(conninfo)?.check();
+        }
+        Ok(CheckReport {
+            path: store.label.display().to_string(),
+            files: vec![],
+            schema_version: super::SCHEMA_VERSION,
+            identity: String::new(),
+            integrity: "not checked: the schema is not the store's own (see ownership)".to_owned(),
+            nodes: 0,
+            rows: std::collections::BTreeMap::new(),
+            ownership: Some(ownership),
+        })
+    }
+
     /// A new connection to the store's database.
-    fn open_client(&self) -> std::result::Result<Client, postgres::Error> {
-        let conninfo = self.conninfo.as_str();
-        tls::client(conninfo)
+    fn open_client(&self) -> std::result::Result<Client, (Error, Option<Again>)> {
+        self.target.connect()
+    }
+
+    /// The store's schema.
+    pub fn schema(&self) -> &Schema {
+        &self.target.schema
+    }
+
+    /// The session's lock and statement timeouts, as set.
+    pub(super) fn timeouts(&self) -> (&str, &str) {
+        (&self.target.lock_timeout, &self.target.statement_timeout)
+    }
+
+    /// The store's connection, for work of its own outside the store's
+    /// transactions (a new one when it has none).
+    pub(super) fn take_client(&mut self) -> Result<Client> {
+        match self.client.take() {
+            Some(client) => Ok(client),
+            None => self.open_client().map_err(|(e, _)| e),
+        }
     }
 
     /// What errors show of the store.
@@ -404,34 +413,24 @@ impl PgStore {
         };
         if self.client.is_none() {
             self.statements.borrow_mut().clear();
-            self.client = Some(self.open_client().map_err(failed)?);
+            self.client = Some(self.open_client()?);
         }
         let Some(client) = self.client.as_mut() else {
             return Err((Error::store(&label, "no connection"), Some(Again::Lost)));
         };
-        // BEGIN and the store-wide lock in one round trip (the lock's key
-        // is this module's constant)
-        let begin = match mode {
-            Mode::Read => {
-                "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY".to_string()
-            }
-            Mode::Write => format!(
-                "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE; \
-                 SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"
-            ),
-            Mode::Whole => format!(
-                "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE; \
-                 SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-            ),
-        };
-        if let Err(e) = client.batch_execute(&begin) {
-            let out = failed(e);
-            self.rollback();
-            return Err(out);
+        if let Err(e) = client.batch_execute(&begin_sql(mode)) {
+            let wait = Wait::Store {
+                exclusive: mode == Mode::Whole,
+            };
+            let ran_out = waits::ran_out(&e, &wait);
+            return Err(self.ended(failed(e), ran_out));
         }
         let scope = PgTx {
             client: RefCell::new(client),
             label: &label,
+            schema: &self.target.schema,
+            waiting: RefCell::new(Wait::Rows),
+            ran_out: RefCell::new(None),
             statements: &self.statements,
             cache: RefCell::new(Cache::default()),
             locking: mode == Mode::Write,
@@ -443,6 +442,7 @@ impl PgStore {
         };
         let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
         let again = scope.again.get();
+        let ran_out = scope.ran_out.take();
         drop(scope);
         match out {
             Ok(out) => {
@@ -455,11 +455,33 @@ impl PgStore {
                 }
                 committed.map(|()| out)
             }
-            Err(e) => {
-                self.rollback();
-                Err((e, again))
-            }
+            Err(e) => Err(self.ended((e, again), ran_out)),
         }
+    }
+
+    /// Rolls back after `failed`; a wait that ran out is said with what
+    /// it waited for and who holds it, and is not tried again.
+    fn ended(
+        &mut self,
+        failed: (Error, Option<Again>),
+        ran_out: Option<RanOut>,
+    ) -> (Error, Option<Again>) {
+        self.rollback();
+        let Some(ran_out) = ran_out else {
+            return failed;
+        };
+        let t = &self.target;
+        let why = waits::reason(
+            &ran_out,
+            self.client.as_mut(),
+            &t.schema,
+            &t.lock_timeout,
+            &t.statement_timeout,
+        );
+        (
+            Error::store_failed(&self.label, StoreFailure::Timeout, why),
+            None,
+        )
     }
 
     /// Ends the transaction in progress without committing it (a
@@ -501,9 +523,9 @@ impl PgStore {
                     ),
                 ));
             }
-            tx.exec("DELETE FROM meta", &[])?;
+            tx.exec("DELETE FROM {s}.meta", &[])?;
             for (table, cols) in TABLES {
-                let sql = super::dump::insert_sql(table, cols, '$');
+                let sql = super::dump::insert_sql(&format!("{{s}}.{table}"), cols, '$');
                 let statement = tx.statement(&sql)?;
                 for row in rows.tables.get(*table).into_iter().flatten() {
                     let mut values: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(row.len());
@@ -525,7 +547,7 @@ impl PgStore {
                 }
             }
             tx.exec(
-                "SELECT setval(pg_get_serial_sequence('journal', 'id'), COALESCE(max(id), 0) + 1, false) FROM journal",
+                "SELECT setval(pg_get_serial_sequence('{s}.journal', 'id'), COALESCE(max(id), 0) + 1, false) FROM {s}.journal",
                 &[],
             )?;
             if let Some(diff) = rows.differences(&tx.dump()?) {
@@ -547,39 +569,43 @@ impl PgStore {
         self.read(|tx| {
             let rows = tx.dump()?.counts().into_iter().map(|(t, n)| (t, n as i64)).collect();
             let mut problems = vec![];
+            let name = &tx.schema.name;
             let bad = |sql: &str| -> Result<i64> {
-                match tx.opt(sql, &[])? {
+                let args: &[&(dyn ToSql + Sync)] = if sql.contains("$1") { &[name] } else { &[] };
+                match tx.opt(sql, args)? {
                     Some(r) => tx.checked(r.try_get(0)),
                     None => Ok(0),
                 }
             };
             let n = bad(
-                "SELECT count(*) FROM numbers WHERE space <> CASE kind WHEN 'ip' THEN 'ip' \
+                "SELECT count(*) FROM {s}.numbers WHERE space <> CASE kind WHEN 'ip' THEN 'ip' \
                  WHEN 'idmap' THEN 'idmap' ELSE 'port' END",
             )?;
             if n > 0 {
                 problems.push(format!("{n} numbers outside their kind's space"));
             }
             let n = bad(
-                "SELECT count(*) FROM numbers WHERE value < 0 OR value > 4294967295 \
+                "SELECT count(*) FROM {s}.numbers WHERE value < 0 OR value > 4294967295 \
                  OR (space = 'port' AND (value < 1 OR value > 65535))",
             )?;
             if n > 0 {
                 problems.push(format!("{n} numbers out of range"));
             }
-            let n = bad("SELECT count(*) FROM salts s WHERE NOT EXISTS \
-                         (SELECT 1 FROM passwords p WHERE p.cn = s.cn AND p.vm = s.vm)")?;
+            let n = bad("SELECT count(*) FROM {s}.salts s WHERE NOT EXISTS \
+                         (SELECT 1 FROM {s}.passwords p WHERE p.cn = s.cn AND p.vm = s.vm)")?;
             if n > 0 {
                 problems.push(format!("{n} crypt salts without their password"));
             }
             let constraints = bad(
-                "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND \
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND \
                  (indexname = 'macs_active' OR indexdef LIKE 'CREATE UNIQUE INDEX % ON %numbers USING btree (space, cn, value)')",
             )?;
             if constraints < 2 {
                 problems.push("a UNIQUE constraint of the schema is missing".to_string());
             }
+            let ownership = catalog::Catalog::read(tx)?.ownership(name);
             Ok(CheckReport {
+                ownership: Some(ownership),
                 path: label.display().to_string(),
                 files: vec![],
                 schema_version: super::SCHEMA_VERSION,
@@ -589,6 +615,22 @@ impl PgStore {
                 rows,
             })
         })
+    }
+}
+
+/// BEGIN and the store-wide lock of `mode`, in one round trip (the
+/// lock's key is this module's constant).
+fn begin_sql(mode: Mode) -> String {
+    match mode {
+        Mode::Read => "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY".to_string(),
+        Mode::Write => format!(
+            "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+             SELECT pg_catalog.pg_advisory_xact_lock_shared({WRITE_LOCK})"
+        ),
+        Mode::Whole => format!(
+            "START TRANSACTION ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+             SELECT pg_catalog.pg_advisory_xact_lock({WRITE_LOCK})"
+        ),
     }
 }
 

@@ -19,7 +19,6 @@
 //! accept any certificate when it does not. TLS is never tried over a
 //! Unix socket (PostgreSQL does not offer it there), whatever the mode.
 
-use std::borrow::Cow;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,18 +36,11 @@ use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, OtherError, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-/// A client connected to the database of `conninfo` (a `postgresql://`
-/// URL or a libpq keyword string), over TLS as its `sslmode` and
-/// `sslrootcert` ask. Errors never show the password: they name options,
-/// hosts and files, never values of the string.
-pub(super) fn client(conninfo: &str) -> Result<Client, postgres::Error> {
-    let (rest, ssl) = match split(conninfo) {
-        Some((rest, ssl)) => (Cow::Owned(rest), Some(ssl)),
-        // tokio-postgres says why it does not parse
-        None => (Cow::Borrowed(conninfo), None),
-    };
-    let mut config: Config = rest.parse()?;
-    let ssl = ssl.unwrap_or_else(|| Ssl::of(&config));
+/// A client connected as `config` says (one host), over TLS as `ssl`
+/// asks. Errors never show the password: they name options, hosts and
+/// files, never values of the string.
+pub(super) fn connect(config: &Config, ssl: &Ssl) -> Result<Client, postgres::Error> {
+    let mut config = config.clone();
     name_hosts_by_address(&mut config);
     if ssl.mode == Mode::Disable || only_unix_sockets(&config) {
         config.ssl_mode(SslMode::Disable);
@@ -59,7 +51,7 @@ pub(super) fn client(conninfo: &str) -> Result<Client, postgres::Error> {
     } else {
         SslMode::Prefer
     });
-    config.connect(Tls(connector(&ssl)))
+    config.connect(Tls(connector(ssl)))
 }
 
 /// libpq's `sslmode`.
@@ -110,11 +102,17 @@ impl Mode {
 }
 
 /// The TLS settings of a connection string.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Ssl {
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Ssl {
     mode: Mode,
     /// `sslrootcert` as given.
     rootcert: Option<String>,
+    /// `sslcert`: the client's certificate (PEM), by default
+    /// `~/.postgresql/postgresql.crt` when that file exists.
+    pub(super) cert: Option<String>,
+    /// `sslkey`: its private key (PEM), by default
+    /// `~/.postgresql/postgresql.key`.
+    pub(super) key: Option<String>,
 }
 
 impl Ssl {
@@ -128,7 +126,38 @@ impl Ssl {
         };
         Ssl {
             mode,
-            rootcert: None,
+            ..Ssl::default()
+        }
+    }
+
+    /// Takes `key`'s `value` when it is a TLS setting (an `sslmode` libpq
+    /// does not know is not: tokio-postgres refuses it, naming the option).
+    pub(super) fn take(&mut self, key: &str, value: &str) -> bool {
+        match key {
+            SSLMODE => Mode::parse(value).map(|mode| self.mode = mode).is_some(),
+            SSLROOTCERT => {
+                self.rootcert = Some(value.to_owned());
+                true
+            }
+            "sslcert" => {
+                self.cert = Some(value.to_owned());
+                true
+            }
+            "sslkey" => {
+                self.key = Some(value.to_owned());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The settings of a string tokio-postgres parsed whole, or those
+    /// taken out of it.
+    pub(super) fn or_of(self, taken: bool, config: &Config) -> Ssl {
+        if taken {
+            self
+        } else {
+            Ssl::of(config)
         }
     }
 }
@@ -140,21 +169,25 @@ const SSLROOTCERT: &str = "sslrootcert";
 /// (the last one of each wins, as in libpq). An `sslmode` value libpq does
 /// not know is left in for tokio-postgres to refuse. None when the string
 /// does not parse.
+#[cfg(test)]
 fn split(conninfo: &str) -> Option<(String, Ssl)> {
     let mut ssl = Ssl::default();
-    let mut take = |key: &str, value: &str| match key {
-        SSLMODE => Mode::parse(value).map(|mode| ssl.mode = mode).is_some(),
-        SSLROOTCERT => {
-            ssl.rootcert = Some(value.to_owned());
-            true
-        }
-        _ => false,
-    };
-    let rest = match url_body(conninfo) {
-        Some(body) => split_url(conninfo, body, &mut take)?,
-        None => split_keywords(conninfo, &mut take)?,
-    };
+    let rest = split_with(conninfo, &mut |key, value| {
+        matches!(key, SSLMODE | SSLROOTCERT) && ssl.take(key, value)
+    })?;
     Some((rest, ssl))
+}
+
+/// `conninfo` without the settings `take` takes (it is given each key
+/// and value, decoded); None when the string does not parse.
+pub(super) fn split_with(
+    conninfo: &str,
+    take: &mut impl FnMut(&str, &str) -> bool,
+) -> Option<String> {
+    match url_body(conninfo) {
+        Some(body) => split_url(conninfo, body, take),
+        None => split_keywords(conninfo, take),
+    }
 }
 
 /// What follows `postgres://` or `postgresql://`.
@@ -285,12 +318,17 @@ fn connector(ssl: &Ssl) -> Result<MakeRustlsConnect, String> {
         check_host: ssl.mode == Mode::VerifyFull,
         algorithms: provider.signature_verification_algorithms,
     };
-    let mut config = ClientConfig::builder_with_provider(provider)
+    let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS cannot be set up: {e}"))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(verifier));
+    let mut config = match super::client_cert::load(ssl)? {
+        Some((chain, key)) => config
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("the client certificate (sslcert, sslkey) cannot be used: {e}"))?,
+        None => config.with_no_client_auth(),
+    };
     // what PostgreSQL 17 asks of a direct TLS connection (sslnegotiation=direct)
     config.alpn_protocols = vec![b"postgresql".to_vec()];
     Ok(MakeRustlsConnect::new(config))
@@ -465,6 +503,7 @@ mod tests {
         Ssl {
             mode,
             rootcert: rootcert.map(str::to_owned),
+            ..Ssl::default()
         }
     }
 

@@ -10,8 +10,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
+use super::conninfo::client;
 use super::tests::Server;
-use super::tls::client;
 use super::PgStore;
 use crate::store::TxOps;
 
@@ -223,7 +223,8 @@ fn verify_full_checks_the_ca_and_the_host_name() {
         e.contains("/nonexistent-mccloud/root.crt") && e.contains("cannot be read"),
         "{e}"
     );
-    assert!(refused(&tls.keywords("localhost", "sslmode=verify-everything")).contains("sslmode"));
+    let e = refused(&tls.keywords("localhost", "sslmode=verify-everything"));
+    assert!(e.contains("sslmode"), "{e}");
 }
 
 #[test]
@@ -250,7 +251,93 @@ fn the_store_works_over_verified_tls_and_never_shows_the_password() {
     );
     let e = PgStore::connect(&bad).unwrap_err().to_string();
     assert!(
-        !e.contains(PASSWORD) && e.contains("host=localhost") && e.contains("TLS"),
+        !e.contains(PASSWORD) && e.contains("host localhost") && e.contains("TLS"),
         "{e}"
     );
+}
+
+/// A client certificate for user `cn` and its key (PEM).
+fn client_cert(issuer: &Issuer<'_, KeyPair>, cn: &str) -> (String, String) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    let cert = params.signed_by(&key, issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn a_client_certificate_logs_in_where_the_server_asks_for_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let (ca_pem, issuer) = ca("mccloud test CA");
+    let (cert, key) = server_cert(&issuer);
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let hba = "local all all trust\nhostssl all all 127.0.0.1/32 cert\n";
+    let Some(server) = Server::start_with(
+        &[
+            ("listen_addresses", "127.0.0.1"),
+            ("port", &port),
+            ("ssl", "on"),
+            ("ssl_cert_file", "server.crt"),
+            ("ssl_key_file", "server.key"),
+            ("ssl_ca_file", "ca.crt"),
+        ],
+        &[
+            ("server.crt", &cert),
+            ("server.key", &key),
+            ("ca.crt", &ca_pem),
+            ("pg_hba.conf", hba),
+        ],
+    ) else {
+        return;
+    };
+    server.conninfo("certs");
+    let files = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str, mode: u32| {
+        let path = files.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path.display().to_string()
+    };
+    let root = write("root.crt", &ca_pem, 0o644);
+    let (mine, my_key) = client_cert(&issuer, "mccloud");
+    let cert = write("mccloud.crt", &mine, 0o644);
+    let key = write("mccloud.key", &my_key, 0o600);
+    let open_key = write("open.key", &my_key, 0o644);
+    let info = |more: &str| {
+        format!(
+            "host=localhost hostaddr=127.0.0.1 port={port} user=mccloud dbname=certs \
+             sslmode=verify-full sslrootcert={root} {more}"
+        )
+    };
+    let mut store = PgStore::connect(&info(&format!("sslcert={cert} sslkey={key}"))).unwrap();
+    store.write(|tx| tx.set_meta("k", "v")).unwrap();
+    let mut c = client(&info(&format!("sslcert={cert} sslkey={key}"))).unwrap();
+    let dn: String = c
+        .query_one(
+            "SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(dn.contains("CN=mccloud"), "{dn}");
+    // without one, or with a key others may read, or another user's
+    let e = refused(&info("sslcert=/nonexistent-mccloud/none.crt sslkey=/x"));
+    assert!(e.contains("/nonexistent-mccloud/none.crt"), "{e}");
+    let e = refused(&info(&format!("sslcert={cert} sslkey={open_key}")));
+    assert!(
+        e.contains("group or world access") && e.contains("open.key"),
+        "{e}"
+    );
+    let (theirs, their_key) = client_cert(&issuer, "someone");
+    let e = refused(&info(&format!(
+        "sslcert={} sslkey={}",
+        write("someone.crt", &theirs, 0o644),
+        write("someone.key", &their_key, 0o600)
+    )));
+    assert!(e.contains("certificate authentication failed"), "{e}");
 }

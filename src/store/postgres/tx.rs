@@ -9,7 +9,9 @@ use postgres::types::ToSql;
 use postgres::{Client, Row, Statement};
 
 use super::cache::Cache;
+use super::conninfo::Schema;
 use super::schema::LOAD_NODE;
+use super::waits::{self, RanOut, Wait};
 use super::{again, node_lock, pg_err, Again};
 use crate::alloc::Kind;
 use crate::error::{Error, Result};
@@ -23,6 +25,12 @@ use crate::store::{space_of, MacOwner, NumberOwner, Secret, TxOps};
 pub struct PgTx<'a> {
     pub(super) client: RefCell<&'a mut Client>,
     pub(super) label: &'a Path,
+    /// The store's schema, which `{s}` in the SQL given stands for.
+    pub(super) schema: &'a Schema,
+    /// The lock the statement being run may wait for.
+    pub(super) waiting: RefCell<Wait>,
+    /// The wait that ran out, if one did.
+    pub(super) ran_out: RefCell<Option<RanOut>>,
     pub(super) statements: &'a RefCell<HashMap<String, Statement>>,
     /// What the transaction read and changed.
     pub(super) cache: RefCell<Cache>,
@@ -103,16 +111,37 @@ impl PgTx<'_> {
     pub(super) fn checked<T>(&self, r: std::result::Result<T, postgres::Error>) -> Result<T> {
         r.map_err(|e| {
             self.again.set(again(&e));
+            if let Some(ran_out) = waits::ran_out(&e, &self.waiting.borrow()) {
+                *self.ran_out.borrow_mut() = Some(ran_out);
+            }
             pg_err(self.label, &e)
         })
     }
 
-    /// `sql` prepared on this connection (once per connection).
+    /// Runs `f`, which may wait for `lock`.
+    pub(super) fn waiting_for<T>(&self, lock: Wait, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        *self.waiting.borrow_mut() = lock;
+        let out = f();
+        *self.waiting.borrow_mut() = Wait::Rows;
+        out
+    }
+
+    /// Runs the statements of `sql` (`{s}` standing for the schema).
+    pub(super) fn batch(&self, sql: &str) -> Result<()> {
+        let r = self
+            .client
+            .borrow_mut()
+            .batch_execute(&self.schema.qualify(sql));
+        self.checked(r)
+    }
+
+    /// `sql` prepared on this connection (once per connection), `{s}`
+    /// standing for the schema.
     pub(super) fn statement(&self, sql: &str) -> Result<Statement> {
         if let Some(s) = self.statements.borrow().get(sql) {
             return Ok(s.clone());
         }
-        let r = self.client.borrow_mut().prepare(sql);
+        let r = self.client.borrow_mut().prepare(&self.schema.qualify(sql));
         let s = self.checked(r)?;
         self.statements
             .borrow_mut()
@@ -160,7 +189,7 @@ impl PgTx<'_> {
             c.insert("journal".into(), serde_json::Value::Array(journal));
             self.tallies.borrow_mut().take_into(c);
         }
-        self.query("SELECT mccloud_apply_v3($1)", &[&changes.to_string()])?;
+        self.query("SELECT {s}.mccloud_apply_v3($1)", &[&changes.to_string()])?;
         Ok(())
     }
 
@@ -169,7 +198,7 @@ impl PgTx<'_> {
         self.write_changes()?;
         let mut out = Dump::default();
         for (table, cols) in TABLES {
-            let sql = crate::store::dump::select_sql(table, cols);
+            let sql = crate::store::dump::select_sql(&format!("{{s}}.{table}"), cols);
             let rows = self
                 .query(&sql, &[])?
                 .iter()
@@ -210,10 +239,12 @@ impl PgTx<'_> {
             let key = lock.then(|| node_lock(cn));
             // what allocating the VM's main interface asks first
             let guess = vm.map(|vm| crate::pools::mac::candidate(cn, vm, "", 0));
-            let rows = self.query(
-                "SELECT tag, a, b, c, v, d FROM mccloud_load_v1($1, $2, $3, $4, $5)",
-                &[&key, &cn, &vm, &!based, &guess],
-            )?;
+            let rows = self.waiting_for(Wait::Node(cn.to_owned()), || {
+                self.query(
+                    "SELECT tag, a, b, c, v, d FROM {s}.mccloud_load_v1($1, $2, $3, $4, $5)",
+                    &[&key, &cn, &vm, &!based, &guess],
+                )
+            })?;
             if lock {
                 self.locked.borrow_mut().insert(cn.to_string());
             }
@@ -284,7 +315,7 @@ impl PgTx<'_> {
         }
         let rows = self
             .query(
-                "SELECT mac, cn, slot FROM macs WHERE vm = $1 AND retired = 0",
+                "SELECT mac, cn, slot FROM {s}.macs WHERE vm = $1 AND retired = 0",
                 &[&vm],
             )?
             .iter()
@@ -302,7 +333,7 @@ impl PgTx<'_> {
             return Ok(known);
         }
         let row = self.opt(
-            "SELECT vm, kind, slot FROM numbers WHERE space=$1 AND cn=$2 AND value=$3",
+            "SELECT vm, kind, slot FROM {s}.numbers WHERE space=$1 AND cn=$2 AND value=$3",
             &[&space_of(kind), &cn, &i64::from(value)],
         )?;
         let owner = match row {
@@ -327,7 +358,7 @@ impl PgTx<'_> {
         }
         if self.cache.borrow().bulk() {
             let all = self
-                .query("SELECT mac FROM macs", &[])?
+                .query("SELECT mac FROM {s}.macs", &[])?
                 .iter()
                 .map(|r| self.col(r, 0))
                 .collect::<Result<Vec<String>>>()?;
@@ -337,7 +368,7 @@ impl PgTx<'_> {
             }
         }
         let row = self.opt(
-            "SELECT cn, vm, slot, retired FROM macs WHERE mac=$1",
+            "SELECT cn, vm, slot, retired FROM {s}.macs WHERE mac=$1",
             &[&mac],
         )?;
         let owner = match row {
@@ -467,7 +498,7 @@ impl TxOps for PgTx<'_> {
             // the database refuses it, and says why
             self.write_changes()?;
             self.exec(
-                "INSERT INTO macs(mac, cn, vm, slot, retired) VALUES ($1, $2, $3, $4, 0)",
+                "INSERT INTO {s}.macs(mac, cn, vm, slot, retired) VALUES ($1, $2, $3, $4, 0)",
                 &[&mac, &cn, &vm, &slot],
             )?;
             // it did not: what the transaction knew is out of date
@@ -531,8 +562,8 @@ impl TxOps for PgTx<'_> {
         self.node(cn, Need::Base)?;
         self.write_changes()?;
         self.query(
-            "SELECT vm, cn FROM macs WHERE cn<>$1 AND retired=0 UNION SELECT vm, cn FROM passwords
-             WHERE cn<>$1 UNION SELECT vm, cn FROM salts WHERE cn<>$1",
+            "SELECT vm, cn FROM {s}.macs WHERE cn<>$1 AND retired=0 UNION SELECT vm, cn FROM {s}.passwords
+             WHERE cn<>$1 UNION SELECT vm, cn FROM {s}.salts WHERE cn<>$1",
             &[&cn],
         )?
         .iter()
@@ -569,14 +600,14 @@ impl TxOps for PgTx<'_> {
         // every row.
         self.strings(
             "WITH RECURSIVE
-               p(cn) AS (SELECT (SELECT cn FROM passwords ORDER BY cn LIMIT 1) UNION ALL
-                         SELECT (SELECT cn FROM passwords WHERE cn > p.cn ORDER BY cn LIMIT 1)
+               p(cn) AS (SELECT (SELECT cn FROM {s}.passwords ORDER BY cn LIMIT 1) UNION ALL
+                         SELECT (SELECT cn FROM {s}.passwords WHERE cn > p.cn ORDER BY cn LIMIT 1)
                          FROM p WHERE p.cn IS NOT NULL),
-               m(cn) AS (SELECT (SELECT cn FROM macs WHERE retired = 0 ORDER BY cn LIMIT 1) UNION ALL
-                         SELECT (SELECT cn FROM macs WHERE retired = 0 AND cn > m.cn ORDER BY cn LIMIT 1)
+               m(cn) AS (SELECT (SELECT cn FROM {s}.macs WHERE retired = 0 ORDER BY cn LIMIT 1) UNION ALL
+                         SELECT (SELECT cn FROM {s}.macs WHERE retired = 0 AND cn > m.cn ORDER BY cn LIMIT 1)
                          FROM m WHERE m.cn IS NOT NULL),
-               n(cn) AS (SELECT (SELECT cn FROM numbers ORDER BY cn LIMIT 1) UNION ALL
-                         SELECT (SELECT cn FROM numbers WHERE cn > n.cn ORDER BY cn LIMIT 1)
+               n(cn) AS (SELECT (SELECT cn FROM {s}.numbers ORDER BY cn LIMIT 1) UNION ALL
+                         SELECT (SELECT cn FROM {s}.numbers WHERE cn > n.cn ORDER BY cn LIMIT 1)
                          FROM n WHERE n.cn IS NOT NULL)
              SELECT cn FROM p WHERE cn IS NOT NULL UNION SELECT cn FROM m WHERE cn IS NOT NULL
              UNION SELECT cn FROM n WHERE cn IS NOT NULL ORDER BY 1",
@@ -587,9 +618,9 @@ impl TxOps for PgTx<'_> {
     fn is_node(&self, name: &str) -> Result<bool> {
         self.write_changes()?;
         let row = self.opt(
-            "SELECT EXISTS(SELECT 1 FROM passwords WHERE cn = $1)
-                 OR EXISTS(SELECT 1 FROM macs WHERE cn = $1 AND retired = 0)
-                 OR EXISTS(SELECT 1 FROM numbers WHERE cn = $1)",
+            "SELECT EXISTS(SELECT 1 FROM {s}.passwords WHERE cn = $1)
+                 OR EXISTS(SELECT 1 FROM {s}.macs WHERE cn = $1 AND retired = 0)
+                 OR EXISTS(SELECT 1 FROM {s}.numbers WHERE cn = $1)",
             &[&name],
         )?;
         row.map_or(Ok(false), |r| self.col(&r, 0))
@@ -597,7 +628,7 @@ impl TxOps for PgTx<'_> {
 
     fn meta(&self, key: &str) -> Result<Option<String>> {
         self.write_changes()?;
-        self.opt("SELECT value FROM meta WHERE key=$1", &[&key])?
+        self.opt("SELECT value FROM {s}.meta WHERE key=$1", &[&key])?
             .map(|r| self.col(&r, 0))
             .transpose()
     }
@@ -605,14 +636,14 @@ impl TxOps for PgTx<'_> {
     fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         self.write_changes()?;
         self.exec(
-            "INSERT INTO meta(key, value) VALUES ($1, $2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            "INSERT INTO {s}.meta(key, value) VALUES ($1, $2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             &[&key, &value],
         )?;
         Ok(())
     }
 
     fn placements(&self) -> Result<Vec<(String, String)>> {
-        let rows = self.query("SELECT vm, cn FROM placements ORDER BY vm", &[])?;
+        let rows = self.query("SELECT vm, cn FROM {s}.placements ORDER BY vm", &[])?;
         rows.iter()
             .map(|r| Ok((self.col(r, 0)?, self.col(r, 1)?)))
             .collect()
@@ -620,7 +651,7 @@ impl TxOps for PgTx<'_> {
 
     fn put_placement_row(&self, vm: &str, cn: &str) -> Result<()> {
         self.exec(
-            "INSERT INTO placements(vm, cn) VALUES ($1, $2)",
+            "INSERT INTO {s}.placements(vm, cn) VALUES ($1, $2)",
             &[&vm, &cn],
         )?;
         Ok(())
@@ -634,12 +665,12 @@ impl TxOps for PgTx<'_> {
         counts: bool,
     ) -> Result<Vec<(String, String, u32, String)>> {
         self.write_changes()?;
-        let before = self.query("SELECT kind, vm FROM sightings WHERE cn = $1", &[&cn])?;
+        let before = self.query("SELECT kind, vm FROM {s}.sightings WHERE cn = $1", &[&cn])?;
         for r in &before {
             let key: (String, String) = (self.col(r, 0)?, self.col(r, 1)?);
             if !found.contains(&key) {
                 self.exec(
-                    "DELETE FROM sightings WHERE kind = $1 AND cn = $2 AND vm = $3",
+                    "DELETE FROM {s}.sightings WHERE kind = $1 AND cn = $2 AND vm = $3",
                     &[&key.0, &cn, &key.1],
                 )?;
             }
@@ -647,11 +678,11 @@ impl TxOps for PgTx<'_> {
         let mut out = vec![];
         for (kind, vm) in found {
             let sql = if counts {
-                "INSERT INTO sightings(kind, cn, vm, seen, since) VALUES ($1, $2, $3, 1, $4)
+                "INSERT INTO {s}.sightings(kind, cn, vm, seen, since) VALUES ($1, $2, $3, 1, $4)
                  ON CONFLICT(kind, cn, vm) DO UPDATE SET seen = sightings.seen + 1
                  RETURNING seen, since"
             } else {
-                "SELECT seen, since FROM sightings WHERE kind = $1 AND cn = $2 AND vm = $3 AND $4::text IS NOT NULL"
+                "SELECT seen, since FROM {s}.sightings WHERE kind = $1 AND cn = $2 AND vm = $3 AND $4::text IS NOT NULL"
             };
             let rows = self.query(sql, &[kind, &cn, vm, &at])?;
             let Some(row) = rows.first() else {
@@ -670,7 +701,9 @@ impl TxOps for PgTx<'_> {
     }
 
     fn lock_placements(&self) -> Result<()> {
-        self.query("SELECT pg_advisory_xact_lock($1)", &[&PLACEMENTS_LOCK])?;
+        self.waiting_for(Wait::Placements, || {
+            self.query("SELECT pg_advisory_xact_lock($1)", &[&PLACEMENTS_LOCK])
+        })?;
         Ok(())
     }
 
@@ -688,7 +721,7 @@ impl TxOps for PgTx<'_> {
     fn journal_counts(&self) -> Result<Vec<(String, String, u64)>> {
         self.write_changes()?;
         let rows = self.query(
-            "SELECT kind, cn, count(*) FROM journal GROUP BY kind, cn ORDER BY kind, cn",
+            "SELECT kind, cn, count(*) FROM {s}.journal GROUP BY kind, cn ORDER BY kind, cn",
             &[],
         )?;
         rows.iter()
@@ -704,7 +737,7 @@ impl TxOps for PgTx<'_> {
 
     fn prune_journal_row(&self, before: &str) -> Result<u64> {
         self.write_changes()?;
-        self.exec("DELETE FROM journal WHERE at < $1", &[&before])
+        self.exec("DELETE FROM {s}.journal WHERE at < $1", &[&before])
     }
 
     fn add_changes(&self, counts: &[(String, String, u64)]) -> Result<()> {
@@ -718,7 +751,7 @@ impl TxOps for PgTx<'_> {
     fn changes(&self) -> Result<Vec<(String, u64)>> {
         self.write_changes()?;
         let rows = self.query(
-            "SELECT kind, sum(n)::BIGINT FROM changes GROUP BY kind ORDER BY kind",
+            "SELECT kind, sum(n)::BIGINT FROM {s}.changes GROUP BY kind ORDER BY kind",
             &[],
         )?;
         rows.iter()
@@ -744,7 +777,7 @@ impl TxOps for PgTx<'_> {
     fn last_runs(&self) -> Result<Vec<LastRun>> {
         self.write_changes()?;
         let rows = self.query(
-            "SELECT kind, cn, vm, result, millis FROM last_runs ORDER BY kind, cn, vm",
+            "SELECT kind, cn, vm, result, millis FROM {s}.last_runs ORDER BY kind, cn, vm",
             &[],
         )?;
         rows.iter()
@@ -765,7 +798,7 @@ impl TxOps for PgTx<'_> {
         let limit = q.limit.map(i64::from);
         let since = q.since_bound();
         let rows = self.query(
-            "SELECT id, at, caller, kind, cn, vm, what, before_value, after_value FROM journal
+            "SELECT id, at, caller, kind, cn, vm, what, before_value, after_value FROM {s}.journal
              WHERE ($1::TEXT IS NULL OR vm = $1) AND ($2::TEXT IS NULL OR cn = $2)
                AND ($3::TEXT IS NULL OR kind = $3) AND ($4::TEXT IS NULL OR at >= $4)
              ORDER BY id DESC LIMIT $5",

@@ -385,6 +385,7 @@ impl Store {
             .map(|p| p.display().to_string())
             .collect();
             Ok(CheckReport {
+                ownership: None,
                 path: path.display().to_string(),
                 files,
                 schema_version: tx
