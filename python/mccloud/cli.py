@@ -343,6 +343,37 @@ def store_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def store_rekey(args: argparse.Namespace) -> int:
+    """Makes a new key for the store's secrets (root passwords, crypt salts,
+    the CA shared through a PostgreSQL store) and seals every secret again
+    under it, in one transaction; the new key then replaces the key file.
+    The key file is ``--key``, else ``$MCCLOUD_STORE_KEY``, else the
+    ``mccloud_store_key`` option of the Salt configuration, else
+    ``mccloud-store.key`` in the ``ssl_pillar_dir`` directory (of
+    ``--pillar`` when it sets one). Copy the new key to every other
+    controller of a PostgreSQL store, and keep it with the backups made
+    from now on (those made before need the old key)."""
+    import yaml
+
+    opts = dict(_options(args))
+    with contextlib.suppress(mccloud.NotFoundError):
+        salt = _salt_opts(args)
+        opts.update({k: salt[k] for k in ("pillar_roots", saltsupport.KEY_OPT) if salt.get(k)})
+    pillar: dict[str, Any] = {}
+    for path in args.pillar or []:
+        pillar.update(_yaml_file(path, yaml))
+    reg = saltsupport.open_registry(opts, pillar, f"mccloud {args.command}", place="declared",
+                                    store=_read_store_of(args), store_key=args.key)
+    print(f"sealing the secrets of {reg.store_path} under a new key (key file {reg.key_file}) …", file=sys.stderr)
+    done = reg.rekey()
+    _emit(done, args.output, lambda: (
+        f"rekeyed {reg.store_path}: key {done['old_key']} replaced by {done['new_key']}; {done['values']} "
+        f"passwords and salts and {done['files']} shared files sealed again in {done['seconds']:.2f} s.\n"
+        f"The new key is in {done['key_file']}: copy it to every other controller of the store, and keep it "
+        f"with the backups made from now on."))
+    return 0
+
+
 def _pillar_of(args: argparse.Namespace) -> dict[str, Any]:
     """The pillar: the YAML files of ``--pillar`` merged in order, else the
     controller's own, compiled by Salt from the configuration in
@@ -597,7 +628,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "
                    "instead of printing them")
     _registry_arguments(p)
-    store = command("store", lambda args: 0, "back up, check or migrate the registry's store")
+    store = command("store", lambda args: 0, "back up, check, rekey or migrate the registry's store")
     stores = store.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
     for name, func, text, example in (
         ("backup", store_backup, "a consistent copy of the store (safe while others allocate)",
@@ -613,6 +644,18 @@ def _parser() -> argparse.ArgumentParser:
         else:
             output(p)
         _registry_arguments(p, pillar=False)
+    p = stores.add_parser("rekey", help="a new key for the store's secrets, every secret sealed again under it",
+                          description=" ".join((store_rekey.__doc__ or "").split()), formatter_class=fmt,
+                          epilog="examples:\n  mccloud store rekey\n"
+                          "  mccloud store rekey --store postgresql://mccloud@db/mccloud --key /srv/mastersalt-pillar/"
+                          "cloud-controller/ssl/mccloud-store.key")
+    p.set_defaults(func=store_rekey)
+    p.add_argument("--key", help="the key file (default: $MCCLOUD_STORE_KEY, else mccloud_store_key, else "
+                   "mccloud-store.key beside the CA, in ssl_pillar_dir)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) (read for ssl_pillar_dir only)")
+    p.add_argument("--id", default="controller", help="controller minion id")
+    output(p)
+    _registry_arguments(p, pillar=False)
     p = stores.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly",
                           description=" ".join((store_migrate.__doc__ or "").split()), formatter_class=fmt,
                           epilog="examples:\n  mccloud store migrate --to postgresql://mccloud@db.example.net/mccloud")

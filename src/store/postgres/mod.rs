@@ -235,6 +235,8 @@ pub struct PgStore {
     /// The statements prepared on the connection, by their SQL: each is
     /// parsed once per connection, not on every run.
     statements: RefCell<HashMap<String, Statement>>,
+    /// The keys of its secrets (see [`crate::store::secrets`]).
+    keys: std::sync::Arc<crate::store::secrets::Keys>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -320,6 +322,7 @@ impl PgStore {
             conninfo: conninfo.to_string(),
             label: std::path::PathBuf::from(shown(conninfo)),
             statements: RefCell::new(HashMap::new()),
+            keys: std::sync::Arc::default(),
         };
         store.whole(|tx| {
             // A store made before the change counts and last runs gets
@@ -343,6 +346,11 @@ impl PgStore {
             Ok(())
         })?;
         Ok(store)
+    }
+
+    /// Seals and opens its secrets with `keys` from now on.
+    pub fn set_keys(&mut self, keys: std::sync::Arc<crate::store::secrets::Keys>) {
+        self.keys = keys;
     }
 
     /// A new connection to the store's database.
@@ -440,6 +448,7 @@ impl PgStore {
             journal: RefCell::new(Vec::new()),
             tallies: RefCell::new(Tallies::default()),
             recorder: super::journal::Recorder::default(),
+            keys: &self.keys,
         };
         let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
         let again = scope.again.get();
