@@ -125,15 +125,21 @@ impl SharedFiles {
     /// `secrets_key`, when the store has one), else the key file's (made
     /// when missing: the store holds no sealed secret yet).
     fn sealing_key(&mut self) -> Result<String> {
-        let row = self
+        let store = self
             .client
-            .query_one(
-                "SELECT CASE WHEN to_regclass('meta') IS NULL THEN NULL ELSE
-                   (SELECT value FROM meta WHERE key = $1) END",
-                &[&META_KEY],
-            )
+            .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])
             .at(&self.label)?;
-        match row.try_get::<_, Option<String>>(0).at(&self.label)? {
+        let stored = if store.try_get::<_, bool>(0).at(&self.label)? {
+            let row = self
+                .client
+                .query_opt("SELECT value FROM meta WHERE key = $1", &[&META_KEY])
+                .at(&self.label)?;
+            row.map(|r| r.try_get::<_, String>(0).at(&self.label))
+                .transpose()?
+        } else {
+            None
+        };
+        match stored {
             Some(id) if self.keys.has(&id)? => Ok(id),
             Some(id) => Err(self.keys.missing(&id)),
             None => self.keys.current_or_new(),
