@@ -123,9 +123,7 @@ impl Registry {
     pub fn rekey(&self) -> Result<crate::store::secrets::Rekeyed> {
         let path = self.key_file()?;
         self.with_store(false, |store| {
-            let keys = Arc::new(crate::store::secrets::Keys::at(&path)?);
-            store.set_keys(Arc::clone(&keys));
-            crate::store::secrets::rekey(store, &keys, &self.caller)
+            crate::store::secrets::rekey(store, &path, &self.caller)
         })?
         .ok_or_else(|| self.no_store())
     }

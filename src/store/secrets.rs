@@ -390,6 +390,9 @@ impl Keys {
 
     /// `plain` sealed under key `id` for the row `ad` names.
     pub fn seal(&self, id: &str, ad: &str, plain: &[u8]) -> Result<String> {
+        if !self.has(id)? {
+            return Err(self.missing(id));
+        }
         let held = self.held.read().unwrap_or_else(|p| p.into_inner());
         let key = held.find(id).ok_or_else(|| self.missing(id))?;
         let mut nonce = [0u8; aead::NONCE_LEN];
@@ -623,17 +626,17 @@ fn store_key(backend: &mut Backend, keys: &Keys, caller: &str, locked: bool) -> 
         .ok_or_else(|| Error::invalid("no store key file is set"))
 }
 
-/// `mccloud store rekey`: a new key, and every secret of the store sealed
-/// again under it in one transaction (see the module for the steps and
-/// why no crash loses a secret). The store must open with its keys (see
+/// `mccloud store rekey`: a new key for the store's secrets, kept in the
+/// key file `path`, and every secret sealed again under it in one
+/// transaction (see the module for the steps and why no crash loses a
+/// secret). The store must open with the key file's key (see
 /// [`prepare`]); journaled as made by `caller`.
-pub fn rekey(backend: &mut Backend, keys: &Keys, caller: &str) -> Result<Rekeyed> {
+pub fn rekey(backend: &mut Backend, path: &Path, caller: &str) -> Result<Rekeyed> {
     let start = Instant::now();
-    let Some(path) = keys.path() else {
-        return Err(Error::invalid("no store key file is set"));
-    };
+    let keys = Arc::new(Keys::at(path)?);
+    backend.set_keys(Arc::clone(&keys));
     let _turn = keys.turn()?;
-    let old = store_key(backend, keys, caller, true)?;
+    let old = store_key(backend, &keys, caller, true)?;
     let new = keys.new_pending()?;
     let (values, files) = backend.exclusive(caller, |tx| {
         let values = reseal_rows(tx, &new, |_| true)?;
@@ -660,3 +663,7 @@ pub fn rekey(backend: &mut Backend, keys: &Keys, caller: &str) -> Result<Rekeyed
         seconds: start.elapsed().as_secs_f64(),
     })
 }
+
+#[cfg(test)]
+#[path = "secrets_tests.rs"]
+mod tests;
