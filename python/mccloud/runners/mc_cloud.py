@@ -167,7 +167,8 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     ``destroyed``, ``provisioned``, ``moved``, ``placed``, ``key_seeded``,
     ``key_deleted``, ``repaired``, ``provision_finished``,
     ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
-    ``journal_pruned``), ``since`` (a UTC date or time) and ``limit`` (the
+    ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``), ``since``
+    (a UTC date or time) and ``limit`` (the
     newest entries only).
 
     CLI Example:
