@@ -313,6 +313,38 @@ impl<T> AtPg<T> for std::result::Result<T, postgres::Error> {
     }
 }
 
+/// Begins a transaction of `mode` (`begin`: BEGIN and its lock) and, for
+/// a write, reads in the same round trip the key the store's secrets are
+/// sealed under (see [`crate::store::secrets::sealing_key`]): read after
+/// the lock is granted, so a rekey (which holds it exclusively) is either
+/// committed and seen, or not begun.
+fn begin_reading_key(
+    client: &mut Client,
+    begin: &str,
+    mode: Mode,
+) -> std::result::Result<Option<String>, postgres::Error> {
+    if mode != Mode::Write {
+        return client.batch_execute(begin).map(|()| None);
+    }
+    let sql = format!(
+        "{begin}; SELECT value FROM meta WHERE key = '{}'",
+        crate::store::secrets::META_KEY
+    );
+    // the lock's row too comes back: the key's is the column `value`
+    let found = client
+        .simple_query(&sql)?
+        .into_iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row)
+                if row.columns().first().is_some_and(|c| c.name() == "value") =>
+            {
+                row.get(0).map(str::to_string)
+            }
+            _ => None,
+        });
+    Ok(found)
+}
+
 impl PgStore {
     /// Connects to the database of `conninfo` (a `postgresql://` URL or a
     /// libpq keyword string) and creates the schema when missing.
@@ -432,11 +464,14 @@ impl PgStore {
                  SELECT pg_advisory_xact_lock({WRITE_LOCK})"
             ),
         };
-        if let Err(e) = client.batch_execute(&begin) {
-            let out = failed(e);
-            self.rollback();
-            return Err(out);
-        }
+        let sealing = match begin_reading_key(client, &begin, mode) {
+            Ok(sealing) => sealing,
+            Err(e) => {
+                let out = failed(e);
+                self.rollback();
+                return Err(out);
+            }
+        };
         let scope = PgTx {
             client: RefCell::new(client),
             label: &label,
@@ -450,6 +485,9 @@ impl PgStore {
             recorder: super::journal::Recorder::default(),
             keys: &self.keys,
         };
+        if let Some(id) = &sealing {
+            scope.recorder.set_sealing_key(id);
+        }
         let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
         let again = scope.again.get();
         drop(scope);
