@@ -294,6 +294,28 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {"__role": "master", "mccloud_controller_id": getattr(args, "id", ""), "mccloud_mastersalt": True}
 
 
+def _key_of(args: argparse.Namespace, pillar: dict[str, Any]) -> str | None:
+    """The key file of the store's secrets, as ``mastersalt-call`` finds it:
+    ``--key`` (where the command has it), else ``$MCCLOUD_STORE_KEY``, else
+    what the Salt configuration in ``--config`` says
+    (:func:`mccloud.saltsupport.store_key`), else ``mccloud-store.key`` in
+    the ``ssl_pillar_dir`` its ``pillar_roots`` and ``pillar`` make; None
+    without a Salt configuration (the core's default)."""
+    if getattr(args, "key", None):
+        return str(args.key)
+    if os.environ.get(saltsupport.KEY_ENV):
+        return os.environ[saltsupport.KEY_ENV]
+    try:
+        opts = _salt_opts(args)
+    except mccloud.NotFoundError:
+        return None
+    ctx = saltsupport.context(opts, pillar)
+    if ctx.get("store_key"):
+        return str(ctx["store_key"])
+    ssl_dir = mccloud.Config(ctx, saltsupport.cloud_pillar(pillar)).cloud_settings()["ssl_pillar_dir"]
+    return os.path.join(str(ssl_dir), "mccloud-store.key")
+
+
 def _store_registry(args: argparse.Namespace, via: str | None = None, reads: bool = True) -> mccloud.Registry:
     """The registry of the store alone (no pillar: the store commands and
     the audit journal), its changes journaled as made by ``via`` (default:
@@ -301,7 +323,8 @@ def _store_registry(args: argparse.Namespace, via: str | None = None, reads: boo
     reads the store (see :func:`_read_store_of`); the store commands say
     themselves that there is none."""
     store = _read_store_of(args) if reads else store_dir_of(args)
-    return saltsupport.open_registry(_options(args), {}, via or f"mccloud {args.command}", store=store)
+    return saltsupport.open_registry(_options(args), {}, via or f"mccloud {args.command}", store=store,
+                                     store_key=_key_of(args, {}))
 
 
 def store_backup(args: argparse.Namespace) -> int:
@@ -334,7 +357,7 @@ def store_migrate(args: argparse.Namespace) -> int:
         pillar.update(_yaml_file(path, yaml))
     via = f"mccloud {args.command}"
     reg = saltsupport.open_registry(_options(args), pillar, via, place="declared",
-                                    store=store_dir_of(args, postgres=False))
+                                    store=store_dir_of(args, postgres=False), store_key=_key_of(args, pillar))
     target = saltsupport.open_registry(_options(args), {}, via, store=args.to)
     print(f"copying {reg.store_path} to {target.store_path} …", file=sys.stderr)
     counts = reg.migrate_to(args.to)
@@ -349,21 +372,17 @@ def store_rekey(args: argparse.Namespace) -> int:
     under it, in one transaction; the new key then replaces the key file.
     The key file is ``--key``, else ``$MCCLOUD_STORE_KEY``, else the
     ``mccloud_store_key`` option of the Salt configuration, else
-    ``mccloud-store.key`` in the ``ssl_pillar_dir`` directory (of
-    ``--pillar`` when it sets one). Copy the new key to every other
+    ``mccloud-store.key`` in the ``ssl_pillar_dir`` directory (of its
+    ``pillar_roots``, or of ``--pillar`` when it sets one). Copy the new key to every other
     controller of a PostgreSQL store, and keep it with the backups made
     from now on (those made before need the old key)."""
     import yaml
 
-    opts = dict(_options(args))
-    with contextlib.suppress(mccloud.NotFoundError):
-        salt = _salt_opts(args)
-        opts.update({k: salt[k] for k in ("pillar_roots", saltsupport.KEY_OPT) if salt.get(k)})
     pillar: dict[str, Any] = {}
     for path in args.pillar or []:
         pillar.update(_yaml_file(path, yaml))
-    reg = saltsupport.open_registry(opts, pillar, f"mccloud {args.command}", place="declared",
-                                    store=_read_store_of(args), store_key=args.key)
+    reg = saltsupport.open_registry(_options(args), pillar, f"mccloud {args.command}", place="declared",
+                                    store=_read_store_of(args), store_key=_key_of(args, pillar))
     print(f"sealing the secrets of {reg.store_path} under a new key (key file {reg.key_file}) …", file=sys.stderr)
     done = reg.rekey()
     _emit(done, args.output, lambda: (
@@ -414,8 +433,9 @@ def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
     declared without a node are on the node the store placed them on, as
     mastersalt-call sees them (placing those left, as the controller
     does); a store that does not exist yet is not created for that."""
-    return saltsupport.open_registry(_options(args), _pillar_of(args), f"mccloud {args.command}",
-                                     place="existing", store=_read_store_of(args))
+    pillar = _pillar_of(args)
+    return saltsupport.open_registry(_options(args), pillar, f"mccloud {args.command}",
+                                     place="existing", store=_read_store_of(args), store_key=_key_of(args, pillar))
 
 
 def _print_report(table: str, notes: Sequence[str]) -> None:

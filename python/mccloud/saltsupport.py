@@ -80,7 +80,7 @@ def context(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> dict[str, Any
         "default_env": str(env) if env else None,
         "bootstrap_script": bootstrap_script(),
         "devhost": is_devhost(opts.get("grains") or {}),
-        "store_key": store_key(opts),
+        "store_key": store_key(opts) or _master_side_key(opts, pillar),
     }
 
 
@@ -207,9 +207,27 @@ KEY_OPT = "mccloud_store_key"
 def store_key(opts: Mapping[str, Any]) -> str | None:
     """The key file of the store's secrets, when set: ``$MCCLOUD_STORE_KEY``,
     else the ``mccloud_store_key`` configuration key (of this configuration
-    or of the master's beside it); None: the core's default, beside the CA."""
+    or of the master's beside it); None: beside the CA (see
+    :func:`context`)."""
     key = os.environ.get(KEY_ENV) or opts.get(KEY_OPT) or _master_side(opts, KEY_OPT)
     return str(key) if key else None
+
+
+def _master_side_key(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> str | None:
+    """On the controller's minion, the key beside the master's CA: the
+    ``ssl_pillar_dir`` that the master's ``pillar_roots`` and ``pillar``
+    make (the runners and ``mastersalt-call`` share one key as they share
+    one store)."""
+    master = _master_beside(opts)
+    roots = ((master.get("pillar_roots") or {}).get("base") or []) if master is not None else []
+    if not roots:
+        return None
+    ctx = {"minion_id": controller_id(opts), "mastersalt": is_mastersalt(opts), "pillar_root": str(roots[0])}
+    try:
+        ssl_dir = mccloud.Config(ctx, cloud_pillar(pillar)).cloud_settings()["ssl_pillar_dir"]
+    except MccloudError:  # a pillar that does not read: the calls say why
+        return None
+    return os.path.join(str(ssl_dir), "mccloud-store.key")
 
 
 #: Environment variable and configuration key naming a PostgreSQL store

@@ -181,3 +181,23 @@ def test_a_rekey_killed_at_any_point_loses_no_password(tmp_path: Path) -> None:
     subprocess.run(cmd, capture_output=True, timeout=300, check=True)
     assert held(registry(store, key, vms)) == pw
     assert not pending.exists()
+
+
+def test_the_runner_rekeys_the_controllers_store(salt_env: Any, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mastersalt-run mc_cloud.store_rekey``: the controller's store, its
+    key (``$MCCLOUD_STORE_KEY``, one of this test's own) replaced, its
+    passwords kept."""
+    key = tmp_path / "ssl" / "mccloud-store.key"
+    monkeypatch.setenv("MCCLOUD_STORE_KEY", str(key))
+    before = salt_env.call("mc_cloud_lxc.get_settings_for_vm", "devhost10.local", "mysupertest3.foo.com")
+    assert before.returncode == 0, before.output
+    password = before.data["password"]
+    old = key.read_bytes()
+    r = salt_env.run("mc_cloud.store_rekey")
+    assert r.returncode == 0, r.output
+    done = json.loads(r.stdout)
+    assert done["key_file"] == str(key) and done["values"] >= 2 and done["old_key"] != done["new_key"], done
+    assert key.read_bytes() != old
+    again = salt_env.call("mc_cloud_lxc.get_settings_for_vm", "devhost10.local", "mysupertest3.foo.com")
+    assert again.data["password"] == password, again.output

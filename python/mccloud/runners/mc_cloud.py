@@ -222,6 +222,27 @@ def audit_prune(before=None, **kwargs):
 
 
 @_o.strict
+def store_rekey(**kwargs):
+    """Makes a new key for the store's secrets (every VM's root password
+    and crypt salt, and on PostgreSQL the CA the controllers share) and
+    seals every secret again under it, in one transaction; the new key
+    then replaces the key file (``mccloud_store_key``, else
+    ``mccloud-store.key`` in ``ssl_pillar_dir``). Returns ``key_file``,
+    ``old_key`` and ``new_key`` (their ids), ``values`` and ``files``
+    (sealed again) and ``seconds``. Copy the new key to every other
+    controller of a PostgreSQL store; backups made before need the old
+    one (see ``mccloud store rekey``).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.store_rekey
+    """
+    return _o.answer("store_rekey", lambda env: env.registry.rekey(), _env(), **kwargs)
+
+
+@_o.strict
 def place(vm, explain=False, **kwargs):
     """Places ``vm``, declared without a compute node, on a node with room,
     or tells where it is: ``vm``, ``node``, ``policy``, ``placed_now``; with
