@@ -201,3 +201,23 @@ def test_the_runner_rekeys_the_controllers_store(salt_env: Any, tmp_path: Path,
     assert key.read_bytes() != old
     again = salt_env.call("mc_cloud_lxc.get_settings_for_vm", "devhost10.local", "mysupertest3.foo.com")
     assert again.data["password"] == password, again.output
+
+
+def test_salt_the_runners_and_the_command_line_find_one_key_beside_the_ca(
+        salt_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``$MCCLOUD_STORE_KEY``: ``salt-call`` makes the key beside the
+    CA (in ``ssl_pillar_dir``), and the runners and ``mccloud inventory``
+    (finding the configuration as ``mastersalt-call`` does) open the store
+    with it."""
+    monkeypatch.delenv("MCCLOUD_STORE_KEY")
+    vm = ("devhost10.local", "mysupertest3.foo.com")
+    password = salt_env.ok("mc_cloud_lxc.get_settings_for_vm", *vm)["password"]
+    key = Path(salt_env.ok("mc_cloud.settings")["ssl_pillar_dir"]) / "mccloud-store.key"
+    assert key.is_file() and key.stat().st_mode & 0o777 == 0o600
+    assert key.parent != salt_env.store_dir and password.encode() not in store_bytes(salt_env.store_dir)
+    r = salt_env.run("mc_cloud.audit", "kind=secret_created")
+    assert r.returncode == 0 and "secret_created" in r.stdout, r.output
+    p = subprocess.run(["mccloud", "inventory", "--config", str(salt_env.conf), "-o", "json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)[vm[0]]["vms"][vm[1]]["password"] == password
