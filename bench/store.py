@@ -299,6 +299,8 @@ def main() -> None:
     if bin_dir() is None:
         raise SystemExit("no PostgreSQL server programs in /usr/lib/postgresql/*/bin: ./run setup installs them")
     base = Path(tempfile.mkdtemp(prefix="mccloud-store-bench-"))
+    # the stores' secrets sealed with a key of the run's own (not beside a CA under /srv)
+    os.environ.setdefault("MCCLOUD_STORE_KEY", str(base / "key" / "mccloud-store.key"))
     try:
         with Postgres.running() as pg:
             settings = server_settings(pg)

@@ -24,6 +24,10 @@ use crate::store::journal;
 use crate::store::{Backend, Location, PgStore, Store, Tx, FILE_NAME};
 use crate::views;
 
+/// The environment variable naming the store's key file (see
+/// [`Registry::key_file`]).
+pub const KEY_ENV: &str = "MCCLOUD_STORE_KEY";
+
 /// Settings and allocations over one store.
 #[derive(Debug)]
 pub struct Registry {
@@ -76,6 +80,54 @@ impl Registry {
         })
     }
 
+    /// The key file the store's secrets are sealed with (see
+    /// [`crate::store::secrets`]): the context's `store_key` (the Salt
+    /// shims pass `$MCCLOUD_STORE_KEY`, else the `mccloud_store_key`
+    /// option), else `$MCCLOUD_STORE_KEY`, else `mccloud-store.key` beside
+    /// the CA, in the `ssl_pillar_dir` setting's directory. Never in a
+    /// SQLite store's own directory, where a copy of the store would take
+    /// it along.
+    pub fn key_file(&self) -> Result<PathBuf> {
+        let given = self.config.context().store_key.as_deref();
+        let path = match (given.filter(|p| !p.is_empty()), std::env::var_os(KEY_ENV)) {
+            (Some(p), _) => PathBuf::from(p),
+            (None, Some(p)) if !p.is_empty() => PathBuf::from(p),
+            _ => {
+                let cloud = self.config.cloud_settings()?;
+                let dir = cloud.get("ssl_pillar_dir").and_then(|d| d.as_str());
+                let dir = dir.unwrap_or_default();
+                Path::new(dir).join(crate::store::secrets::KEY_FILE)
+            }
+        };
+        if !path.is_absolute() {
+            return Err(Error::invalid(format!(
+                "the store's key file {} is not an absolute path: set mccloud_store_key / \
+                 {KEY_ENV} to one",
+                path.display()
+            )));
+        }
+        if self.postgres.is_none() && path.parent() == Some(self.dir.as_path()) {
+            return Err(Error::invalid(format!(
+                "the store's key file {} is in the store's directory, where a copy of the store \
+                 takes it along: keep it beside the CA (ssl_pillar_dir), or set mccloud_store_key \
+                 / {KEY_ENV} elsewhere",
+                path.display()
+            )));
+        }
+        Ok(path)
+    }
+
+    /// `mccloud store rekey`: a new key for the store's secrets, every
+    /// secret sealed again under it in one transaction (see
+    /// [`crate::store::secrets::rekey`]).
+    pub fn rekey(&self) -> Result<crate::store::secrets::Rekeyed> {
+        let path = self.key_file()?;
+        self.with_store(false, |store| {
+            crate::store::secrets::rekey(store, &path, &self.caller)
+        })?
+        .ok_or_else(|| self.no_store())
+    }
+
     /// The same registry, its changes journaled as made by `caller`.
     pub fn with_caller(mut self, caller: &str) -> Self {
         if !caller.trim().is_empty() {
@@ -109,6 +161,9 @@ impl Registry {
                 None => Location::Sqlite(self.dir.clone()),
             };
             let mut opened = crate::store::open(&location, create)?;
+            if let Some(store) = opened.as_mut() {
+                crate::store::secrets::prepare(store, &self.key_file()?, &self.caller)?;
+            }
             if let (Some(store), Some(dir)) = (opened.as_mut(), self.legacy_dir()) {
                 let failed =
                     crate::store::legacy::import_at_open(store, dir, &self.config, &self.caller)?;
@@ -188,8 +243,11 @@ impl Registry {
             ));
         }
         self.import_legacy()?;
-        // Opened as any call opens it: an older schema is upgraded first,
-        // so that every table is there to copy.
+        // Opened as any call opens it (its secrets sealed: none travels in
+        // clear to the database)
+        self.with_store(false, |_| Ok(()))?;
+        // An older schema is upgraded first, so that every table is there
+        // to copy.
         let rows = Store::open_existing(&self.dir)?
             .ok_or_else(|| self.no_store())?
             .dump()?;

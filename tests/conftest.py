@@ -4,13 +4,24 @@ live in ``tests/support``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import yaml
 
 from mccloud.cli import sample_pillar, write_masterless_config
 from tests.support.saltenv import SaltEnv
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _store_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The key file of the stores' secrets for every registry the tests
+    open (``$MCCLOUD_STORE_KEY``, which the processes they start inherit):
+    a temporary one, never the default beside a CA under /srv."""
+    key = tmp_path_factory.mktemp("store-key") / "mccloud-store.key"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MCCLOUD_STORE_KEY", str(key))
+        yield key
 
 
 @pytest.fixture

@@ -312,6 +312,28 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {"__role": "master", "mccloud_controller_id": getattr(args, "id", ""), "mccloud_mastersalt": True}
 
 
+def _key_of(args: argparse.Namespace, pillar: dict[str, Any]) -> str | None:
+    """The key file of the store's secrets, as ``mastersalt-call`` finds it:
+    ``--key`` (where the command has it), else ``$MCCLOUD_STORE_KEY``, else
+    what the Salt configuration in ``--config`` says
+    (:func:`mccloud.saltsupport.store_key`), else ``mccloud-store.key`` in
+    the ``ssl_pillar_dir`` its ``pillar_roots`` and ``pillar`` make; None
+    without a Salt configuration (the core's default)."""
+    if getattr(args, "key", None):
+        return str(args.key)
+    if os.environ.get(saltsupport.KEY_ENV):
+        return os.environ[saltsupport.KEY_ENV]
+    try:
+        opts = _salt_opts(args)
+    except mccloud.NotFoundError:
+        return None
+    ctx = saltsupport.context(opts, pillar)
+    if ctx.get("store_key"):
+        return str(ctx["store_key"])
+    ssl_dir = mccloud.Config(ctx, saltsupport.cloud_pillar(pillar)).cloud_settings()["ssl_pillar_dir"]
+    return os.path.join(str(ssl_dir), "mccloud-store.key")
+
+
 def _store_registry(args: argparse.Namespace, via: str | None = None, reads: bool = True) -> mccloud.Registry:
     """The registry of the store alone (no pillar: the store commands and
     the audit journal), its changes journaled as made by ``via`` (default:
@@ -319,7 +341,8 @@ def _store_registry(args: argparse.Namespace, via: str | None = None, reads: boo
     reads the store (see :func:`_read_store_of`); the store commands say
     themselves that there is none."""
     store = _read_store_of(args) if reads else store_dir_of(args)
-    return saltsupport.open_registry(_options(args), {}, via or f"mccloud {args.command}", store=store)
+    return saltsupport.open_registry(_options(args), {}, via or f"mccloud {args.command}", store=store,
+                                     store_key=_key_of(args, {}))
 
 
 def store_backup(args: argparse.Namespace) -> int:
@@ -354,12 +377,39 @@ def store_migrate(args: argparse.Namespace) -> int:
         pillar.update(_yaml_file(path, yaml))
     via = f"mccloud {args.command}"
     reg = saltsupport.open_registry(_options(args), pillar, via, place="declared",
-                                    store=store_dir_of(args, postgres=False))
+                                    store=store_dir_of(args, postgres=False), store_key=_key_of(args, pillar))
     target = saltsupport.open_registry(_options(args), {}, via, store=args.to)
     print(f"copying {reg.store_path} to {target.store_path} …", file=sys.stderr)
     counts = reg.migrate_to(args.to)
     total = sum(counts.values())
     print(f"copied {total} rows, compared row by row: " + ", ".join(f"{t} {n}" for t, n in sorted(counts.items())))
+    return 0
+
+
+def store_rekey(args: argparse.Namespace) -> int:
+    """Makes a new key for the store's secrets (root passwords, crypt salts,
+    the CA shared through a PostgreSQL store) and seals every secret again
+    under it, in one transaction; the new key then replaces the key file.
+    The key file is ``--key``, else ``$MCCLOUD_STORE_KEY``, else the
+    ``mccloud_store_key`` option of the Salt configuration, else
+    ``mccloud-store.key`` in the ``ssl_pillar_dir`` directory (of its
+    ``pillar_roots``, or of ``--pillar`` when it sets one). Copy the new key to every other
+    controller of a PostgreSQL store, and keep it with the backups made
+    from now on (those made before need the old key)."""
+    import yaml
+
+    pillar: dict[str, Any] = {}
+    for path in args.pillar or []:
+        pillar.update(_yaml_file(path, yaml))
+    reg = saltsupport.open_registry(_options(args), pillar, f"mccloud {args.command}", place="declared",
+                                    store=_read_store_of(args), store_key=_key_of(args, pillar))
+    print(f"sealing the secrets of {reg.store_path} under a new key (key file {reg.key_file}) …", file=sys.stderr)
+    done = reg.rekey()
+    _emit(done, args.output, lambda: (
+        f"rekeyed {reg.store_path}: key {done['old_key']} replaced by {done['new_key']}; {done['values']} "
+        f"passwords and salts and {done['files']} shared files sealed again in {done['seconds']:.2f} s.\n"
+        f"The new key is in {done['key_file']}: copy it to every other controller of the store, and keep it "
+        f"with the backups made from now on."))
     return 0
 
 
@@ -403,8 +453,9 @@ def _registry_of(args: argparse.Namespace) -> mccloud.Registry:
     declared without a node are on the node the store placed them on, as
     mastersalt-call sees them (placing those left, as the controller
     does); a store that does not exist yet is not created for that."""
-    return saltsupport.open_registry(_options(args), _pillar_of(args), f"mccloud {args.command}",
-                                     place="existing", store=_read_store_of(args))
+    pillar = _pillar_of(args)
+    return saltsupport.open_registry(_options(args), pillar, f"mccloud {args.command}",
+                                     place="existing", store=_read_store_of(args), store_key=_key_of(args, pillar))
 
 
 def _print_report(table: str, notes: Sequence[str]) -> None:
@@ -619,7 +670,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "
                    "instead of printing them")
     _registry_arguments(p)
-    store = command("store", lambda args: 0, "back up, check or migrate the registry's store")
+    store = command("store", lambda args: 0, "back up, check, rekey or migrate the registry's store")
     stores = store.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
     for name, func, text, example in (
         ("backup", store_backup, "a consistent copy of the store (safe while others allocate)",
@@ -635,6 +686,18 @@ def _parser() -> argparse.ArgumentParser:
         else:
             output(p)
         _registry_arguments(p, pillar=False)
+    p = stores.add_parser("rekey", help="a new key for the store's secrets, every secret sealed again under it",
+                          description=" ".join((store_rekey.__doc__ or "").split()), formatter_class=fmt,
+                          epilog="examples:\n  mccloud store rekey\n"
+                          "  mccloud store rekey --store postgresql://mccloud@db/mccloud --key /srv/mastersalt-pillar/"
+                          "cloud-controller/ssl/mccloud-store.key")
+    p.set_defaults(func=store_rekey)
+    p.add_argument("--key", help="the key file (default: $MCCLOUD_STORE_KEY, else mccloud_store_key, else "
+                   "mccloud-store.key beside the CA, in ssl_pillar_dir)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) (read for ssl_pillar_dir only)")
+    p.add_argument("--id", default="controller", help="controller minion id")
+    output(p)
+    _registry_arguments(p, pillar=False)
     p = stores.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly",
                           description=" ".join((store_migrate.__doc__ or "").split()), formatter_class=fmt,
                           epilog="examples:\n  mccloud store migrate --to postgresql://mccloud@db.example.net/mccloud")

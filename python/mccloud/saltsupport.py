@@ -80,6 +80,7 @@ def context(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> dict[str, Any
         "default_env": str(env) if env else None,
         "bootstrap_script": bootstrap_script(),
         "devhost": is_devhost(opts.get("grains") or {}),
+        "store_key": store_key(opts) or _master_side_key(opts, pillar),
     }
 
 
@@ -113,7 +114,8 @@ Placing = Literal["declared", "stored", "rest", "existing"]
 
 
 def open_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], via: str | None = None,
-                  place: Placing = "stored", store: str | None = None) -> mccloud.Registry:
+                  place: Placing = "stored", store: str | None = None,
+                  store_key: str | None = None) -> mccloud.Registry:
     """The registry of the controller behind ``opts`` and ``pillar``: the
     one way into mccloud for the execution modules, the runners and the
     command line. Its store is the one :func:`store_location` resolves
@@ -124,7 +126,9 @@ def open_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], via: str |
     are on the nodes the store placed them on (``place="stored"``, reads
     only); ``place="rest"`` also places those not placed yet, by policy
     (once: a placement never moves by itself), which is a write: only the
-    calls documented as allocating ask for it. ``existing`` places only in a
+    calls documented as allocating ask for it. ``store_key``, when given,
+    is the key file of the store's secrets (else :func:`store_key`'s, else
+    the core's default beside the CA). ``existing`` places only in a
     store that exists already; ``declared`` leaves them on no node. Only
     the controller (its master's runners and its own minion), which holds
     the store, reads or makes placements.
@@ -136,7 +140,10 @@ def open_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], via: str |
     VM declared without a node is placed and each says why (destroying
     repairs then see them as unplaced, never as gone). The log says which
     VMs are not placed, and why."""
-    reg = mccloud.Registry.open(context(opts, pillar), cloud_pillar(pillar), store_location(opts, store),
+    ctx = context(opts, pillar)
+    if store_key:
+        ctx["store_key"] = store_key
+    reg = mccloud.Registry.open(ctx, cloud_pillar(pillar), store_location(opts, store),
                                 caller(opts, via), place=place, controller=opts.get("__role") == "master")
     for level, message in reg.notes:
         log.log(logging.ERROR if level == "error" else logging.WARNING, "%s", message)
@@ -188,6 +195,39 @@ def store_dir(opts: Mapping[str, Any], cfg: mccloud.Config | None = None) -> str
     """The store directory of :func:`store_location` (a PostgreSQL store
     notwithstanding)."""
     return store_location(opts, postgres=False)
+
+
+#: Environment variable and configuration key naming the key file of the
+#: store's secrets (default: ``mccloud-store.key`` beside the CA, in the
+#: ``ssl_pillar_dir`` setting's directory).
+KEY_ENV = "MCCLOUD_STORE_KEY"
+KEY_OPT = "mccloud_store_key"
+
+
+def store_key(opts: Mapping[str, Any]) -> str | None:
+    """The key file of the store's secrets, when set: ``$MCCLOUD_STORE_KEY``,
+    else the ``mccloud_store_key`` configuration key (of this configuration
+    or of the master's beside it); None: beside the CA (see
+    :func:`context`)."""
+    key = os.environ.get(KEY_ENV) or opts.get(KEY_OPT) or _master_side(opts, KEY_OPT)
+    return str(key) if key else None
+
+
+def _master_side_key(opts: Mapping[str, Any], pillar: Mapping[str, Any]) -> str | None:
+    """On the controller's minion, the key beside the master's CA: the
+    ``ssl_pillar_dir`` that the master's ``pillar_roots`` and ``pillar``
+    make (the runners and ``mastersalt-call`` share one key as they share
+    one store)."""
+    master = _master_beside(opts)
+    roots = ((master.get("pillar_roots") or {}).get("base") or []) if master is not None else []
+    if not roots:
+        return None
+    ctx = {"minion_id": controller_id(opts), "mastersalt": is_mastersalt(opts), "pillar_root": str(roots[0])}
+    try:
+        ssl_dir = mccloud.Config(ctx, cloud_pillar(pillar)).cloud_settings()["ssl_pillar_dir"]
+    except MccloudError:  # a pillar that does not read: the calls say why
+        return None
+    return os.path.join(str(ssl_dir), "mccloud-store.key")
 
 
 #: Environment variable and configuration key naming a PostgreSQL store
@@ -284,7 +324,7 @@ def share_ca(opts: Mapping[str, Any], cfg: mccloud.Config, ssl_dir: str) -> None
     if mccloud.is_postgres(location):
         from mccloud import pki
 
-        pki.share(ssl_dir, location)
+        pki.share(ssl_dir, location, store_key(opts))
 
 
 def declared_type(cfg: mccloud.Config, cn: str, vm: str) -> str:

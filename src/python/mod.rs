@@ -605,6 +605,26 @@ impl Registry {
         out(py, r)
     }
 
+    /// `mccloud store rekey`: a new key for the store's secrets (written
+    /// to `key_file`, see `key_file`), every secret sealed again under it
+    /// in one transaction; returns the key file, the old and new key ids,
+    /// the values and files sealed again and the seconds it took.
+    fn rekey(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.rekey());
+        out(py, r)
+    }
+
+    /// The key file the store's secrets are sealed with: the context's
+    /// `store_key`, else `$MCCLOUD_STORE_KEY`, else `mccloud-store.key` in
+    /// the `ssl_pillar_dir` setting's directory.
+    #[getter]
+    fn key_file(&self) -> PyResult<String> {
+        self.inner
+            .key_file()
+            .map(|p| p.display().to_string())
+            .map_err(to_py)
+    }
+
     /// Copies this registry's SQLite store (and what a historical store
     /// beside it holds for the declared nodes) into the empty PostgreSQL
     /// database `target`, compared row by row before it is committed;
@@ -702,8 +722,8 @@ fn served_certs(
 }
 
 /// Files every controller of a PostgreSQL store shares through it (the
-/// controller's CA and what it issued): `SharedFiles(conninfo)` begins a
-/// transaction holding their lock; `files()` reads them, `commit(changed)`
+/// controller's CA and what it issued), sealed with the key file `key`:
+/// `SharedFiles(conninfo, key)` begins a transaction holding their lock; `files()` reads them, `commit(changed)`
 /// writes `{name: bytes}` and ends it, `close()` ends it without a change
 /// (so does a lost connection).
 #[pyclass(module = "mccloud._native")]
@@ -730,16 +750,18 @@ impl SharedFiles {
 #[pymethods]
 impl SharedFiles {
     #[new]
-    fn new(py: Python<'_>, conninfo: &str) -> PyResult<Self> {
+    fn new(py: Python<'_>, conninfo: &str, key: &str) -> PyResult<Self> {
         let files = py
-            .detach(|| crate::store::postgres::SharedFiles::open(conninfo))
+            .detach(|| {
+                crate::store::postgres::SharedFiles::open(conninfo, std::path::Path::new(key))
+            })
             .map_err(to_py)?;
         Ok(SharedFiles {
             inner: std::sync::Mutex::new(Some(files)),
         })
     }
 
-    /// `{name: sha256 bytes}` of every shared file.
+    /// `{name: sha256 bytes}` of every shared file's clear content.
     fn digests<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = self.with(py, |f| f.digests())?;
         let dict = PyDict::new(py);

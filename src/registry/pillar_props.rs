@@ -189,6 +189,7 @@ fn open(pillar: Map<String, Value>) -> (TempDir, Registry) {
     let ctx = Context {
         minion_id: "controller.example.net".into(),
         mastersalt: true,
+        store_key: Some(tests::key_in(&dir)),
         ..Default::default()
     };
     let reg = Registry::open(Config::new(ctx, pillar), dir.path()).unwrap();

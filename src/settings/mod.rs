@@ -58,6 +58,10 @@ pub struct Context {
     /// `makina-states.nodetypes.devhost`); pillar key of the same name
     /// does too.
     pub devhost: bool,
+    /// The key file of the store's secrets (`$MCCLOUD_STORE_KEY`, else
+    /// the `mccloud_store_key` option), if set; else it lies beside the
+    /// CA (see [`crate::Registry::key_file`]).
+    pub store_key: Option<String>,
 }
 
 /// Settings computation over one pillar and one context. What it computes

@@ -39,6 +39,8 @@ pub const KINDS: &[&str] = &[
     "deploy_finished",
     "deploy_failed",
     "journal_pruned",
+    "secrets_sealed",
+    "secrets_rekeyed",
 ];
 
 /// The kinds that end a run whose duration the metrics show, with the run
@@ -445,9 +447,25 @@ fn what(kind: &str, slot: &str) -> String {
 pub struct Recorder {
     on: Cell<bool>,
     changes: RefCell<Vec<Change>>,
+    /// The key the store's secrets are sealed under, once the transaction
+    /// read it (see [`crate::store::secrets::sealing_key`]): read once per
+    /// transaction, however many secrets it seals.
+    sealing_key: RefCell<Option<String>>,
 }
 
 impl Recorder {
+    /// The key the transaction found the store's secrets sealed under, if
+    /// it looked already.
+    pub fn sealing_key(&self) -> Option<String> {
+        self.sealing_key.borrow().clone()
+    }
+
+    /// Remembers the key the store's secrets are sealed under for the rest
+    /// of the transaction.
+    pub fn set_sealing_key(&self, id: &str) {
+        *self.sealing_key.borrow_mut() = Some(id.to_string());
+    }
+
     /// Whether the transaction is journaled.
     pub fn is_on(&self) -> bool {
         self.on.get()
@@ -687,12 +705,13 @@ pub(crate) mod record {
         let on = tx.recorder().is_on();
         let had = on
             && match which {
-                Secret::Password => tx.password(cn, vm)?.is_some(),
-                Secret::Salt => tx.salt(cn, vm)?.is_some(),
+                Secret::Password => tx.password_row(cn, vm)?.is_some(),
+                Secret::Salt => tx.salt_row(cn, vm)?.is_some(),
             };
+        let sealed = crate::store::secrets::sealed(tx, which, cn, vm, value)?;
         match which {
-            Secret::Password => tx.put_password_row(cn, vm, value)?,
-            Secret::Salt => tx.put_salt_row(cn, vm, value)?,
+            Secret::Password => tx.put_password_row(cn, vm, &sealed)?,
+            Secret::Salt => tx.put_salt_row(cn, vm, &sealed)?,
         }
         let kind = if had {
             "secret_replaced"

@@ -13,6 +13,7 @@ pub mod dump;
 pub mod journal;
 pub mod legacy;
 pub mod postgres;
+pub mod secrets;
 pub mod sqlite;
 
 pub use postgres::PgStore;
@@ -51,16 +52,18 @@ pub struct MacOwner {
     pub retired: bool,
 }
 
-/// The per-VM secrets the store keeps.
+/// The per-VM secrets the store keeps (sealed, see [`secrets`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Secret {
+pub enum Secret {
+    /// The root password.
     Password,
+    /// The crypt salt of its hash.
     Salt,
 }
 
 impl Secret {
     /// Table and column.
-    pub(crate) fn names(self) -> (&'static str, &'static str) {
+    pub fn names(self) -> (&'static str, &'static str) {
         match self {
             Secret::Password => ("passwords", "password"),
             Secret::Salt => ("salts", "salt"),
@@ -116,6 +119,9 @@ pub trait TxOps {
 
     /// What the transaction changed, noted when it is journaled.
     fn recorder(&self) -> &journal::Recorder;
+
+    /// The keys the store's secrets are sealed with (see [`secrets`]).
+    fn keys(&self) -> &secrets::Keys;
 
     /// The value of kind `kind` (`ip`, `ssh`, `snmp`) held by a VM (its
     /// main IP for `ip`).
@@ -218,7 +224,13 @@ pub trait TxOps {
     fn retire_macs_except_row(&self, cn: &str, vm: &str, keep: &[&str]) -> Result<Vec<String>>;
 
     /// A VM's generated password.
-    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>>;
+    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        let stored = self.password_row(cn, vm)?;
+        secrets::opened(self, Secret::Password, cn, vm, stored)
+    }
+
+    /// A VM's password as its row keeps it (sealed, see [`secrets`]).
+    fn password_row(&self, cn: &str, vm: &str) -> Result<Option<String>>;
 
     /// Stores a VM's generated password.
     fn put_password(&self, cn: &str, vm: &str, password: &str) -> Result<()> {
@@ -229,7 +241,23 @@ pub trait TxOps {
     fn put_password_row(&self, cn: &str, vm: &str, password: &str) -> Result<()>;
 
     /// The crypt salt of a VM's password hash.
-    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>>;
+    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+        let stored = self.salt_row(cn, vm)?;
+        secrets::opened(self, Secret::Salt, cn, vm, stored)
+    }
+
+    /// A VM's crypt salt as its row keeps it (sealed, see [`secrets`]).
+    fn salt_row(&self, cn: &str, vm: &str) -> Result<Option<String>>;
+
+    /// Every password (or salt) as its row keeps it: `(cn, vm, value)`.
+    fn secret_rows(&self, which: Secret) -> Result<Vec<(String, String, String)>>;
+
+    /// Seals again under key `id` the files the store shares between
+    /// controllers (see [`postgres::SharedFiles`]); how many. None on
+    /// SQLite.
+    fn reseal_files(&self, _id: &str) -> Result<usize> {
+        Ok(0)
+    }
 
     /// Stores a VM's crypt salt.
     fn put_salt(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
@@ -460,6 +488,31 @@ impl Backend {
         match self {
             Backend::Sqlite(s) => s.write(journaled),
             Backend::Postgres(p) => p.write(|tx| journaled(tx)),
+        }
+    }
+
+    /// A write transaction that excludes every other writer of the store
+    /// (store-wide work: sealing its secrets, a rekey), journaled as
+    /// [`Backend::write`] is.
+    pub fn exclusive<T>(&mut self, caller: &str, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
+        let journaled = |tx: &Tx| {
+            let j = journal::Journaled::new(tx);
+            let out = f(&*j)?;
+            j.finish(caller)?;
+            Ok(out)
+        };
+        match self {
+            Backend::Sqlite(s) => s.write(journaled),
+            Backend::Postgres(p) => p.whole(|tx| journaled(tx)),
+        }
+    }
+
+    /// Gives the store the keys its secrets are sealed with (see
+    /// [`secrets::prepare`]).
+    pub fn set_keys(&mut self, keys: std::sync::Arc<secrets::Keys>) {
+        match self {
+            Backend::Sqlite(s) => s.set_keys(keys),
+            Backend::Postgres(p) => p.set_keys(keys),
         }
     }
 

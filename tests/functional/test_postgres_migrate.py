@@ -20,6 +20,7 @@ import yaml
 from tests.support.minion import Minion
 from tests.support.pillars import FLAGS
 from tests.support.postgres import Postgres
+from tests.support.secrets import opened
 
 CN = "cn1.example.net"
 #: A node only the historical store knows (never asked for on the SQLite store).
@@ -105,7 +106,10 @@ def test_a_sqlite_and_a_historical_store_move_to_postgresql_exactly(server: Post
     assert target == source
     # the historical node came along, with its old values
     assert ("ip", OLD_CN, "old.example.net", "", str(0x0A050009), "ip") in target["numbers"]
-    assert (OLD_CN, "old.example.net", "oldsecret") in target["passwords"]
+    assert [opened(p, "passwords", cn, vm) for cn, vm, p in target["passwords"]
+            if (cn, vm) == (OLD_CN, "old.example.net")] == ["oldsecret"]
+    # the secrets traveled sealed: the database holds none in clear
+    assert all(p.startswith("mccloud-aead:v1:") for _, _, p in target["passwords"] + target["salts"])
     assert ("00:16:3e:01:02:03", OLD_CN, "old.example.net", "", "0") in target["macs"]
     assert len(target["numbers"]) >= 3 * len(VMS)
 

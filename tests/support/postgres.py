@@ -24,6 +24,7 @@ import yaml
 
 from tests.support.minion import Background, Minion
 from tests.support.pillars import FLAGS
+from tests.support.secrets import opened
 
 #: ``./run test`` sets it: without a server, the tests fail instead of skipping.
 REQUIRED = os.environ.get("MCCLOUD_TEST_POSTGRESQL") == "required"
@@ -138,7 +139,7 @@ class Postgres:
     def allocations(self, db: str, cn: str) -> dict[str, dict[str, Any]]:
         """Per VM of node ``cn``, what the registry in ``db`` holds: its
         main IP, MAC, ssh and snmp ports (keyed as its settings show them)
-        and its password."""
+        and its password (opened: the store keeps it sealed)."""
         out: dict[str, dict[str, Any]] = {}
         for vm, kind, value in self.psql(db, f"""
                 SELECT vm, kind, CASE kind WHEN 'ip' THEN host('0.0.0.0'::inet + value) ELSE value::text END
@@ -147,7 +148,7 @@ class Postgres:
         for vm, mac in self.psql(db, f"SELECT vm, mac FROM macs WHERE cn = '{cn}' AND slot = '' AND retired = 0"):
             out.setdefault(vm, {})["mac"] = mac
         for vm, password in self.psql(db, f"SELECT vm, password FROM passwords WHERE cn = '{cn}'"):
-            out.setdefault(vm, {})["password"] = password
+            out.setdefault(vm, {})["password"] = opened(password, "passwords", cn, vm)
         return out
 
     def stuck(self, db: str) -> list[list[str]]:

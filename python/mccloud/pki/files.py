@@ -4,7 +4,9 @@ the directories made on the way (see :mod:`mccloud.pki` for the layout).
 
 Several controllers sharing a PostgreSQL store (:func:`share`) share one
 CA through it: the CA's certificate, its key and ``issued.json`` are kept
-in the database too (table ``shared_files``), and every operation runs
+in the database too (table ``shared_files``), sealed under the store's key
+(``<ssl_dir>/mccloud-store.key``, which stays on the controllers: the
+operator copies it to each, as the CA itself), and every operation runs
 inside one database transaction that holds their lock. It first brings
 the files here up to the database's (a controller that finds the database
 without them puts its own there: the first controller's CA becomes every
@@ -107,16 +109,22 @@ def _mkdir(path: Path) -> None:
         os.chmod(path, 0o700)
 
 
-#: ``ssl_dir`` -> the PostgreSQL store its CA is shared through.
-_SHARED: dict[str, str] = {}
+#: ``ssl_dir`` -> the PostgreSQL store its CA is shared through, and the key
+#: file its files are sealed with there.
+_SHARED: dict[str, tuple[str, str]] = {}
+#: The key file of the store's secrets, in ``ssl_dir`` unless set elsewhere
+#: (``mccloud_store_key``); it is never shared through the store.
+KEY_FILE = "mccloud-store.key"
 #: The files of a CA directory that are shared.
 _SHARED_FILES = ("{name}_ca_cert.crt", "{name}_ca_cert.key", ISSUED)
 
 
-def share(ssl_dir: str | os.PathLike[str], store: str) -> None:
+def share(ssl_dir: str | os.PathLike[str], store: str, key: str | None = None) -> None:
     """Shares the CA under ``ssl_dir`` through the PostgreSQL store ``store``
-    (a connection string) from now on, in this process."""
-    _SHARED[str(Path(ssl_dir))] = store
+    (a connection string) from now on, in this process, its files sealed in
+    the database with the key file ``key`` (default: ``<ssl_dir>/mccloud-store.key``,
+    the store's own key)."""
+    _SHARED[str(Path(ssl_dir))] = (store, key or str(Path(ssl_dir) / KEY_FILE))
 
 
 def _shared_names(root: Path) -> dict[str, bytes]:
@@ -159,11 +167,11 @@ def _pull(root: Path, session: Any) -> dict[str, bytes]:
 def _shared(root: Path) -> Iterator[None]:
     """The shared files' transaction around a change under ``root`` (see
     the module's documentation); nothing when the CA is not shared."""
-    store = _SHARED.get(str(root))
-    if store is None:
+    shared = _SHARED.get(str(root))
+    if shared is None:
         yield
         return
-    session = _native.SharedFiles(store)
+    session = _native.SharedFiles(*shared)
     try:
         held = _pull(root, session)
         yield

@@ -167,7 +167,8 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     ``destroyed``, ``provisioned``, ``moved``, ``placed``, ``key_seeded``,
     ``key_deleted``, ``repaired``, ``provision_finished``,
     ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
-    ``journal_pruned``), ``since`` (a UTC date or time) and ``limit`` (the
+    ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``), ``since``
+    (a UTC date or time) and ``limit`` (the
     newest entries only).
 
     CLI Example:
@@ -218,6 +219,27 @@ def audit_prune(before=None, **kwargs):
         return {"removed": env.registry.prune_journal(bound), "before": bound}
 
     return _o.answer("audit_prune", body, _env(), **kwargs)
+
+
+@_o.strict
+def store_rekey(**kwargs):
+    """Makes a new key for the store's secrets (every VM's root password
+    and crypt salt, and on PostgreSQL the CA the controllers share) and
+    seals every secret again under it, in one transaction; the new key
+    then replaces the key file (``mccloud_store_key``, else
+    ``mccloud-store.key`` in ``ssl_pillar_dir``). Returns ``key_file``,
+    ``old_key`` and ``new_key`` (their ids), ``values`` and ``files``
+    (sealed again) and ``seconds``. Copy the new key to every other
+    controller of a PostgreSQL store; backups made before need the old
+    one (see ``mccloud store rekey``).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.store_rekey
+    """
+    return _o.answer("store_rekey", lambda env: env.registry.rekey(), _env(), **kwargs)
 
 
 @_o.strict

@@ -13,6 +13,7 @@ fn session(
     let context = Context {
         minion_id: minion.into(),
         mastersalt: true,
+        store_key: Some(key_in(dir)),
         ..Default::default()
     };
     let location = dir.path().to_string_lossy().into_owned();

@@ -206,6 +206,8 @@ pub struct PgStore {
     /// The statements prepared on the connection, by their SQL: each is
     /// parsed once per connection, not on every run.
     statements: RefCell<HashMap<String, Statement>>,
+    /// The keys of its secrets (see [`crate::store::secrets`]).
+    keys: std::sync::Arc<crate::store::secrets::Keys>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -282,6 +284,39 @@ impl<T> AtPg<T> for std::result::Result<T, postgres::Error> {
     }
 }
 
+/// Begins a transaction of `mode` ([`begin_sql`]: BEGIN and its lock) and, for
+/// a write, reads in the same round trip the key the store's secrets are
+/// sealed under (see [`crate::store::secrets::sealing_key`]): read after
+/// the lock is granted, so a rekey (which holds it exclusively) is either
+/// committed and seen, or not begun.
+fn begin_reading_key(
+    client: &mut Client,
+    schema: &Schema,
+    mode: Mode,
+) -> std::result::Result<Option<String>, postgres::Error> {
+    let begin = begin_sql(mode);
+    if mode != Mode::Write {
+        return client.batch_execute(&begin).map(|()| None);
+    }
+    let sql = schema.qualify(&format!(
+        "{begin}; SELECT value FROM {{s}}.meta WHERE key = '{}'",
+        crate::store::secrets::META_KEY
+    ));
+    // the lock's row too comes back: the key's is the column `value`
+    let found = client
+        .simple_query(&sql)?
+        .into_iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row)
+                if row.columns().first().is_some_and(|c| c.name() == "value") =>
+            {
+                row.get(0).map(str::to_string)
+            }
+            _ => None,
+        });
+    Ok(found)
+}
+
 impl PgStore {
     /// Connects to the database of `conninfo` (a `postgresql://` URL or a
     /// libpq keyword string) and checks the store's schema (see
@@ -310,6 +345,7 @@ impl PgStore {
             label: target.label.clone(),
             target,
             statements: RefCell::new(HashMap::new()),
+            keys: std::sync::Arc::default(),
         })
     }
 
@@ -334,6 +370,11 @@ impl PgStore {
             rows: std::collections::BTreeMap::new(),
             ownership: Some(ownership),
         })
+    }
+
+    /// Seals and opens its secrets with `keys` from now on.
+    pub fn set_keys(&mut self, keys: std::sync::Arc<crate::store::secrets::Keys>) {
+        self.keys = keys;
     }
 
     /// A new connection to the store's database.
@@ -418,13 +459,16 @@ impl PgStore {
         let Some(client) = self.client.as_mut() else {
             return Err((Error::store(&label, "no connection"), Some(Again::Lost)));
         };
-        if let Err(e) = client.batch_execute(&begin_sql(mode)) {
-            let wait = Wait::Store {
-                exclusive: mode == Mode::Whole,
-            };
-            let ran_out = waits::ran_out(&e, &wait);
-            return Err(self.ended(failed(e), ran_out));
-        }
+        let sealing = match begin_reading_key(client, &self.target.schema, mode) {
+            Ok(sealing) => sealing,
+            Err(e) => {
+                let wait = Wait::Store {
+                    exclusive: mode == Mode::Whole,
+                };
+                let ran_out = waits::ran_out(&e, &wait);
+                return Err(self.ended(failed(e), ran_out));
+            }
+        };
         let scope = PgTx {
             client: RefCell::new(client),
             label: &label,
@@ -439,7 +483,11 @@ impl PgStore {
             journal: RefCell::new(Vec::new()),
             tallies: RefCell::new(Tallies::default()),
             recorder: super::journal::Recorder::default(),
+            keys: &self.keys,
         };
+        if let Some(id) = &sealing {
+            scope.recorder.set_sealing_key(id);
+        }
         let out = f(&scope).and_then(|out| scope.write_changes().map(|()| out));
         let again = scope.again.get();
         let ran_out = scope.ran_out.take();

@@ -17,6 +17,7 @@ use crate::alloc::Kind;
 use crate::error::{Error, Result};
 use crate::store::dump::{Col, Dump, Field, TABLES};
 use crate::store::journal::{self, LastRun};
+use crate::store::secrets::Keys;
 use crate::store::{space_of, MacOwner, NumberOwner, Secret, TxOps};
 
 /// A transaction of the PostgreSQL store: what it reads is remembered
@@ -46,6 +47,8 @@ pub struct PgTx<'a> {
     pub(super) tallies: RefCell<Tallies>,
     /// What the transaction changed, when it is journaled.
     pub(super) recorder: journal::Recorder,
+    /// The keys of the store's secrets.
+    pub(super) keys: &'a Keys,
 }
 
 /// What a transaction adds to the change counts and changes of the last
@@ -415,6 +418,10 @@ impl TxOps for PgTx<'_> {
         &self.recorder
     }
 
+    fn keys(&self) -> &Keys {
+        self.keys
+    }
+
     fn path(&self) -> &Path {
         self.label
     }
@@ -530,7 +537,7 @@ impl TxOps for PgTx<'_> {
         Ok(self.cache.borrow_mut().retire_except(cn, vm, keep))
     }
 
-    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+    fn password_row(&self, cn: &str, vm: &str) -> Result<Option<String>> {
         self.secret(cn, vm, Secret::Password)
     }
 
@@ -538,8 +545,21 @@ impl TxOps for PgTx<'_> {
         self.put_secret(cn, vm, Secret::Password, Some(password))
     }
 
-    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+    fn salt_row(&self, cn: &str, vm: &str) -> Result<Option<String>> {
         self.secret(cn, vm, Secret::Salt)
+    }
+
+    fn secret_rows(&self, which: Secret) -> Result<Vec<(String, String, String)>> {
+        self.write_changes()?;
+        let (t, col) = which.names();
+        self.query(&format!("SELECT cn, vm, {col} FROM {{s}}.{t}"), &[])?
+            .iter()
+            .map(|r| Ok((self.col(r, 0)?, self.col(r, 1)?, self.col(r, 2)?)))
+            .collect()
+    }
+
+    fn reseal_files(&self, id: &str) -> Result<usize> {
+        super::files::reseal(self, id)
     }
 
     fn put_salt_row(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {

@@ -15,6 +15,7 @@ use std::cell::Cell;
 use std::fs::DirBuilder;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::backup::Backup;
@@ -22,6 +23,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::error::{Error, Result, StoreFailure};
+use crate::store::secrets::Keys;
 use crate::store::{dump, journal, CheckReport, Tx, TxOps};
 
 pub(crate) mod files;
@@ -57,6 +59,8 @@ pub struct Store {
     file_id: (u64, u64),
     /// Device and inode of the write-ahead log, once it exists.
     wal_id: Option<(u64, u64)>,
+    /// The keys of its secrets (see [`crate::store::secrets`]).
+    keys: Arc<Keys>,
 }
 
 impl Store {
@@ -66,6 +70,11 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Store> {
         Self::open_with(dir, true, true)?
             .ok_or_else(|| Error::store(&dir.join(FILE_NAME), "the store could not be created"))
+    }
+
+    /// Seals and opens its secrets with `keys` from now on.
+    pub fn set_keys(&mut self, keys: Arc<Keys>) {
+        self.keys = keys;
     }
 
     /// Opens the store in `dir` if it exists; `None` when there is none.
@@ -108,6 +117,7 @@ impl Store {
             path,
             file_id: id,
             wal_id: None,
+            keys: Arc::default(),
         };
         store.identify()?;
         // Switching to WAL and upgrading take locks that SQLite's busy
@@ -329,6 +339,7 @@ impl Store {
             path: &path,
             forgot: Cell::new(false),
             recorder: journal::Recorder::default(),
+            keys: &self.keys,
         };
         let out = f(&scope)?;
         let forgot = scope.forgot.get();

@@ -318,7 +318,7 @@ fn backups_are_consistent_while_others_write() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(dir.path()).unwrap();
     let writer_dir = dir.path().to_path_buf();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
     let writer = std::thread::spawn(move || {
         let mut w = Store::open(&writer_dir).unwrap();

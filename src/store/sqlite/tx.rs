@@ -9,6 +9,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::files::AtPath;
 use crate::alloc::Kind;
 use crate::error::Result;
+use crate::store::secrets::Keys;
 use crate::store::{journal, kinds_of, space_of, MacOwner, NumberOwner, Secret, TxOps};
 
 /// Operations inside one transaction.
@@ -19,6 +20,8 @@ pub struct SqliteTx<'a> {
     pub(super) forgot: Cell<bool>,
     /// What the transaction changed, when it is journaled.
     pub(super) recorder: journal::Recorder,
+    /// The keys of the store's secrets.
+    pub(super) keys: &'a Keys,
 }
 
 impl SqliteTx<'_> {
@@ -110,6 +113,10 @@ impl SqliteTx<'_> {
 impl TxOps for SqliteTx<'_> {
     fn recorder(&self) -> &journal::Recorder {
         &self.recorder
+    }
+
+    fn keys(&self) -> &Keys {
+        self.keys
     }
 
     fn path(&self) -> &Path {
@@ -307,7 +314,7 @@ impl TxOps for SqliteTx<'_> {
         Ok(out)
     }
 
-    fn password(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+    fn password_row(&self, cn: &str, vm: &str) -> Result<Option<String>> {
         self.secret(Secret::Password, cn, vm)
     }
 
@@ -315,8 +322,15 @@ impl TxOps for SqliteTx<'_> {
         self.put_secret(Secret::Password, cn, vm, password)
     }
 
-    fn salt(&self, cn: &str, vm: &str) -> Result<Option<String>> {
+    fn salt_row(&self, cn: &str, vm: &str) -> Result<Option<String>> {
         self.secret(Secret::Salt, cn, vm)
+    }
+
+    fn secret_rows(&self, which: Secret) -> Result<Vec<(String, String, String)>> {
+        let (t, col) = which.names();
+        self.rows(&format!("SELECT cn, vm, {col} FROM {t}"), [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
     }
 
     fn put_salt_row(&self, cn: &str, vm: &str, salt: &str) -> Result<()> {
