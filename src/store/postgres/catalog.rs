@@ -282,5 +282,24 @@ fn move_legacy(tx: &PgTx, catalog: &Catalog) -> Result<()> {
             tx.batch(&format!("DROP FUNCTION {}", o.display))?;
         }
     }
-    Ok(())
+    // A controller still running the version before the schema would find
+    // no table in public, make new empty ones and hand out again what the
+    // store holds: in the place of the old `meta`, a view whose reading
+    // (its first read, at connect) fails with what to do, which rolls back
+    // everything it made.
+    tx.batch(MOVED)
 }
+
+/// What an older mccloud finds in `public` once its tables moved: `meta`,
+/// a view whose reading raises (the function is the store's own, and
+/// nobody else's to run).
+const MOVED: &str = "
+CREATE FUNCTION {s}.moved() RETURNS TABLE(key TEXT, value TEXT)
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $moved$
+BEGIN
+    RAISE EXCEPTION 'this mccloud registry moved into schema {s}; a controller running an older mccloud must not use it: upgrade mccloud on this controller'
+        USING ERRCODE = 'object_not_in_prerequisite_state';
+END $moved$;
+REVOKE ALL ON FUNCTION {s}.moved() FROM PUBLIC;
+CREATE VIEW public.meta AS SELECT key, value FROM {s}.moved();
+";

@@ -263,4 +263,26 @@ fn an_older_stores_tables_move_from_public_into_the_schema() {
     assert!(check.ownership.unwrap().starts_with("ok"));
     // connecting again finds everything: nothing to create, no lock
     PgStore::connect(&store).unwrap();
+    // a controller still running the older version, connecting as it did
+    // (its schema unqualified, then its identity read) is refused with
+    // what to do, and leaves nothing behind
+    let mut old = Client::connect(&store, NoTls).unwrap();
+    let e = old
+        .batch_execute(&format!(
+            "BEGIN; {}; SELECT value FROM meta WHERE key = 'identity'",
+            OLD_STORE.split("INSERT INTO").next().unwrap()
+        ))
+        .unwrap_err();
+    let why = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(
+        why.contains("moved into schema \"mccloud\"") && why.contains("upgrade mccloud"),
+        "{e:?}"
+    );
+    old.batch_execute("ROLLBACK").unwrap();
+    assert!(tables(&mut admin, "public").is_empty());
+    let mut pg = PgStore::connect(&store).unwrap();
+    assert!(pg.check().unwrap().ownership.unwrap().starts_with("ok"));
 }
