@@ -47,6 +47,8 @@ RUN: list[tuple[str, int, str]] = [
     (r"mccloud audit --kind moved --since 2026-11-26T10:00Z --limit 20$", 0, "0 entries"),
     (r"mccloud audit prune --before 2026-01-01$", 0, "removed 0 entries"),
     (r"mastersalt-run mc_cloud\.audit_prune before=2026-01-01$", 0, "removed"),
+    (r"mccloud store rekey$", 0, "rekeyed"),
+    (r"mastersalt-run mc_cloud\.store_rekey$", 0, "new_key"),
 ]
 
 #: Commands a real cloud runs: (pattern, the test files, what they must call).
@@ -62,6 +64,8 @@ COVERED: list[tuple[str, str, str]] = [
     (r"pip install \. ", "tests/packaging/test_onedir.py", '"pip", "install"'),
     (r"salt-pip install mccloud-", "tests/packaging/test_onedir.py", "--target="),
     (r"mccloud store migrate --to postgresql://", "tests/functional/test_postgres_migrate.py", '"migrate", "--to"'),
+    (r"mccloud store rekey --store postgresql://", "tests/functional/test_postgres_secrets.py",
+     '"store", "rekey", "--store", info'),
     (r"mastersalt '\*' test\.ping ", "tests/integration/test_e2e.py", '"test.ping"'),
     (r"ssh -p \"\$\(mastersalt-call --out=txt mc_cloud_compute_node\.get_ssh_port ",
      "tests/integration/test_e2e.py", "ssh_banner("),
