@@ -475,16 +475,20 @@ pub fn open(location: &Location, create: bool) -> Result<Option<Backend>> {
     })
 }
 
+/// Runs `f` in `tx` with each of its changes noted in the audit journal
+/// as made by `caller`, in the same transaction.
+fn journaled<T>(tx: &Tx, caller: &str, f: &impl Fn(&Tx) -> Result<T>) -> Result<T> {
+    let j = journal::Journaled::new(tx);
+    let out = f(&*j)?;
+    j.finish(caller)?;
+    Ok(out)
+}
+
 impl Backend {
     /// A write transaction whose changes `caller` made: each is noted in
     /// the audit journal, in the same transaction.
     pub fn write<T>(&mut self, caller: &str, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
-        let journaled = |tx: &Tx| {
-            let j = journal::Journaled::new(tx);
-            let out = f(&*j)?;
-            j.finish(caller)?;
-            Ok(out)
-        };
+        let journaled = |tx: &Tx| journaled(tx, caller, &f);
         match self {
             Backend::Sqlite(s) => s.write(journaled),
             Backend::Postgres(p) => p.write(|tx| journaled(tx)),
@@ -495,12 +499,7 @@ impl Backend {
     /// (store-wide work: sealing its secrets, a rekey), journaled as
     /// [`Backend::write`] is.
     pub fn exclusive<T>(&mut self, caller: &str, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
-        let journaled = |tx: &Tx| {
-            let j = journal::Journaled::new(tx);
-            let out = f(&*j)?;
-            j.finish(caller)?;
-            Ok(out)
-        };
+        let journaled = |tx: &Tx| journaled(tx, caller, &f);
         match self {
             Backend::Sqlite(s) => s.write(journaled),
             Backend::Postgres(p) => p.whole(|tx| journaled(tx)),
