@@ -1838,6 +1838,8 @@ fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
     bad.insert(format!("{LXC}.anywhere.e.test"), json!({}));
     // The placements made stand; the VM left says why, its calls fail.
     let bad = open_at(&dir, bad);
+    // The node's settings stand too.
+    bad.target_settings(CN, &[]).unwrap();
     let out = bad.place_all().unwrap();
     assert_eq!(out["placed"].as_object().unwrap().len(), 4, "{out}");
     let why = out["unplaced"]["e.test"].as_str().unwrap();
