@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mccloud.grains.mccloud_cgroup import hierarchy
+from mccloud.grains.mccloud_cgroup import _hierarchy as hierarchy
 from mccloud.orchestration.repair import limit_findings
 from mccloud.pillar.mccloud import declares_cloud
 from mccloud.reports import inventory_text, limits_cells

@@ -24,17 +24,18 @@ import os
 ROOT = "/sys/fs/cgroup"
 
 
-def hierarchy(root: str = ROOT) -> str | None:
-    """The hierarchy mounted at ``root``: ``v2``, ``v2-noswap``, ``v1``,
+def _hierarchy(root: str = ROOT) -> str | None:
+    """The hierarchy mounted at ``root`` (private: Salt calls every public
+    function of a grain module): ``v2``, ``v2-noswap``, ``v1``,
     ``v1-noswap`` or None."""
     if os.path.exists(os.path.join(root, "cgroup.controllers")):
         try:
             children = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
         except OSError:
             children = []
-        memory = [c for c in children if os.path.exists(os.path.join(c, "memory.max"))]
-        swap = any(os.path.exists(os.path.join(c, "memory.swap.max")) for c in memory)
-        return "v2" if swap or not memory else "v2-noswap"
+        groups = [c for c in children if os.path.exists(os.path.join(c, "memory.max"))]
+        swap = any(os.path.exists(os.path.join(c, "memory.swap.max")) for c in groups)
+        return "v2" if swap or not groups else "v2-noswap"
     memory = os.path.join(root, "memory")
     if os.path.exists(os.path.join(memory, "memory.limit_in_bytes")):
         return "v1" if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")) else "v1-noswap"
@@ -44,5 +45,5 @@ def hierarchy(root: str = ROOT) -> str | None:
 def mccloud_cgroup() -> dict[str, str]:
     """``{"mccloud_cgroup": "v1" | "v1-noswap" | "v2" | "v2-noswap"}``, or nothing when
     no cgroup hierarchy is mounted."""
-    found = hierarchy()
+    found = _hierarchy()
     return {"mccloud_cgroup": found} if found else {}
