@@ -69,3 +69,17 @@ def test_the_inventory_shows_limits_and_whether_they_apply() -> None:
         "vm": {"vt": "lxc", "declared": True, "ssh_username": "root", "ssh_host": "cn", "limits": applied}}}}
     text = inventory_text(inv)
     assert "LIMITS" in text and "cpus 1 mem 256M" in text and "500m (advisory)" in text
+
+
+def test_the_nodes_grains_reach_the_pillar_from_the_masters_cache(tmp_path: Path) -> None:
+    import salt.cache
+    import salt.config
+
+    from mccloud.pillar.mccloud import node_cgroups
+
+    opts = {**salt.config.DEFAULT_MASTER_OPTS, "cachedir": str(tmp_path)}
+    cache = salt.cache.factory(opts)
+    cache.store("grains", "cn1", {"mccloud_cgroup": "v2", "os": "Debian"})
+    cache.store("grains", "cn2", {"os": "Debian"})  # not reported yet: nothing is guessed
+    assert node_cgroups(opts) == {"makina-states.cloud.compute_node.cgroup.cn1": "v2"}
+    assert node_cgroups({**opts, "cachedir": str(tmp_path / "none")}) == {}

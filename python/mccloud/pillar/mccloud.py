@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mccloud import saltcompat as _saltcompat
 from mccloud import saltsupport as _saltsupport
 from mccloud.orchestration import private as _private
 
@@ -43,20 +44,9 @@ def node_cgroups(opts: Any) -> dict[str, str]:
     """``{CGROUP_KEY.<minion>: hierarchy}`` for every minion whose cached
     grains (the master's minion data cache) report ``mccloud_cgroup``. The
     grain wins over a value the pillar declares for the same node."""
-    import salt.cache
-
     out: dict[str, str] = {}
-    try:
-        cache = salt.cache.factory(opts)
-        minions = list(cache.list("grains") or [])
-    except Exception:  # noqa: BLE001 - no cache: nothing is forwarded, limits say why
-        return out
-    for minion in minions:
-        try:
-            grains = cache.fetch("grains", minion) or {}
-        except Exception:  # noqa: BLE001 - one unreadable entry leaves the others
-            continue
-        value = grains.get("mccloud_cgroup") if isinstance(grains, dict) else None
+    for minion, grains in _saltcompat.cached_grains(opts).items():
+        value = grains.get("mccloud_cgroup")
         if isinstance(value, str) and value:
             out[f"{CGROUP_KEY}.{minion}"] = value
     return out
