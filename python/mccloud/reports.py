@@ -129,6 +129,26 @@ def _room(node: Row) -> str:
     return " ".join(f"{k} {used.get(k, 0)}/{v}" for k, v in total.items() if v is not None)
 
 
+def _mib(value: Any) -> str:
+    n = int(value or 0)
+    return f"{n // 1024}G" if n and n % 1024 == 0 else f"{n}M"
+
+
+def limits_cells(v: Row) -> list[str]:
+    """A VM's LIMITS and DISK cells: ``cpus 1 mem 256M swap 128M procs 256``
+    then ``enforced`` (its node's cgroup hierarchy) or ``not applied``;
+    the disk's size, ``enforced`` or ``advisory`` (empty for a type that
+    sets no limit)."""
+    lim = v.get("limits")
+    if not isinstance(lim, Mapping):
+        return ["", ""]
+    cells = (f"cpus {lim.get('cpus')} mem {_mib(lim.get('memory'))} swap {_mib(lim.get('swap'))} "
+             f"procs {lim.get('processes')}")
+    cells += f" ({lim['hierarchy']})" if lim.get("applied") else " (not applied: node hierarchy unknown)"
+    disk = lim.get("disk") or {}
+    return [cells, f"{disk.get('size') or ''} ({'enforced' if disk.get('enforced') else 'advisory'})"]
+
+
 def inventory_text(inv: Mapping[str, Row]) -> str:
     """The inventory's tables: its compute nodes, then their VMs (empty
     without a node)."""
@@ -137,11 +157,11 @@ def inventory_text(inv: Mapping[str, Row]) -> str:
               _room(n), n.get("error") or ""] for cn, n in sorted(inv.items())]
     vms = [[cn, vm, v.get("vt") or "", v.get("ip") or "", v.get("mac") or "",
             f"{v['ssh_username']}@{v['ssh_host']}:{v['ssh_port']}" if v.get("ssh_port") else "",
-            str(v.get("snmp_port") or ""), "yes" if v.get("declared") else "no"]
+            str(v.get("snmp_port") or ""), "yes" if v.get("declared") else "no", *limits_cells(v)]
            for cn, n in sorted(inv.items()) for vm, v in sorted(n["vms"].items())]
     parts = [text_table(nodes, ["NODE", "TYPES", "DECLARED", "VMS", "FREE IPS", "FREE SSH PORTS", "USED/CAPACITY",
                                 "ERROR"])]
     if vms:
         parts.append(text_table(vms, ["NODE", "VM", "VT", "IP", "MAC", "SSH (root, through the node)", "SNMP",
-                                      "DECLARED"]))
+                                      "DECLARED", "LIMITS", "DISK"]))
     return "\n\n".join(parts) if nodes else ""

@@ -69,6 +69,27 @@ def grains(opts: Mapping[str, Any]) -> dict[str, Any]:
     return dict(salt.loader.grains(dict(opts)))
 
 
+def cached_grains(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The grains the master's minion data cache holds, by minion id
+    (empty when there is no cache; an unreadable entry is left out)."""
+    import salt.cache
+
+    out: dict[str, Any] = {}
+    try:
+        cache = salt.cache.factory(dict(opts))
+        minions = list(cache.list("grains") or [])
+    except Exception:  # noqa: BLE001 - no cache: nothing to read
+        return out
+    for minion in minions:
+        try:
+            grains_ = cache.fetch("grains", minion)
+        except Exception:  # noqa: BLE001 - one unreadable entry leaves the others
+            continue
+        if isinstance(grains_, dict):
+            out[str(minion)] = grains_
+    return out
+
+
 def compile_pillar(opts: Mapping[str, Any], grains_: Mapping[str, Any], minion_id: str,
                    saltenv: str | None = "base") -> Any:
     """The pillar of ``minion_id`` compiled with ``opts`` (a master's or a

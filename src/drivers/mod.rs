@@ -138,6 +138,17 @@ pub trait Driver: Sync {
     ) -> Result<Option<(String, &'a Value)>> {
         Ok(None)
     }
+
+    /// The `cpus` and `memory` (MiB) a VM declared without them weighs in
+    /// placement, from its type's size profiles (`t` and `own` as in
+    /// [`Driver::default_disk`]); `None` where the type gives none.
+    fn default_room<'a>(
+        &self,
+        _t: &dyn Fn() -> Result<&'a Value>,
+        _own: &Map<String, Value>,
+    ) -> Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
 }
 
 /// What a VM's type decided in its plan, kept to finish its settings.
@@ -155,6 +166,13 @@ pub trait TypePlan: Debug + Send + Sync {
     /// `idmap` is the first host id of its id block, if it holds one.
     fn complete_vm(&self, _s: &mut Map<String, Value>, _idmap: Option<u32>) -> Result<()> {
         Ok(())
+    }
+
+    /// The VM's limits as its settings carry them (`limits`), on node `cn`
+    /// whose cgroup hierarchy is `hierarchy` (unknown: `None`); `None`
+    /// for a type that sets none.
+    fn limits(&self, _cn: &str, _hierarchy: Option<&str>) -> Option<Value> {
+        None
     }
 }
 

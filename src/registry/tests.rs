@@ -1747,14 +1747,15 @@ fn a_vm_that_moved_is_noted_as_moved() {
     assert_eq!(moved[0]["caller"], "unknown");
 }
 
-/// Two nodes taking 2 VMs each, `cn1` declaring `fixed.test`; `a`…`d`
-/// declared without a node.
+/// Two nodes taking 2 VMs each, `cn1` declaring `fixed.test`, `cn2`
+/// 8 GiB of memory; `a`…`d` declared without a node (`b` 512 MiB of
+/// memory, the others their size profile's, medium: 4 GiB).
 fn placement_pillar(cap1: u64) -> Map<String, Value> {
     let mut p = pillar(&Pools::small(), &[CN2], &json!({}));
     p.insert(format!("{LXC}.vms.{CN}"), json!({"fixed.test": {}}));
     p.insert(
         format!("{COMPUTE_NODE}.capacity"),
-        json!({CN: {"vms": cap1}, CN2: {"vms": 2, "memory": "1G"}}),
+        json!({CN: {"vms": cap1}, CN2: {"vms": 2, "memory": "8G"}}),
     );
     p.insert(
         format!("{LXC}.anywhere"),
@@ -1805,7 +1806,7 @@ fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
     assert_eq!(scores.len(), 2);
     assert_eq!(
         scores[1]["used"],
-        json!({"vms": 1, "cpus": 0, "memory": 0, "disk": 10240})
+        json!({"vms": 1, "cpus": 2, "memory": 4096, "disk": 10240})
     );
     // More room on cn1 places d there; nothing placed moves.
     let reg = open_at(&dir, placement_pillar(10));
@@ -1825,10 +1826,7 @@ fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
     assert_eq!(reg.audit(&q).unwrap().len(), 4);
     // The inventory shows each node's room.
     let inv = reg.inventory().unwrap();
-    assert_eq!(
-        inv[CN2]["capacity"]["free"],
-        json!({"vms": 0, "memory": 1024})
-    );
+    assert_eq!(inv[CN2]["capacity"]["free"], json!({"vms": 0, "memory": 0}));
     assert_eq!(inv[CN]["capacity"]["used"]["vms"], json!(3));
     // A VM declared on a node is not placed; a bad capacity is named.
     assert_eq!(reg.place("fixed.test", false).unwrap()["node"], json!(CN));
@@ -1840,6 +1838,8 @@ fn vms_declared_without_a_node_are_placed_by_policy_once_and_for_good() {
     bad.insert(format!("{LXC}.anywhere.e.test"), json!({}));
     // The placements made stand; the VM left says why, its calls fail.
     let bad = open_at(&dir, bad);
+    // The node's settings stand too.
+    bad.target_settings(CN, &[]).unwrap();
     let out = bad.place_all().unwrap();
     assert_eq!(out["placed"].as_object().unwrap().len(), 4, "{out}");
     let why = out["unplaced"]["e.test"].as_str().unwrap();

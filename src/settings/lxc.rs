@@ -4,9 +4,11 @@
 
 use serde_json::Value;
 
-use super::Config;
+use super::{Config, COMPUTE_NODE};
 use crate::drivers::lxc;
+use crate::drivers::lxc::limits::Hierarchy;
 use crate::error::Result;
+use crate::pillar::merge::forms;
 
 impl Config {
     /// `mc_cloud_lxc.settings()` (docs/reference/pillar.md): [`Config::vt_settings`] of
@@ -28,5 +30,30 @@ impl Config {
             .and_then(|d| d.get("lxc_path"))
             .unwrap_or(&Value::Null);
         lxc::images::settings(&self.pillar, lxc_path, self.devhost())
+    }
+
+    /// The cgroup hierarchy of compute node `cn` (`v1`, `v1-noswap`, `v2` or
+    /// `v2-noswap`), as the node's grain `mccloud_cgroup` reports it: the pillar
+    /// key `makina-states.cloud.compute_node.cgroup.<cn>` (nested or flat),
+    /// which the controller's pillar forwards from the node's grains (an
+    /// operator may declare it too). `None` until it is known: its VMs then
+    /// get no limit lines (never a guess).
+    pub fn node_cgroup(&self, cn: &str) -> Result<Option<&'static str>> {
+        let key = format!("{COMPUTE_NODE}.cgroup");
+        let flat = format!("{key}.{cn}");
+        let parts: Vec<&str> = key.split('.').collect();
+        let mut found: Option<(String, &Value)> = None;
+        for (at, nested, _) in forms(&self.pillar, &parts) {
+            if let Some(v) = nested.get(cn) {
+                found = Some((format!("pillar key {at}:{cn}"), v));
+            }
+        }
+        if let Some(v) = self.pillar.get(&flat) {
+            found = Some((format!("pillar key {flat}"), v));
+        }
+        match found {
+            None | Some((_, Value::Null)) => Ok(None),
+            Some((at, v)) => Ok(Some(Hierarchy::parse(v, &at)?.as_str())),
+        }
     }
 }

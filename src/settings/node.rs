@@ -199,6 +199,7 @@ impl Config {
             .iter()
             .map(|d| self.vm_plan_with(self.type_settings(&d.vt)?, &network, cn, d))
             .collect::<Result<Vec<_>>>()?;
+        self.check_vms_fit_alone(cn, vms)?;
         Ok(NodePlan {
             cn: cn.into(),
             network,

@@ -145,6 +145,11 @@ impl Usage {
                 continue;
             };
             let (used, need) = (self.used.get(i), size.get(i));
+            if need == 0 {
+                return Err(format!(
+                    "{d}: the VM weighs nothing on a dimension the node declares: declare its {d}"
+                ));
+            }
             if used.saturating_add(need) > cap {
                 let unit = if i >= 2 { " MiB" } else { "" };
                 return Err(format!(
@@ -374,13 +379,23 @@ impl Config {
         Ok(out)
     }
 
-    /// What a VM takes: one VM, its `cpus`, its `memory`, its disk (`size`,
-    /// else its type's default, see [`crate::drivers::Driver::default_disk`]).
+    /// What a VM takes: one VM, its `cpus`, its `memory` (else its size
+    /// profile's, see [`crate::drivers::Driver::default_room`]), its disk
+    /// (`size`, else its type's default, see
+    /// [`crate::drivers::Driver::default_disk`]).
     pub fn vm_size(&self, d: &DeclaredVm) -> Result<Room> {
         let what = format!("VM {} (pillar key {})", d.name, d.key);
         let mut room = Room([Some(1), None, None, None]);
         room.0[1] = dimension(&d.pillar, 1, &what)?;
         room.0[2] = dimension(&d.pillar, 2, &what)?;
+        if room.0[1].is_none() || room.0[2].is_none() {
+            // A VM without a size weighs its size profile's, never zero.
+            let t = || self.type_settings(&d.vt);
+            if let Some((cpus, memory)) = drivers::of(&d.vt).default_room(&t, &d.pillar)? {
+                room.0[1] = room.0[1].or(Some(cpus));
+                room.0[2] = room.0[2].or(Some(memory));
+            }
+        }
         let disk = match d.pillar.get("size").filter(|v| !v.is_null()) {
             Some(v) => Some(mib(v, &format!("{what}.size"))?),
             None => {
@@ -393,6 +408,40 @@ impl Config {
         };
         room.0[3] = disk;
         Ok(room)
+    }
+
+    /// Refuses a VM of `vms` (declared or placed on `cn`) bigger than
+    /// `cn`'s whole capacity on a dimension it declares, before anything is
+    /// allocated. A capacity or a size that does not read is left to the
+    /// calls that read it (placement, the VM's own settings).
+    pub(crate) fn check_vms_fit_alone(&self, cn: &str, vms: &[DeclaredVm]) -> Result<()> {
+        let Some(cap) = self.capacities().ok().and_then(|mut c| c.remove(cn)) else {
+            return Ok(());
+        };
+        for d in vms {
+            let Ok(size) = self.vm_size(d) else { continue };
+            for i in 1..DIMENSIONS.len() {
+                let (Some(c), Some(need)) = (
+                    cap.0.get(i).copied().flatten(),
+                    size.0.get(i).copied().flatten(),
+                ) else {
+                    continue;
+                };
+                if need > c {
+                    let (name, unit) = (
+                        DIMENSIONS.get(i).copied().unwrap_or_default(),
+                        if i >= 2 { " MiB" } else { "" },
+                    );
+                    return Err(Error::invalid(format!(
+                        "VM {} (pillar key {}) takes {name} {need}{unit} (declared, else its size profile's), \
+                         more than compute node {cn} holds in all ({c}{unit}, pillar key \
+                         {COMPUTE_NODE}.capacity.{cn}): declare a smaller {name} for it, or move it",
+                        d.name, d.key
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every node with a capacity, with what the VMs declared on it and
@@ -478,6 +527,16 @@ mod tests {
         .is_none());
         let why = nodes[0].fits(&big).unwrap_err();
         assert_eq!(why, "memory: needs 600 MiB, 500 of 1000 MiB free");
+        // Zero is never a size: a VM weighing nothing on a declared
+        // dimension fits nowhere.
+        for sizeless in [
+            Room([Some(1), None, None, None]),
+            Room([Some(1), None, Some(0), None]),
+        ] {
+            let why = nodes[1].fits(&sizeless).unwrap_err();
+            assert!(why.contains("declare its memory"), "{why}");
+            assert!(choose(&nodes, &sizeless, Policy::Spread).is_none());
+        }
     }
 
     proptest! {
@@ -510,6 +569,40 @@ mod tests {
                         if let Some(cap) = u.capacity.0[i] {
                             prop_assert!(u.used.get(i) <= cap, "{} over capacity: {:?}", u.cn, u);
                         }
+                    }
+                }
+            }
+        }
+
+        /// Whatever the VMs weigh (nothing, zero, or a size), placement
+        /// never accepts a VM that weighs nothing on a dimension its node
+        /// declares, and the sizes it accepts never sum past a declared
+        /// dimension.
+        #[test]
+        fn placement_never_takes_a_sizeless_vm_nor_exceeds_a_declared_dimension(
+            caps in prop::collection::vec((prop::option::of(0u64..8), prop::option::of(0u64..4096), prop::option::of(0u64..8192)), 1..5),
+            vms in prop::collection::vec((prop::option::of(0u64..4), prop::option::of(0u64..2048), prop::option::of(0u64..4096)), 0..60),
+            pack in any::<bool>(),
+        ) {
+            let policy = if pack { Policy::Pack } else { Policy::Spread };
+            let mut nodes: Vec<Usage> = caps
+                .iter()
+                .enumerate()
+                .map(|(i, (c, m, d))| usage(&format!("n{i}"), [None, *c, *m, *d]))
+                .collect();
+            for (cpus, memory, disk) in &vms {
+                let size = Room([Some(1), *cpus, *memory, *disk]);
+                let Some(cn) = choose(&nodes, &size, policy).map(|u| u.cn.clone()) else { continue };
+                let u = nodes.iter_mut().find(|u| u.cn == cn).unwrap();
+                for (i, d) in DIMENSIONS.iter().enumerate().skip(1) {
+                    if u.capacity.0[i].is_some() {
+                        prop_assert!(size.get(i) > 0, "{} took a VM weighing nothing on {}: {:?}", cn, d, size);
+                    }
+                }
+                u.add(&size);
+                for i in 0..4 {
+                    if let Some(cap) = u.capacity.0[i] {
+                        prop_assert!(u.used.get(i) <= cap, "{} over capacity: {:?}", u.cn, u);
                     }
                 }
             }

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -1527,4 +1528,112 @@ fn lxc_vms_run_unprivileged_where_their_root_filesystem_allows_it() {
     )
     .unwrap();
     assert_eq!(ok["privileged"], json!(false));
+}
+
+/// A VM's limits: declared, else its size profile's; rendered as cgroup
+/// lines only for the hierarchy its node reports.
+#[test]
+fn limits_follow_the_nodes_hierarchy_and_never_a_guess() {
+    let vms = json!({ VM: {"memory": "256M", "cpus": 1, "profile": "small"} });
+    let unknown = finish(&config(node_pillar(CN, vms.clone(), json!({}))), CN, VM).unwrap();
+    let l = &unknown["limits"];
+    assert_eq!(
+        (&l["cpus"], &l["memory"], &l["swap"], &l["processes"]),
+        (&json!(1), &json!(256), &json!(1024), &json!(2048))
+    );
+    assert_eq!(
+        (&l["applied"], &l["hierarchy"]),
+        (&json!(false), &Value::Null)
+    );
+    assert!(l["why"].as_str().unwrap().contains("mccloud_cgroup"), "{l}");
+    assert!(!unknown["lxc_config"].as_str().unwrap().contains("cgroup"));
+    assert_eq!(
+        l["disk"],
+        json!({"size": "5g", "enforced": false,
+        "why": "dir backing: the root filesystem shares its node's file system, with no quota; the size is advisory (use an lvm profile type to enforce it)"})
+    );
+    // Nested or flat, the node's key gives the hierarchy.
+    for extra in [
+        json!({ format!("{COMPUTE_NODE}.cgroup"): { CN: "v1" } }),
+        json!({ format!("{COMPUTE_NODE}.cgroup.{CN}"): "v1" }),
+    ] {
+        let s = finish(&config(node_pillar(CN, vms.clone(), extra)), CN, VM).unwrap();
+        let text = s["lxc_config"].as_str().unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for line in [
+            "lxc.cgroup.memory.limit_in_bytes = 268435456",
+            "lxc.cgroup.memory.memsw.limit_in_bytes = 1342177280",
+            "lxc.cgroup.cpu.cfs_quota_us = 100000",
+            "lxc.cgroup.pids.max = 2048",
+        ] {
+            assert!(lines.contains(&line), "{line}: {text}");
+        }
+        assert_eq!(
+            (&s["limits"]["applied"], &s["limits"]["hierarchy"]),
+            (&json!(true), &json!("v1"))
+        );
+    }
+    let v2 = json!({ format!("{COMPUTE_NODE}.cgroup.{CN}"): "v2" });
+    let s = finish(&config(node_pillar(CN, vms.clone(), v2)), CN, VM).unwrap();
+    assert!(s["lxc_config"]
+        .as_str()
+        .unwrap()
+        .contains("lxc.cgroup2.memory.max = 268435456"));
+    let bad = json!({ format!("{COMPUTE_NODE}.cgroup.{CN}"): "cgroup3" });
+    invalid(
+        finish(&config(node_pillar(CN, vms, bad)), CN, VM),
+        &[CN, "cgroup3", "mccloud_cgroup"],
+    );
+    // A limit that is not a size is refused, naming the VM's key.
+    invalid(
+        one_vm(CN, json!({"memory": "lots"})),
+        &[VM, CN, "memory", "lots"],
+    );
+    invalid(
+        one_vm(CN, json!({"cpus": 0})),
+        &[VM, CN, "cpus", "zero is never a size"],
+    );
+    // An lvm VM's disk is its volume: enforced.
+    let lvm = one_vm(CN, json!({"profile_type": "lvm"})).unwrap();
+    assert_eq!(lvm["limits"]["disk"]["enforced"], json!(true));
+}
+
+/// A node declaring 1G of memory takes no 50 sizeless VMs (each weighs its
+/// size profile's memory), and a VM bigger than its node is refused.
+#[test]
+fn sizeless_vms_weigh_their_profile_and_a_vm_bigger_than_its_node_is_refused() {
+    let mut p = object(node_pillar(CN, json!({"fixed.test": {}}), json!({})));
+    p.insert(
+        format!("{COMPUTE_NODE}.capacity.{CN}"),
+        json!({"memory": "1G"}),
+    );
+    let anywhere: Map<String, Value> = (0..50)
+        .map(|i| (format!("v{i}.test"), json!({"profile": "xxxsmall"})))
+        .collect();
+    p.insert(format!("{LXC}.anywhere"), Value::Object(anywhere));
+    let cfg = Config::new(ctx("ctl"), p.clone());
+    let none = BTreeMap::new();
+    let size = cfg.vm_size(&cfg.anywhere().unwrap()["v0.test"]).unwrap();
+    assert_eq!((size.0[1], size.0[2]), (Some(1), Some(256)));
+    // fixed.test (medium, 4 GiB) is bigger than the node.
+    invalid(
+        cfg.vm_plan(CN, "fixed.test"),
+        &["fixed.test", CN, "memory 4096 MiB", "capacity"],
+    );
+    p.insert(
+        format!("{LXC}.vms.{CN}"),
+        json!({"fixed.test": {"memory": "256M"}}),
+    );
+    let cfg = Config::new(ctx("ctl"), p);
+    cfg.vm_plan(CN, "fixed.test").unwrap();
+    let mut u = cfg.usage(&none).unwrap().remove(0);
+    let mut took = 0;
+    for d in cfg.anywhere().unwrap().values() {
+        let s = cfg.vm_size(d).unwrap();
+        if u.fits(&s).is_ok() {
+            u.add(&s);
+            took += 1;
+        }
+    }
+    assert_eq!(took, 3, "1024 MiB: fixed.test (256) and three of 256");
 }

@@ -62,7 +62,8 @@ pub fn node(config: &Config, cn: &str, held: Held) -> Result<Value> {
     let declared = config.declared()?;
     let decl = declared.get(cn).cloned().unwrap_or_default();
     let (node, error) = plan_of(config, cn, &decl, declared.contains_key(cn));
-    let vms = vm_entries(cn, &decl, node.as_deref(), &held);
+    let mut vms = vm_entries(cn, &decl, node.as_deref(), &held);
+    add_limits(config, cn, node.as_deref(), &mut vms);
     let free = node
         .as_deref()
         .map(|n| free_room(n, &held))
@@ -144,6 +145,26 @@ fn vm_entries(
         );
     }
     vms
+}
+
+/// Adds each planned VM's `limits` to its entry (see
+/// [`crate::drivers::TypePlan::limits`]): cpus, memory, swap, processes,
+/// disk (and whether it is enforced), whether the cgroup limits apply on
+/// `cn`'s hierarchy and why not. A hierarchy that does not read shows as
+/// unknown (the VM's own settings name the key).
+fn add_limits(config: &Config, cn: &str, node: Option<&NodePlan>, vms: &mut Map<String, Value>) {
+    let hierarchy = config.node_cgroup(cn).ok().flatten();
+    for (vm, entry) in vms.iter_mut() {
+        let limits = node
+            .and_then(|n| n.vm(vm))
+            .and_then(|p| p.type_plan.limits(cn, hierarchy));
+        if let (Some(mut l), Value::Object(e)) = (limits, entry) {
+            if let Value::Object(m) = &mut l {
+                m.remove("cgroup");
+            }
+            e.insert("limits".into(), l);
+        }
+    }
 }
 
 /// The free capacity left on `node`: IPs, ssh and snmp ports not held.

@@ -58,6 +58,12 @@ pub fn finish(
         s.insert("snmp_reverse_proxy_port".into(), json!(alloc.snmp));
     }
     s.insert("vt".into(), json!(plan.vt));
+    let hierarchy = config.node_cgroup(cn)?;
+    s.insert(
+        "node_cgroup".into(),
+        json!({"node": cn, "hierarchy": hierarchy}),
+    );
     plan.type_plan.complete_vm(&mut s, alloc.idmap)?;
+    s.remove("node_cgroup");
     Ok(Value::Object(s))
 }

@@ -25,8 +25,9 @@ def test_concurrent_placements_never_overfill_a_node(salt_env: SaltEnv, sample: 
         **FLAGS,
         "makina-states.cloud.compute_node": True,
         f"makina-states.cloud.lxc.vms.{CN2}": {},
-        # 2 free VM slots on CN, 3 on CN2: 5 of the 8 VMs fit.
-        "makina-states.cloud.compute_node.capacity": {CN: {"vms": declared_on_cn + 2, "memory": "8G"},
+        # 2 free VM slots on CN, 3 on CN2: 5 of the 8 VMs fit (the memory
+        # of CN holds its sample VMs, which weigh their size profile's).
+        "makina-states.cloud.compute_node.capacity": {CN: {"vms": declared_on_cn + 2, "memory": "64G"},
                                                       CN2: {"vms": 3, "disk": "1T"}},
         "makina-states.cloud.lxc.anywhere": {vm: {"memory": "1G"} for vm in ANYWHERE},
     }

@@ -148,8 +148,47 @@ def guests(env: Env, target: str) -> dict[str, dict[str, Any]]:
             if not isinstance(answer, dict) or answer.get("retcode") != 0:
                 why = answer.get("stderr") if isinstance(answer, dict) else "no answer"
                 raise mccloud.MccloudError(f"{target} did not list its containers in {path}: {why}")
-            out.update({n: g for n, g in parse_lxc_ls(str(answer.get("stdout", ""))).items() if n not in skip})
+            found = {n: g for n, g in parse_lxc_ls(str(answer.get("stdout", ""))).items() if n not in skip}
+            add_cgroup(client, target, path, found, list(LIMIT_KEYS))
+            out.update(found)
     return out
+
+
+#: Reads the named cgroup keys of the named running containers, one
+#: ``name<TAB>key<TAB>value`` line each (names and keys come from the
+#: environment; the registry validated both).
+CGROUP_READ = """for n in $MCCLOUD_NAMES; do for k in $MCCLOUD_KEYS; do
+printf '%s\t%s\t%s\n' "$n" "$k" "$(lxc-cgroup -P "$MCCLOUD_LXC_PATH" -n "$n" "$k" 2>/dev/null)"
+done; done"""
+
+
+#: The cgroup keys the registry may set on a container (cgroup v1 and v2,
+#: see ``docs/reference/pillar.md``, "Limits"): those drift compares; a key
+#: the node's hierarchy does not have reads as nothing and is skipped.
+LIMIT_KEYS = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "cpu.cfs_period_us", "cpu.cfs_quota_us",
+              "memory.max", "memory.swap.max", "cpu.max", "pids.max")
+
+
+def add_cgroup(client: Any, target: str, path: str, found: dict[str, dict[str, Any]], keys: list[str]) -> None:
+    """Adds ``cgroup`` (``{key: value}`` of ``keys``) to each running guest
+    of ``found`` in lxc path ``path``, read on ``target`` with
+    ``lxc-cgroup`` in one job (drift compares them with the registry's
+    limits). Left out when the node does not answer."""
+    from mccloud.orchestration import transport
+
+    running = sorted(n for n, g in found.items() if g.get("running"))
+    if not running or not keys:
+        return
+    env = {"MCCLOUD_NAMES": " ".join(running), "MCCLOUD_KEYS": " ".join(keys), "MCCLOUD_LXC_PATH": path}
+    ret = transport.one_return(client, target, "cmd.run_all", 120,
+                               kwarg={"cmd": CGROUP_READ, "python_shell": True, "env": env, "ignore_retcode": True})
+    answer = ret.get("ret") if isinstance(ret, dict) else None
+    if not isinstance(answer, dict):
+        return
+    for line in str(answer.get("stdout", "")).splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0] in found and parts[2]:
+            found[parts[0]].setdefault("cgroup", {})[parts[1]] = parts[2]
 
 
 def vm_sls_steps() -> dict[str, str]:

@@ -149,10 +149,25 @@ def guest_findings(target: str, vt: str, vms: Mapping[str, Any], live: Mapping[s
         if mac and v.get("mac") and str(mac).lower() != str(v["mac"]).lower():
             found.append({"kind": "guest_mac_differs", "node": target, "vm": vm, "what": "mac",
                           "expected": v["mac"], "found": mac})
+        found.extend(limit_findings(target, vm, v, g))
     for name in sorted(set(live) - set(vms)):
         found.append({"kind": "stray_guest", "node": target, "vm": name, "what": f"{vt} guest",
                       "expected": None, "found": live[name]})
     return found
+
+
+def limit_findings(target: str, vm: str, v: Mapping[str, Any], g: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``guest_limits_differ``: a running guest whose cgroup limits (as
+    its driver read them, ``cgroup``) differ from the registry's
+    (``limits.cgroup`` of its settings); keys the driver did not read are
+    not compared."""
+    expected = (v.get("limits") or {}).get("cgroup") or {}
+    seen = g.get("cgroup") or {}
+    differ = {k: seen[k] for k in sorted(expected) if k in seen and str(seen[k]) != str(expected[k])}
+    if not differ:
+        return []
+    return [{"kind": "guest_limits_differ", "node": target, "vm": vm, "what": "cgroup limits",
+             "expected": {k: expected[k] for k in differ}, "found": differ}]
 
 
 def guests_of(env: Env, cn: str, also: list[str]) -> list[str] | dict[str, str]:

@@ -6,6 +6,13 @@ deposits addressed to it, under ``mccloud_private:<token>``, in its own
 pillar, which Salt encrypts for that minion alone (see
 :mod:`mccloud.orchestration.private`).
 
+A minion whose pillar declares the cloud (``makina-states.*`` keys: the
+controller, which computes the settings) also receives the cgroup
+hierarchy each node reports (grain ``mccloud_cgroup``, from the master's
+minion data cache, and the minion's own grains) as
+``makina-states.cloud.compute_node.cgroup.<node>``: the registry writes a
+container's limits for that hierarchy only (see :func:`node_cgroups`).
+
 Master configuration:
 
 .. code-block:: yaml
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mccloud import saltcompat as _saltcompat
+from mccloud import saltsupport as _saltsupport
 from mccloud.orchestration import private as _private
 
 __virtualname__ = "mccloud"
@@ -27,8 +36,41 @@ def __virtual__() -> str:
     return __virtualname__
 
 
+#: The pillar key (flat, dotted) a node's cgroup hierarchy is forwarded under.
+CGROUP_KEY = "makina-states.cloud.compute_node.cgroup"
+
+
+def node_cgroups(opts: Any) -> dict[str, str]:
+    """``{CGROUP_KEY.<minion>: hierarchy}`` for every minion whose cached
+    grains (the master's minion data cache) report ``mccloud_cgroup``. The
+    grain wins over a value the pillar declares for the same node."""
+    out: dict[str, str] = {}
+    for minion, grains in _saltcompat.cached_grains(opts).items():
+        value = grains.get("mccloud_cgroup")
+        if isinstance(value, str) and value:
+            out[f"{CGROUP_KEY}.{minion}"] = value
+    return out
+
+
+def declares_cloud(pillar: Any) -> bool:
+    """Whether ``pillar`` holds the cloud's declarations (``makina-states``
+    keys, nested or flat): the minions that compute the registry's settings."""
+    return isinstance(pillar, dict) and any(
+        isinstance(k, str) and (k == "makina-states" or k.startswith(_saltsupport.PILLAR_PREFIX)) for k in pillar)
+
+
 def ext_pillar(minion_id: str, pillar: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """``{mccloud_private: {token: data}}`` for the deposits addressed to
-    ``minion_id`` (nothing when there are none)."""
-    found = _private.collect(__opts__, str(minion_id))  # type: ignore[name-defined]  # noqa: F821
-    return {_private.PILLAR_KEY: found} if found else {}
+    ``minion_id`` (nothing when there are none); for a minion whose pillar
+    declares the cloud, the nodes' cgroup hierarchies too (see
+    :func:`node_cgroups`; the minion's own grain counts, the cache holding
+    its grains only once this pillar is compiled)."""
+    opts = __opts__  # type: ignore[name-defined]  # noqa: F821
+    found = _private.collect(opts, str(minion_id))
+    out: dict[str, Any] = {_private.PILLAR_KEY: found} if found else {}
+    if declares_cloud(pillar):
+        out.update(node_cgroups(opts))
+        own = (opts.get("grains") or {}).get("mccloud_cgroup")
+        if isinstance(own, str) and own:
+            out[f"{CGROUP_KEY}.{minion_id}"] = own
+    return out

@@ -145,6 +145,10 @@ pub fn render_config(s: &Map<String, Value>) -> Result<String> {
     for line in strings("fstab") {
         let _ = writeln!(out, "lxc.mount.entry = {line}");
     }
+    // The limits come before the raw lines: an operator's lxc_conf wins.
+    for line in super::limits::config_lines(s.get("limits").unwrap_or(&Value::Null)) {
+        let _ = writeln!(out, "{line}");
+    }
     for (k, v) in lxc_conf_entries(s, &|k| format!("{k} of VM {}", text("name")))? {
         let _ = writeln!(out, "{k} = {v}");
     }

@@ -19,6 +19,7 @@ use crate::pools::idmap;
 
 pub mod config;
 pub mod images;
+pub mod limits;
 pub mod profile;
 
 pub use images::DEFAULT_IMAGE;
@@ -77,9 +78,11 @@ impl Driver for Lxc {
     ) -> Result<Arc<dyn TypePlan>> {
         let profile = profile::profile_of(&t["lxc_cloud_profiles"], s, cn, whose)?;
         let unprivileged = unprivileged(s, &profile, at)?;
+        let limits = limits::limits_of(&t["lxc_cloud_profiles"], &profile.size_profile, s, at)?;
         Ok(Arc::new(LxcPlan {
             profile,
             unprivileged,
+            limits,
         }))
     }
 
@@ -114,6 +117,28 @@ impl Driver for Lxc {
             .filter(|size| !size.is_null())
             .map(|size| (format!("size of profile {profile}"), size)))
     }
+
+    /// Its own `cpus` and `memory`, else its size profile's (its own
+    /// `profile`, else the default one; see [`limits::limits_of`]).
+    fn default_room<'a>(
+        &self,
+        t: &dyn Fn() -> Result<&'a Value>,
+        own: &Map<String, Value>,
+    ) -> Result<Option<(u64, u64)>> {
+        let t = t()?;
+        let profiles = t.get("lxc_cloud_profiles").unwrap_or(&Value::Null);
+        let mut s = own.clone();
+        if s.get("profile").is_none_or(Value::is_null) {
+            if let Some(p) = t.pointer("/defaults/profile") {
+                s.insert("profile".into(), p.clone());
+            }
+        }
+        let name = profile::size_profile_name(profiles, &s);
+        let l = limits::limits_of(profiles, &name, own, &|k| {
+            format!("{k} (size profile {name})")
+        })?;
+        Ok(Some((l.cpus, l.memory)))
+    }
 }
 
 /// What an lxc VM's plan holds: its profile, and whether it runs
@@ -124,6 +149,8 @@ pub struct LxcPlan {
     pub profile: Profile,
     /// Whether it runs unprivileged, holding a block of host ids.
     pub unprivileged: bool,
+    /// Its limits (declared, else its size profile's).
+    pub limits: limits::Limits,
 }
 
 impl TypePlan for LxcPlan {
@@ -141,7 +168,42 @@ impl TypePlan for LxcPlan {
         s.insert("privileged".into(), json!(!self.unprivileged));
         s.insert("idmap_base".into(), json!(idmap));
         s.insert("idmap_size".into(), json!(idmap.map(|_| idmap::BLOCK)));
+        self.complete_limits(s)?;
         complete_vm(s)
+    }
+
+    fn limits(&self, cn: &str, hierarchy: Option<&str>) -> Option<Value> {
+        let h = hierarchy.and_then(|h| limits::Hierarchy::parse(&json!(h), cn).ok());
+        let backing = backing_of(&self.profile.ptype);
+        Some(limits::limits_json(
+            &self.limits,
+            h,
+            cn,
+            &self.profile.size,
+            backing,
+        ))
+    }
+}
+
+impl LxcPlan {
+    /// Sets the VM's `limits` (see [`limits::limits_json`]) for the
+    /// hierarchy of its node, which the registry put in `node_cgroup`
+    /// (`{node, hierarchy}`, the hierarchy null when the node has not
+    /// reported it); that key goes. The disk is its profile's size.
+    fn complete_limits(&self, s: &mut Map<String, Value>) -> Result<()> {
+        let node = s.remove("node_cgroup").unwrap_or(Value::Null);
+        let cn = node.get("node").and_then(Value::as_str).unwrap_or_default();
+        let hierarchy = match node.get("hierarchy").unwrap_or(&Value::Null) {
+            Value::Null => None,
+            v => Some(limits::Hierarchy::parse(
+                v,
+                &format!("the cgroup hierarchy of compute node {cn}"),
+            )?),
+        };
+        let backing = backing_of(&self.profile.ptype);
+        let l = limits::limits_json(&self.limits, hierarchy, cn, &self.profile.size, backing);
+        s.insert("limits".into(), l);
+        Ok(())
     }
 }
 

@@ -104,6 +104,19 @@ pub struct Profile {
     pub size: String,
     /// salt-cloud profile name.
     pub name: String,
+    /// The size profile its limits come from (see [`size_profile_name`]).
+    pub size_profile: String,
+}
+
+/// The size profile a VM's limits come from: its `profile` when that names
+/// a size profile, else its `size` when that does, else `medium`.
+pub fn size_profile_name(profiles: &Value, s: &Map<String, Value>) -> String {
+    ["profile", "size"]
+        .iter()
+        .filter_map(|k| s.get(*k).and_then(Value::as_str))
+        .find(|p| profiles.get(*p).is_some())
+        .unwrap_or("medium")
+        .to_owned()
 }
 
 /// The profile of a VM whose merged settings are `s`, with the size
@@ -163,5 +176,6 @@ pub(crate) fn profile_of(
         ptype: ptype.to_owned(),
         size,
         name: profile,
+        size_profile: size_profile_name(profiles, s),
     })
 }

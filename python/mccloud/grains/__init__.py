@@ -1,0 +1,1 @@
+"""Salt grain modules (found through the ``salt.loader`` entry point)."""
