@@ -116,6 +116,10 @@ fn registered_vms(registered: &Registered) -> Result<Vms<'_>> {
                 ("snmp_reverse_proxy_port", alloc.snmp.into()),
                 ("virt_type", vt),
                 ("vmname", vm.clone().into()),
+                (
+                    "privileged",
+                    json!(plan.type_plan.privilege().map(|(p, _)| p)).into(),
+                ),
             ]),
         ));
         proxied.push(ProxiedVm {
