@@ -418,6 +418,43 @@ fn an_overlayfs_vm_not_declared_privileged_is_refused_before_anything_is_allocat
 }
 
 #[test]
+fn roots_subordinate_ids_cover_what_the_node_needs() {
+    let vms = json!({"a.test": {}, "b.test": {}, "p.test": {"privileged": true}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let data = reg.target_settings(CN, &[]).unwrap();
+    // Two unprivileged VMs: two blocks, not the whole range.
+    assert_eq!(
+        data["idmap_range"],
+        json!({"start": 1_000_000, "end": 1_000_000 + 32 * 65536 - 1, "count": 2 * 65536,
+               "allow_login_defs_range": false})
+    );
+    // A capacity of more VMs reserves their blocks ahead, and the allowance
+    // reaches the node.
+    let mut p = pillar(&Pools::small(), &[CN], &vms);
+    p.insert(format!("{COMPUTE_NODE}.capacity.{CN}"), json!({"vms": 5}));
+    p.insert(
+        format!("{COMPUTE_NODE}.idmap_allow_login_defs_range"),
+        json!(true),
+    );
+    let (_dir, reg) = open(p);
+    let ids = &reg.target_settings(CN, &[]).unwrap()["idmap_range"];
+    assert_eq!(
+        (&ids["count"], &ids["allow_login_defs_range"]),
+        (&json!(5 * 65536), &json!(true))
+    );
+    let mut p = pillar(&Pools::small(), &[CN], &vms);
+    p.insert(
+        format!("{COMPUTE_NODE}.idmap_allow_login_defs_range"),
+        json!(["yes"]),
+    );
+    let (_dir, reg) = open(p);
+    let before = dump(&reg);
+    let e = reg.target_settings(CN, &[]).unwrap_err().to_string();
+    assert!(e.contains("idmap_allow_login_defs_range"), "{e}");
+    assert_eq!(dump(&reg), before, "refused before anything is allocated");
+}
+
+#[test]
 fn the_inventory_and_the_metrics_show_each_vms_privilege() {
     let vms = json!({"a.test": {"profile_type": "overlayfs", "privileged": true},
                      "b.test": {}, "c.test": {}});

@@ -216,6 +216,8 @@ impl Config {
         let merged = self.compute_node_merged()?;
         let (ssh, snmp) = self.port_ranges(&merged)?;
         let idmap = id_range(&merged)?;
+        // Read by the node's data after registration: checked before.
+        self.idmap_allow_login_defs_range()?;
         let conf = self.node_conf(cn)?;
         let plans = vms
             .iter()
