@@ -592,7 +592,8 @@ def backings(storage: Storage, lxc: Path, wanted: list[str]) -> list[Backing]:
         if name == "dir":
             out.append(Backing("dir", lxc, [], {"profile_type": "dir"}, "no: a full copy of the template"))
         elif name == "overlayfs":
-            out.append(Backing("overlayfs", lxc, ["-s", "-B", "overlay"], {"profile_type": "overlayfs"},
+            ovl = {"profile_type": "overlayfs", "privileged": True}
+            out.append(Backing("overlayfs", lxc, ["-s", "-B", "overlay"], ovl,
                                "yes: an overlay over the template's rootfs"))
         elif name == "btrfs":
             say("btrfs: a 4 GiB loop-device file system as a separate lxc path")
@@ -810,7 +811,7 @@ def test_minion_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
     bench = Bench(cloud, host[1])
     lxc = cloud.root / "lxc"
     one = "minion-ovl.bench.lan"
-    ovl = {"profile_type": "overlayfs"}
+    ovl = {"profile_type": "overlayfs", "privileged": True}
     bench.declare({one: ovl})
     if OPTS.get("only") == "minion":
         say(f"controller and compute node deploy (builds the template {TEMPLATE})")

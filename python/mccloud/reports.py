@@ -149,6 +149,14 @@ def limits_cells(v: Row) -> list[str]:
     return [cells, f"{disk.get('size') or ''} ({'enforced' if disk.get('enforced') else 'advisory'})"]
 
 
+def _privileged(vm: Row) -> str:
+    """A VM's privilege as the inventory table shows it: ``yes`` (its root
+    is host root), ``no``, or empty where it does not apply or is not
+    known (a broken declaration, a VM no longer declared)."""
+    p = vm.get("privileged")
+    return "" if p is None else "yes" if p else "no"
+
+
 def inventory_text(inv: Mapping[str, Row]) -> str:
     """The inventory's tables: its compute nodes, then their VMs (empty
     without a node)."""
@@ -157,11 +165,11 @@ def inventory_text(inv: Mapping[str, Row]) -> str:
               _room(n), n.get("error") or ""] for cn, n in sorted(inv.items())]
     vms = [[cn, vm, v.get("vt") or "", v.get("ip") or "", v.get("mac") or "",
             f"{v['ssh_username']}@{v['ssh_host']}:{v['ssh_port']}" if v.get("ssh_port") else "",
-            str(v.get("snmp_port") or ""), "yes" if v.get("declared") else "no", *limits_cells(v)]
+            str(v.get("snmp_port") or ""), "yes" if v.get("declared") else "no", *limits_cells(v), _privileged(v)]
            for cn, n in sorted(inv.items()) for vm, v in sorted(n["vms"].items())]
     parts = [text_table(nodes, ["NODE", "TYPES", "DECLARED", "VMS", "FREE IPS", "FREE SSH PORTS", "USED/CAPACITY",
                                 "ERROR"])]
     if vms:
         parts.append(text_table(vms, ["NODE", "VM", "VT", "IP", "MAC", "SSH (root, through the node)", "SNMP",
-                                      "DECLARED", "LIMITS", "DISK"]))
+                                      "DECLARED", "LIMITS", "DISK", "PRIVILEGED"]))
     return "\n\n".join(parts) if nodes else ""

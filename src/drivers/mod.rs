@@ -158,6 +158,12 @@ pub trait TypePlan: Debug + Send + Sync {
         false
     }
 
+    /// Whether the VM runs privileged, and why, for a type whose guests
+    /// can (None: the question does not apply to the type).
+    fn privilege(&self) -> Option<(bool, String)> {
+        None
+    }
+
     /// The type's keys of a finished VM, set before the generic ones;
     /// `own` is the VM's own pillar.
     fn finish_vm(&self, _s: &mut Map<String, Value>, _own: &Map<String, Value>) {}

@@ -9,11 +9,18 @@ use crate::pools::Pool;
 
 /// The ids of one container: uids and gids 0–65535 inside it.
 pub const BLOCK: u32 = 65536;
-/// Default first host id handed out (below it: the host's own users and
-/// the ranges other tools use, as LXD and Incus start there too).
-pub const DEFAULT_START: u32 = 1_000_000;
+/// Default first host id handed out: above the subordinate ids `useradd`
+/// hands to the host's users (`SUB_UID_MIN..SUB_UID_MAX` of
+/// `/etc/login.defs`, 100000–600100000 by default), so no host user can
+/// map a container's ids with `newuidmap`. Before, the default was
+/// 1,000,000, inside that range.
+pub const DEFAULT_START: u32 = 1_000_000_000;
+/// The host ids `useradd` hands out as subordinate ids when
+/// `/etc/login.defs` sets no `SUB_UID_MIN`/`SUB_UID_MAX` (shadow's
+/// defaults, inclusive).
+pub const LOGIN_DEFS_SUB_IDS: (u32, u32) = (100_000, 600_100_000);
 /// Default number of blocks: as many as fit below the invalid id
-/// 4294967295 (65,520 containers per node, more than a /16 network holds).
+/// 4294967295 (50,277 containers per node).
 pub const DEFAULT_BLOCKS: u32 = (u32::MAX - DEFAULT_START) / BLOCK;
 
 /// The host ids a node hands out, `start` to `end` inclusive, in blocks of
@@ -61,6 +68,23 @@ impl IdRange {
     }
 }
 
+/// How many host ids root's line of `/etc/subuid` and `/etc/subgid` must
+/// cover from `range.start`: the blocks of `needed` containers (a node's
+/// declared unprivileged VMs, or its capacity's `vms` when larger), and
+/// every block a VM holds (`held`, first ids; a block outside the range
+/// is not counted). Never more than the range holds; 0 when nothing is
+/// needed.
+pub fn root_count(range: &IdRange, needed: u64, held: impl IntoIterator<Item = u32>) -> u64 {
+    let by_count = needed.saturating_mul(u64::from(BLOCK));
+    let by_held = held
+        .into_iter()
+        .filter(|v| range.contains(*v))
+        .map(|v| u64::from(v - range.start) + u64::from(BLOCK))
+        .max()
+        .unwrap_or(0);
+    by_count.max(by_held).min(range.count())
+}
+
 impl Pool for IdRange {
     fn key(&self) -> String {
         format!("idmap:{}-{}", self.start, self.end)
@@ -103,6 +127,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.capacity(), u64::from(DEFAULT_BLOCKS));
+    }
+
+    #[test]
+    fn the_default_range_starts_above_useradd_sub_ids() {
+        assert!(DEFAULT_START > LOGIN_DEFS_SUB_IDS.1);
+        let d = IdRange::new(
+            i64::from(DEFAULT_START),
+            i64::from(IdRange::default_end()),
+            "k",
+        )
+        .unwrap();
+        assert!(u64::from(d.end) < u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn root_covers_what_the_node_needs() {
+        let r = IdRange::new(1_000_000_000, 1_000_000_000 + 10 * 65536 - 1, "k").unwrap();
+        assert_eq!(root_count(&r, 0, []), 0);
+        assert_eq!(root_count(&r, 2, []), 2 * 65536);
+        // A held block past the count: covered up to its end.
+        assert_eq!(root_count(&r, 2, [1_000_000_000 + 4 * 65536]), 5 * 65536);
+        // Outside the range (an older range): not root's business here.
+        assert_eq!(root_count(&r, 1, [1_000_000]), 65536);
+        // Never past the range.
+        assert_eq!(root_count(&r, 50, []), 10 * 65536);
     }
 
     #[test]

@@ -169,7 +169,7 @@ fn valid() -> Map<String, Value> {
         "makina-states.cloud.saltify": true,
         "makina-states.cloud.lxc.vms.cn1.example.net": {
             VM: {"domains": ["www.example.net", "*.example.org"]},
-            VM2: {"ip": "10.5.0.20", "password": "secret", "profile_type": "lvm", "profile": "small"},
+            VM2: {"ip": "10.5.0.20", "password": "secret", "profile_type": "lvm", "profile": "small", "privileged": true},
         },
         "makina-states.cloud.lxc.vms.cn2.example.net": {"c.example.net": {}},
         "makina-states.cloud.saltify.targets.bm1.example.net": {"password": "pw", "ip": "192.0.2.7"},

@@ -393,6 +393,103 @@ fn bad_settings_are_refused_before_anything_is_allocated() {
 }
 
 #[test]
+fn an_overlayfs_vm_not_declared_privileged_is_refused_before_anything_is_allocated() {
+    let vms = json!({"a.test": {"profile_type": "overlayfs"}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let before = dump(&reg);
+    let e = reg.vm_settings(CN, "a.test", true).unwrap_err();
+    let key = format!("{LXC}.vms.{CN}.a.test.privileged");
+    assert!(e.to_string().contains(&key), "{e}");
+    assert!(reg.target_settings(CN, &[]).is_err());
+    assert_eq!(dump(&reg), before);
+    // Declared privileged: it runs privileged, holding no id block.
+    let vms = json!({"a.test": {"profile_type": "overlayfs", "privileged": true}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let s = reg.vm_settings(CN, "a.test", true).unwrap();
+    assert_eq!(
+        (&s["privileged"], &s["idmap_base"]),
+        (&json!(true), &Value::Null)
+    );
+    assert!(
+        s["privilege_reason"].as_str().unwrap().contains(&key),
+        "{}",
+        s["privilege_reason"]
+    );
+}
+
+#[test]
+fn roots_subordinate_ids_cover_what_the_node_needs() {
+    let vms = json!({"a.test": {}, "b.test": {}, "p.test": {"privileged": true}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    let data = reg.target_settings(CN, &[]).unwrap();
+    // Two unprivileged VMs: two blocks, not the whole range.
+    assert_eq!(
+        data["idmap_range"],
+        json!({"start": 1_000_000, "end": 1_000_000 + 32 * 65536 - 1, "count": 2 * 65536,
+               "allow_login_defs_range": false})
+    );
+    // A capacity of more VMs reserves their blocks ahead, and the allowance
+    // reaches the node.
+    let mut p = pillar(&Pools::small(), &[CN], &vms);
+    p.insert(format!("{COMPUTE_NODE}.capacity.{CN}"), json!({"vms": 5}));
+    p.insert(
+        format!("{COMPUTE_NODE}.idmap_allow_login_defs_range"),
+        json!(true),
+    );
+    let (_dir, reg) = open(p);
+    let ids = &reg.target_settings(CN, &[]).unwrap()["idmap_range"];
+    assert_eq!(
+        (&ids["count"], &ids["allow_login_defs_range"]),
+        (&json!(5 * 65536), &json!(true))
+    );
+    let mut p = pillar(&Pools::small(), &[CN], &vms);
+    p.insert(
+        format!("{COMPUTE_NODE}.idmap_allow_login_defs_range"),
+        json!(["yes"]),
+    );
+    let (_dir, reg) = open(p);
+    let before = dump(&reg);
+    let e = reg.target_settings(CN, &[]).unwrap_err().to_string();
+    assert!(e.contains("idmap_allow_login_defs_range"), "{e}");
+    assert_eq!(dump(&reg), before, "refused before anything is allocated");
+}
+
+#[test]
+fn the_inventory_and_the_metrics_show_each_vms_privilege() {
+    let vms = json!({"a.test": {"profile_type": "overlayfs", "privileged": true},
+                     "b.test": {}, "c.test": {}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));
+    reg.target_settings(CN, &[]).unwrap();
+    let inv = reg.inventory().unwrap();
+    let a = &inv[CN]["vms"]["a.test"];
+    assert_eq!(a["privileged"], json!(true));
+    assert!(a["privilege_reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("privileged:"));
+    let b = &inv[CN]["vms"]["b.test"];
+    assert_eq!(b["privileged"], json!(false));
+    assert!(b["privilege_reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("unprivileged:"));
+    let text = reg.metrics().unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines.contains(
+            &format!("mccloud_vms_privileged{{node=\"{CN}\",privileged=\"true\"}} 1").as_str()
+        ),
+        "{text}"
+    );
+    assert!(
+        lines.contains(
+            &format!("mccloud_vms_privileged{{node=\"{CN}\",privileged=\"false\"}} 2").as_str()
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_destroyed_vms_declared_ip_is_not_reserved_again() {
     let vms = json!({"a.test": {"ip": "10.5.0.20"}, "b.test": {}});
     let (_dir, reg) = open(pillar(&Pools::small(), &[CN], &vms));

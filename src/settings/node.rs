@@ -106,6 +106,27 @@ fn id_range(s: &Value) -> Result<IdRange> {
 }
 
 impl Config {
+    /// Whether the nodes' id range may lie inside the subordinate ids
+    /// `useradd` hands to host users (`idmap_allow_login_defs_range`: the
+    /// compute-node deploy refuses such a range otherwise).
+    pub fn idmap_allow_login_defs_range(&self) -> Result<bool> {
+        let key = format!("{COMPUTE_NODE}.idmap_allow_login_defs_range");
+        match self
+            .compute_node_merged()?
+            .get("idmap_allow_login_defs_range")
+            .unwrap_or(&Value::Null)
+        {
+            Value::Null => Ok(false),
+            v @ (Value::Bool(_) | Value::Number(_) | Value::String(_)) => {
+                Ok(crate::pillar::values::truthy(v))
+            }
+            other => Err(Error::invalid(format!(
+                "pillar key {key} must be true or false, not {}",
+                crate::pillar::values::kind_of(other)
+            ))),
+        }
+    }
+
     pub(super) fn compute_node_merged(&self) -> Result<Value> {
         let defaults = json!({
             "has": {"firewall": true},
@@ -113,6 +134,7 @@ impl Config {
             "snmp_port_range_start": 30000, "snmp_port_range_end": 39999,
             "idmap_range_start": crate::pools::idmap::DEFAULT_START,
             "idmap_range_end": IdRange::default_end(),
+            "idmap_allow_login_defs_range": false,
             "conf": {},
         });
         with_names(&self.pillar, COMPUTE_NODE, defaults, &["conf"])
@@ -194,6 +216,8 @@ impl Config {
         let merged = self.compute_node_merged()?;
         let (ssh, snmp) = self.port_ranges(&merged)?;
         let idmap = id_range(&merged)?;
+        // Read by the node's data after registration: checked before.
+        self.idmap_allow_login_defs_range()?;
         let conf = self.node_conf(cn)?;
         let plans = vms
             .iter()

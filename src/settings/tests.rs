@@ -65,7 +65,7 @@ fn finish(cfg: &Config, cn: &str, vm: &str) -> Result<Value> {
         salt: "saltsaltsaltsalt".into(),
         ssh: Some(40000),
         snmp: Some(30000),
-        idmap: plan.idmap.then_some(1_000_000),
+        idmap: plan.idmap.then_some(1_000_000_000),
     };
     crate::views::vm::finish(cfg, cn, &plan, &alloc, true)
 }
@@ -102,9 +102,9 @@ fn assert_names(msg: String, parts: &[&str]) -> String {
 fn seed_vms() -> Value {
     json!({
         "mysupertest3.foo.com": {},
-        "gfoobar.test.com": {"profile": "small", "profile_type": "lvm", "password": "foobar", "ip": "10.5.10.16"},
+        "gfoobar.test.com": {"profile": "small", "profile_type": "lvm", "privileged": true, "password": "foobar", "ip": "10.5.10.16"},
         "gfoobar4.test.com": {"ip": "10.5.10.15", "profile": "small", "mode": "mastersalt",
-                              "profile_type": "lvm", "password": "foobar"},
+                              "profile_type": "lvm", "privileged": true, "password": "foobar"},
         "gfoobar3.test.com": {"ip": "10.5.10.17", "profile_type": "dir", "mode": "mastersalt",
                               "password": "foobar", "bootsalt_branch": "stable"},
         "gfoobar2.test.coma": {"ip": "10.5.10.18", "profile_type": "dir-scratch", "mode": "mastersalt",
@@ -149,7 +149,7 @@ fn seed_targets_form_reads_like_the_vms_form() {
 fn both_forms_merge_the_vms_form_winning() {
     let cfg = config(json!({
         format!("makina-states.services.cloud.lxc.targets.{CN}"): {"a.test": {"profile": "small"}, "b.test": {}},
-        format!("{LXC}.vms.{CN}"): {"a.test": {"profile": "large", "profile_type": "lvm"}},
+        format!("{LXC}.vms.{CN}"): {"a.test": {"profile": "large", "profile_type": "lvm", "privileged": true}},
     }));
     assert_eq!(
         cfg.lxc_settings().unwrap()["vms"],
@@ -519,27 +519,27 @@ fn profile_names() {
     for (cn, own, expected) in [
         (
             "cn1.example.net",
-            json!({"profile": "small", "profile_type": "lvm"}),
+            json!({"profile": "small", "profile_type": "lvm", "privileged": true}),
             "ms-cn1-example-net-small-lvm",
         ),
         (
             "devhost10.local",
-            json!({"profile_type": "overlayfs"}),
+            json!({"profile_type": "overlayfs", "privileged": true}),
             "ms-devhost10-local-overlayfs",
         ),
         (
             "Dev_Box.lan",
-            json!({"profile_type": "lvm"}),
+            json!({"profile_type": "lvm", "privileged": true}),
             "ms-Dev_Box-lan-medium-lvm",
         ),
         (
             "cn1.example.net",
-            json!({"profile": "small", "profile_type": "lvm-scratch"}),
+            json!({"profile": "small", "profile_type": "lvm-scratch", "privileged": true}),
             "ms-cn1-example-net-lvm-scratch",
         ),
         (
             "cn1.example.net",
-            json!({"profile_type": "lvm-sratch"}),
+            json!({"profile_type": "lvm-sratch", "privileged": true}),
             "ms-cn1-example-net-lvm-scratch",
         ),
         (
@@ -550,7 +550,7 @@ fn profile_names() {
         ("cn1.example.net", json!({}), "ms-cn1-example-net-dir"),
         (
             "cn1.example.net",
-            json!({"profile": "my.own-profile", "profile_type": "lvm"}),
+            json!({"profile": "my.own-profile", "profile_type": "lvm", "privileged": true}),
             "my.own-profile",
         ),
     ] {
@@ -564,7 +564,11 @@ fn profile_names() {
 
 #[test]
 fn historical_lvm_sratch_is_normalised() {
-    let s = one_vm(CN, json!({"profile_type": "lvm-sratch"})).unwrap();
+    let s = one_vm(
+        CN,
+        json!({"profile_type": "lvm-sratch", "privileged": true}),
+    )
+    .unwrap();
     assert_eq!(
         (&s["profile_type"], &s["backing"]),
         (&json!("lvm-scratch"), &json!("lvm"))
@@ -584,7 +588,11 @@ fn backing_container_and_size_per_type() {
         ("overlayfs", "overlayfs", true, false),
         ("overlayfs-scratch", "overlayfs", false, false),
     ] {
-        let s = one_vm(CN, json!({"profile": "xsmall", "profile_type": ptype})).unwrap();
+        let s = one_vm(
+            CN,
+            json!({"profile": "xsmall", "profile_type": ptype, "privileged": true}),
+        )
+        .unwrap();
         assert_eq!(s["backing"], backing, "{ptype}");
         let from = if cloned {
             json!(DEFAULT_IMAGE)
@@ -609,11 +617,15 @@ fn backing_container_and_size_per_type() {
 fn explicit_size_wins_over_the_profile() {
     let named = one_vm(
         CN,
-        json!({"profile": "small", "profile_type": "lvm", "size": "large"}),
+        json!({"profile": "small", "profile_type": "lvm", "privileged": true, "size": "large"}),
     )
     .unwrap();
     assert_eq!(named["size"], "20g");
-    let literal = one_vm(CN, json!({"profile_type": "lvm", "size": "15g"})).unwrap();
+    let literal = one_vm(
+        CN,
+        json!({"profile_type": "lvm", "privileged": true, "size": "15g"}),
+    )
+    .unwrap();
     assert_eq!(literal["size"], "15g");
 }
 
@@ -621,7 +633,10 @@ fn explicit_size_wins_over_the_profile() {
 fn unknown_profile_type_or_size_is_invalid() {
     invalid(one_vm(CN, json!({"profile_type": "zfs"})), &[VM, CN, "zfs"]);
     invalid(
-        one_vm(CN, json!({"profile_type": "lvm", "size": "huge"})),
+        one_vm(
+            CN,
+            json!({"profile_type": "lvm", "privileged": true, "size": "huge"}),
+        ),
         &[VM, CN, "huge"],
     );
     invalid(one_vm(CN, json!({"mode": "puppet"})), &[VM, CN, "puppet"]);
@@ -1040,7 +1055,7 @@ fn overrides_replace_and_lists_extend_in_lxc_settings() {
 fn a_per_vm_flat_key_declares_the_vm_on_its_node() {
     let cfg = config(json!({
         format!("{LXC}.vms.{CN}"): {"a.test.com": {"profile": "small"}},
-        format!("{LXC}.vms.{CN}.a.test.com"): {"profile_type": "lvm"},
+        format!("{LXC}.vms.{CN}.a.test.com"): {"profile_type": "lvm", "privileged": true},
         format!("{LXC}.vms.{CN}.b.test.com"): {"password": "x"},
         format!("{LXC}.vms.other.lan"): {},
         format!("{LXC}.vms.other.lan.c.test.com"): {},
@@ -1070,7 +1085,7 @@ fn a_per_vm_flat_key_declares_the_vm_on_its_node() {
     // A node given only as nested pillar is known too.
     let nested = config(json!({
         LXC: {"vms": {CN: {}}},
-        format!("{LXC}.vms.{CN}.d.test.com"): {"profile": "small", "profile_type": "lvm"},
+        format!("{LXC}.vms.{CN}.d.test.com"): {"profile": "small", "profile_type": "lvm", "privileged": true},
     }));
     assert_eq!(finish(&nested, CN, "d.test.com").unwrap()["size"], "5g");
     // And one declared in the seed's form: the flat key adds to its VM.
@@ -1130,6 +1145,21 @@ fn devhost_vms_default_to_overlayfs_snapshots() {
             (&json!("overlayfs"), &json!(true))
         );
         assert_eq!(a["profile"], "ms-devhost10-local-overlayfs");
+        // LXC cannot idmap an overlay: the development defaults say
+        // privileged outright, and the VM says why.
+        assert_eq!(d["privileged"], json!(true));
+        assert_eq!(
+            (&a["privileged"], &a["idmap_base"]),
+            (&json!(true), &Value::Null)
+        );
+        assert!(
+            a["privilege_reason"]
+                .as_str()
+                .unwrap()
+                .contains("cannot idmap an overlayfs"),
+            "{}",
+            a["privilege_reason"]
+        );
         let b = finish(&cfg, CN, "b.test").unwrap();
         assert_eq!(
             (&b["backing"], &b["snapshot"]),
@@ -1173,7 +1203,7 @@ fn node_conf_reads_the_flat_keys_of_the_database_ext_pillar() {
 
 #[test]
 fn a_size_profile_override_reaches_every_vm_using_it() {
-    let vms = json!({"a.test": {"profile": "small", "profile_type": "lvm"}, "b.test": {"size": "small", "profile_type": "lvm"}});
+    let vms = json!({"a.test": {"profile": "small", "profile_type": "lvm", "privileged": true}, "b.test": {"size": "small", "profile_type": "lvm", "privileged": true}});
     for extra in [
         json!({format!("{LXC}.lxc_cloud_profiles.small"): {"size": "7g"}}),
         json!({LXC: {"lxc_cloud_profiles": {"small": {"size": "7g"}}}}),
@@ -1462,19 +1492,27 @@ fn lxc_vms_run_unprivileged_where_their_root_filesystem_allows_it() {
     let s = one_vm(CN, json!({})).unwrap();
     assert_eq!(
         (&s["privileged"], &s["idmap_base"], &s["idmap_size"]),
-        (&json!(false), &json!(1_000_000), &json!(65536))
+        (&json!(false), &json!(1_000_000_000), &json!(65536))
+    );
+    assert!(
+        s["privilege_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("unprivileged"),
+        "{}",
+        s["privilege_reason"]
     );
     let config = s["lxc_config"].as_str().unwrap();
     assert!(
-        config.contains("lxc.idmap = u 0 1000000 65536")
+        config.contains("lxc.idmap = u 0 1000000000 65536")
             && config.contains("lxc.rootfs.options = idmap=container"),
         "{config}"
     );
-    // Asked privileged, or a backing LXC cannot idmap: privileged, as before.
+    // Asked privileged: privileged, whatever the backing.
     for own in [
         json!({"privileged": true}),
-        json!({"profile_type": "overlayfs"}),
-        json!({"profile_type": "lvm"}),
+        json!({"privileged": true, "profile_type": "overlayfs"}),
+        json!({"privileged": true, "profile_type": "lvm"}),
         json!({"privileged": "yes", "profile_type": "dir-scratch"}),
     ] {
         let s = one_vm(CN, own.clone()).unwrap();
@@ -1501,9 +1539,22 @@ fn lxc_vms_run_unprivileged_where_their_root_filesystem_allows_it() {
         &[
             "privileged of VM vm1.test.com",
             "overlayfs",
-            "profile types dir and dir-scratch",
+            "profile type dir or dir-scratch",
         ],
     );
+    // A backing LXC cannot idmap, not declared privileged: refused, naming
+    // the key to set.
+    for ptype in ["overlayfs", "lvm"] {
+        refused(
+            json!({ "profile_type": ptype }),
+            &[
+                &format!("makina-states.cloud.lxc.vms.{CN}.{VM}.privileged is not set"),
+                ptype,
+                "directory root filesystem only",
+                "privileged knowingly",
+            ],
+        );
+    }
     refused(
         json!({"lxc_conf": [{"lxc.sysctl.kernel.shmmax": "1"}]}),
         &["lxc.sysctl.kernel.shmmax", "privileged: true"],

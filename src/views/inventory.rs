@@ -123,6 +123,7 @@ fn vm_entries(
         let password = plan
             .and_then(|p| p.password.clone())
             .or_else(|| held.passwords.get(&vm).cloned());
+        let privilege = plan.and_then(|p| p.type_plan.privilege());
         let mac = held
             .macs
             .iter()
@@ -141,6 +142,8 @@ fn vm_entries(
                 "ssh_username": "root",
                 "password": password,
                 "domains": plan.map_or_else(|| vec![vm.clone()], |p| p.domains.clone()),
+                "privileged": privilege.as_ref().map(|(p, _)| *p),
+                "privilege_reason": privilege.map(|(_, why)| why),
             }),
         );
     }

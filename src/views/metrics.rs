@@ -49,6 +49,7 @@ const BROKEN: usize = 6;
 const CHANGES: usize = 7;
 const PROVISION: usize = 8;
 const DEPLOY: usize = 9;
+const PRIVILEGE: usize = 10;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -73,6 +74,7 @@ impl Default for Metrics {
                 },
                 family("mccloud_last_provision_duration_seconds", "How long the last provision of a VM took, and whether it succeeded."),
                 family("mccloud_last_deploy_duration_seconds", "How long the last deploy of a compute node took, and whether it succeeded."),
+                family("mccloud_vms_privileged", "Declared VMs of a compute node running privileged (privileged=\"true\", their root is host root) or unprivileged, for the types where it applies."),
             ],
         }
     }
@@ -140,6 +142,7 @@ impl Metrics {
                 self.add(POOL_USED, labels(), used);
                 self.add(POOL_FREE, labels(), capacity.saturating_sub(used));
             }
+            self.privilege(cn, plan);
         }
         let held_kinds = [
             ("ip", held.ips().count()),
@@ -174,6 +177,24 @@ impl Metrics {
             }
         }
         self.add(BROKEN, vec![node()], u64::from(broken));
+    }
+
+    /// How many VMs of `plan` run privileged and how many do not (VMs of
+    /// types without privilege left out).
+    fn privilege(&mut self, cn: &str, plan: &NodePlan) {
+        let privileged: Vec<bool> = plan
+            .vms
+            .iter()
+            .filter_map(|p| p.type_plan.privilege().map(|(b, _)| b))
+            .collect();
+        if privileged.is_empty() {
+            return;
+        }
+        for value in [true, false] {
+            let n = privileged.iter().filter(|b| **b == value).count() as u64;
+            let labels = vec![("node", cn.to_string()), ("privileged", value.to_string())];
+            self.add(PRIVILEGE, labels, n);
+        }
     }
 
     /// The exposition text.

@@ -15,6 +15,7 @@ use super::proxy::{reverse_proxies, ProxiedVm, HTTP_PROXY_MODE};
 use crate::alloc::register::Registered;
 use crate::drivers::{self, DEFAULT_TYPE};
 use crate::error::Result;
+use crate::pools::idmap::root_count;
 use crate::pools::ports::reserved_ports;
 use crate::settings::vm::not_declared;
 use crate::settings::{Config, NodePlan};
@@ -41,11 +42,7 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
             "snmp_port_range",
             json!({"start": node.snmp.start, "end": node.snmp.end}).into(),
         ),
-        (
-            "idmap_range",
-            json!({"start": node.idmap.start, "end": node.idmap.end, "count": node.idmap.count()})
-                .into(),
-        ),
+        ("idmap_range", idmap_range(config, registered)?.into()),
         ("network", Value::Object(network).into()),
     ]);
     for (k, v) in facts {
@@ -62,6 +59,31 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     m.set("vms", Out::Map(vms.entries));
     m.set("reverse_proxies", proxies);
     Ok(m)
+}
+
+/// The node's id range (`start`, `end`) and what root's line of
+/// `/etc/subuid` and `/etc/subgid` covers from `start` (`count`, see
+/// [`root_count`]: its unprivileged VMs, or its capacity's `vms` when
+/// larger), and whether that may lie inside `useradd`'s subordinate ids
+/// (`allow_login_defs_range`).
+fn idmap_range(config: &Config, registered: &Registered) -> Result<Value> {
+    let node = &registered.node;
+    let unprivileged = node.vms.iter().filter(|p| p.idmap).count() as u64;
+    // A capacity that does not read leaves the node's VMs placed (drift
+    // reports it): root's line then covers its VMs.
+    let capacity = config
+        .capacities()
+        .ok()
+        .as_ref()
+        .and_then(|c| c.get(&node.cn))
+        .and_then(|room| room.0.first().copied().flatten())
+        .unwrap_or(0);
+    let held = registered.vms.iter().filter_map(|(_, a)| a.idmap);
+    let count = root_count(&node.idmap, unprivileged.max(capacity), held);
+    Ok(json!({
+        "start": node.idmap.start, "end": node.idmap.end, "count": count,
+        "allow_login_defs_range": config.idmap_allow_login_defs_range()?,
+    }))
 }
 
 /// The registered VMs of a node, as its data shows them.
@@ -98,6 +120,10 @@ fn registered_vms(registered: &Registered) -> Result<Vms<'_>> {
                 ("snmp_reverse_proxy_port", alloc.snmp.into()),
                 ("virt_type", vt),
                 ("vmname", vm.clone().into()),
+                (
+                    "privileged",
+                    json!(plan.type_plan.privilege().map(|(p, _)| p)).into(),
+                ),
             ]),
         ));
         proxied.push(ProxiedVm {

@@ -92,10 +92,15 @@ def test_inventory_finds_the_store_and_pillar_and_prints_a_table(salt_env: SaltE
     s = registered[VM]
     assert rows[0][:5] == [CN, VM, "lxc", s["ip"], s["mac"]]
     assert f"root@{CN}:{s['ssh_reverse_proxy_port']}" in rows[0]
+    # Its privilege, the last column: what the registry says of it.
+    assert rows[0][-1] == ("yes" if s["privileged"] else "no"), lines
+    assert [line for line in lines if "PRIVILEGED" in line], lines
     assert len([r for r in lines if r.startswith(CN)]) == len(registered) + 1
 
     as_json = json.loads(mccloud(salt_env, "inventory", "-o", "json").stdout)
     password = as_json[CN]["vms"][VM]["password"]
+    assert as_json[CN]["vms"][VM]["privileged"] is s["privileged"]
+    assert as_json[CN]["vms"][VM]["privilege_reason"].startswith("privileged" if s["privileged"] else "unprivileged")
     assert len(password) >= 16 and password not in p.stdout  # the table shows no password; -o json does
     assert yaml.safe_load(mccloud(salt_env, "inventory", "--output", "yaml").stdout) == as_json
     only = json.loads(mccloud(salt_env, "inventory", "--node", CN, "--vm", VM, "-o", "json").stdout)

@@ -61,7 +61,7 @@ def test_overrides_list_extension_and_flat_keys(salt_env: SaltEnv) -> None:
         f"{CLOUD}.lxc.vms.{cn}": {"a.lan": {"profile": "small"}},
         # The per-VM flat key: the VM is declared with those settings,
         # merged over its nested declaration.
-        f"{CLOUD}.lxc.vms.{cn}.a.lan": {"profile_type": "lvm"},
+        f"{CLOUD}.lxc.vms.{cn}.a.lan": {"profile_type": "lvm", "privileged": True},
         f"{CLOUD}.lxc.vms.{cn}.b.lan": {"ip": "10.5.3.3"},
         f"{CLOUD}.compute_node.conf.{cn}.http_proxy.raw_opts_pre": ["acl from_lan src 10.0.0.0/8"],
     })
@@ -83,6 +83,9 @@ def test_devhost_vms_default_to_overlayfs_with_snapshot(salt_env: SaltEnv) -> No
     salt_env.set_pillar({"makina-states.nodetypes.devhost": True, f"{CLOUD}.lxc.vms.{cn}": vms})
     a = settings(salt_env, "mc_cloud_lxc.get_settings_for_vm", cn, "a.lan")
     assert (a["profile"], a["backing"], a["snapshot"]) == ("ms-devhost10-local-overlayfs", "overlayfs", True)
+    # LXC cannot idmap an overlay: the development defaults say privileged.
+    assert (a["privileged"], a["idmap_base"]) == (True, None)
+    assert "cannot idmap an overlayfs root filesystem" in a["privilege_reason"]
     b = settings(salt_env, "mc_cloud_lxc.get_settings_for_vm", cn, "b.lan")
     assert (b["backing"], b["snapshot"]) == ("dir", False)
 
@@ -101,7 +104,7 @@ def test_size_profiles_have_the_original_shape_and_pillar_overrides_reach_the_vm
     cn = "node1.lan"
     salt_env.set_pillar({
         f"{CLOUD}.lxc.lxc_cloud_profiles.small": {"size": "7g"},
-        f"{CLOUD}.lxc.vms.{cn}": {"a.lan": {"profile": "small", "profile_type": "lvm"}},
+        f"{CLOUD}.lxc.vms.{cn}": {"a.lan": {"profile": "small", "profile_type": "lvm", "privileged": True}},
     })
     lxc = settings(salt_env, "mc_cloud_lxc.settings")
     assert lxc["lxc_cloud_profiles"]["small"] == {"size": "7g"}

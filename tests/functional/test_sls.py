@@ -221,7 +221,7 @@ def test_an_unprivileged_vm_names_the_directory_its_root_cannot_traverse(
     cannot, it names the directory that stops it (lxc-start would only say
     ABORTING). A privileged VM has no such state."""
     vm = copy.deepcopy(data["vm"])
-    assert vm["vm"]["privileged"] is False and vm["vm"]["idmap_base"] == 1_000_000
+    assert vm["vm"]["privileged"] is False and vm["vm"]["idmap_base"] == 1_000_000_000
     locked = tmp_path / "locked"
     lxc_path = locked / "inner" / "lxc"
     lxc_path.mkdir(parents=True)
@@ -244,7 +244,7 @@ def test_an_unprivileged_vm_names_the_directory_its_root_cannot_traverse(
     stopped = check()
     assert stopped.returncode == 1
     assert f"cannot traverse {locked} (drwx------ root)" in stopped.stderr, stopped.stderr
-    assert "host uid 1000000" in stopped.stderr and "privileged: true" in stopped.stderr
+    assert "host uid 1000000000" in stopped.stderr and "privileged: true" in stopped.stderr
     locked.chmod(0o711)
     through = check()
     assert through.returncode == 0 and "changed=no" in through.stdout, through.stdout + through.stderr

@@ -124,7 +124,7 @@ def e2e(cloud: PgCloud, e2e_timings: list[str],
         "makina-states.cloud.lxc.defaults.default_container": TEMPLATE,
         "makina-states.cloud.compute_node.conf." + cloud.node: conf,
     }
-    own = {**{vm: {"profile_type": "overlayfs"} for vm in OVERLAYS},
+    own = {**{vm: {"profile_type": "overlayfs", "privileged": True} for vm in OVERLAYS},
            MASTERSALT: {"mode": "mastersalt", "master_port": mastersalt_master.config["ret_port"]}}
     cloud.mastersalt = mastersalt_master  # type: ignore[attr-defined]
     cloud.e2e_declare = lambda more=None, without=(), **first: cloud.set_vms(  # type: ignore[attr-defined]

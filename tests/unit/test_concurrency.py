@@ -97,7 +97,7 @@ def test_parallel_processes_never_share_a_value(tmp_path: Path) -> None:
     assert ips == expected[: len(ips)]
     # And the id blocks are the first ones of the range, one per VM.
     held_blocks = reg.allocated(CN, "idmap")
-    assert sorted(held_blocks.values()) == [1_000_000 + i * 65536 for i in range(len(held_blocks))]
+    assert sorted(held_blocks.values()) == [1_000_000_000 + i * 65536 for i in range(len(held_blocks))]
     assert all(held_blocks[row[1]] == row[6] for row in results if row[0] == CN)
 
 

@@ -193,7 +193,7 @@ def test_orchestrate_concurrency_comes_from_the_master_option(tmp_path: Path) ->
 
 
 def test_orchestrate_provisions_for_real_bodies_in_threads(tmp_path: Path, jobs: Jobs) -> None:
-    overlay = {vm: {"profile_type": "overlayfs"} for vm in VMS}
+    overlay = {vm: {"profile_type": "overlayfs", "privileged": True} for vm in VMS}
     offline = Offline(tmp_path, {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
     out = vm_orchestrate(offline.env, CN, concurrency=4).as_dict()
     assert out["result"] is True, out
@@ -212,7 +212,7 @@ def test_gathered_jobs_fail_only_their_own_vm(tmp_path: Path, jobs: Jobs, monkey
     batch whose SLS cannot serve several VMs, or VMs whose containers are
     full copies (dir: the copies would run one after another in one job),
     go to the node one VM at a time."""
-    overlay = {vm: {"profile_type": "overlayfs"} for vm in VMS}
+    overlay = {vm: {"profile_type": "overlayfs", "privileged": True} for vm in VMS}
     offline = Offline(tmp_path / "ovl", {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
 
     def provision(env: Env, vm: str) -> Mapping[str, Any]:

@@ -140,7 +140,9 @@ class Driver(Protocol):
     def guests(self, target: str, also: list[str] | None = None) -> Mapping[str, Any] | None:
         """Optional. Every guest of the type on ``target``, declared or
         not: ``{name: {running, ips, mac}}`` (``ips`` and ``mac`` as far as
-        the driver can tell). ``also``: VMs no longer declared there that
+        the driver can tell), and ``privileged`` where the driver can tell
+        whether the guest runs privileged (drift compares it with the
+        registry's). ``also``: VMs no longer declared there that
         the caller asks about (given only by repair). Asked by
         ``mc_cloud.drift nodes=True`` and by repair before it frees
         anything. None: the driver cannot list its guests."""

@@ -111,21 +111,30 @@ def clone_plan(settings: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def parse_lxc_ls(text: str) -> dict[str, dict[str, Any]]:
-    """``lxc-ls -f -F NAME,STATE,IPV4`` output as ``{name: {running, ips,
-    mac}}`` (lxc-ls shows no MAC)."""
+    """``lxc-ls -f -F NAME,STATE,IPV4[,UNPRIVILEGED]`` output as ``{name:
+    {running, ips, mac[, privileged]}}`` (lxc-ls shows no MAC;
+    ``UNPRIVILEGED`` says whether the container's configuration maps its
+    ids, ``lxc.idmap``, so ``privileged`` is its opposite)."""
     out: dict[str, dict[str, Any]] = {}
-    for line in text.splitlines()[1:]:
-        parts = line.split(None, 2)
+    lines = text.splitlines()
+    with_privilege = bool(lines) and lines[0].split()[-1:] == ["UNPRIVILEGED"]
+    for line in lines[1:]:
+        fields = line.split()
+        unprivileged = fields.pop() if with_privilege and len(fields) > 2 else None
+        parts = " ".join(fields).split(None, 2)
         if len(parts) < 2:
             continue
         ips = [a.strip() for a in (parts[2] if len(parts) > 2 else "").split(",") if a.strip() not in ("", "-")]
         out[parts[0]] = {"running": parts[1] == "RUNNING", "ips": ips, "mac": None}
+        if unprivileged is not None:
+            out[parts[0]]["privileged"] = unprivileged != "true"
     return out
 
 
 def guests(env: Env, target: str) -> dict[str, dict[str, Any]]:
     """The containers on compute node ``target``, whoever made them, but
-    the images (mccloud's drift hook): ``{name: {running, ips, mac}}``, from
+    the images (mccloud's drift hook): ``{name: {running, ips, mac,
+    privileged}}``, from
     ``lxc-ls`` in every lxc path the node's VMs use, and in the default
     path of the lxc settings (where a VM no longer declared may live; a
     container is named after its VM)."""
@@ -141,7 +150,7 @@ def guests(env: Env, target: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     with transport.local_client(env.opts["conf_file"]) as client:
         for path in sorted(paths or {"/var/lib/lxc"}):
-            cmd = ["lxc-ls", "-P", path, "-f", "-F", "NAME,STATE,IPV4"]
+            cmd = ["lxc-ls", "-P", path, "-f", "-F", "NAME,STATE,IPV4,UNPRIVILEGED"]
             ret = transport.one_return(client, target, "cmd.run_all", 120,
                                        kwarg={"cmd": cmd, "python_shell": False, "ignore_retcode": True})
             answer = ret.get("ret") if isinstance(ret, dict) else None

@@ -104,7 +104,10 @@ def node_drift(env: Env, target: str) -> list[dict[str, Any]]:
       ``ips`` and ``mac`` as far as the driver can tell, else empty/None):
       ``guest_missing`` (a declared VM with no guest), ``guest_stopped``,
       ``guest_ip_differs``, ``guest_mac_differs`` (another IP or MAC than
-      allocated) and ``stray_guest`` (a guest nobody declared).
+      allocated), ``guest_privilege_differs`` (the guest runs privileged
+      while the registry says unprivileged, or the other way round: its
+      configuration lacks the ``lxc.idmap`` lines the registry renders,
+      or has them) and ``stray_guest`` (a guest nobody declared).
 
     Registers the node first: what it renders is what its VMs hold."""
     data = env.node_data(target)
@@ -150,6 +153,7 @@ def guest_findings(target: str, vt: str, vms: Mapping[str, Any], live: Mapping[s
             found.append({"kind": "guest_mac_differs", "node": target, "vm": vm, "what": "mac",
                           "expected": v["mac"], "found": mac})
         found.extend(limit_findings(target, vm, v, g))
+        found.extend(privilege_findings(target, vm, v, g))
     for name in sorted(set(live) - set(vms)):
         found.append({"kind": "stray_guest", "node": target, "vm": name, "what": f"{vt} guest",
                       "expected": None, "found": live[name]})
@@ -168,6 +172,20 @@ def limit_findings(target: str, vm: str, v: Mapping[str, Any], g: Mapping[str, A
         return []
     return [{"kind": "guest_limits_differ", "node": target, "vm": vm, "what": "cgroup limits",
              "expected": {k: expected[k] for k in differ}, "found": differ}]
+
+
+def privilege_findings(target: str, vm: str, declared: Mapping[str, Any],
+                       guest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``guest_privilege_differs`` when the guest of ``vm`` runs privileged
+    and the registry says unprivileged, or the other way round (its
+    configuration lacks the id mapping the registry renders, or has one
+    it does not): the guest runs with another root than the registry
+    says. Nothing when the driver or the registry cannot tell."""
+    want, have = declared.get("privileged"), guest.get("privileged")
+    if want is None or have is None or bool(want) == bool(have):
+        return []
+    return [{"kind": "guest_privilege_differs", "node": target, "vm": vm, "what": "privileged",
+             "expected": bool(want), "found": bool(have)}]
 
 
 def guests_of(env: Env, cn: str, also: list[str]) -> list[str] | dict[str, str]:

@@ -55,7 +55,9 @@ def drift(target=None, nodes=False, **kwargs):
       something: the node differs from what the registry renders today,
       as Salt's test mode tells), and through the driver's ``guests`` hook
       ``guest_missing``, ``guest_stopped``, ``guest_ip_differs``,
-      ``guest_mac_differs`` and ``stray_guest`` (a guest nobody declared).
+      ``guest_mac_differs``, ``guest_privilege_differs`` (a container
+      running privileged while the registry says unprivileged, or the
+      other way round) and ``stray_guest`` (a guest nobody declared).
 
     ``retcode`` is 0 when clean, 2 when there is drift (``salt-run`` exits
     non-zero), 1 when a node could not be checked (``errors`` says why).

@@ -281,7 +281,8 @@ def guests(target, also=None, **kwargs):
     """The containers on compute node ``target``, declared or not (but the
     images), as ``mc_cloud.drift nodes=True`` compares them with the
     registry and ``mc_cloud.repair`` asks before it frees anything:
-    ``{name: {running, ips, mac}}``. ``also``: VMs no longer declared there
+    ``{name: {running, ips, mac, privileged}}`` (``privileged``: the
+    container's configuration maps no ids). ``also``: VMs no longer declared there
     that the caller asks about (a container is named after its VM, so the
     list names them already).
 

@@ -77,11 +77,14 @@ impl Driver for Lxc {
         at: &dyn Fn(&str) -> String,
     ) -> Result<Arc<dyn TypePlan>> {
         let profile = profile::profile_of(&t["lxc_cloud_profiles"], s, cn, whose)?;
-        let unprivileged = unprivileged(s, &profile, at)?;
+        let privilege_key = privileged_key(cn, s);
+        let unprivileged = unprivileged(s, &profile, at, &privilege_key)?;
+        let privilege_reason = privilege_reason(&profile, unprivileged, &privilege_key);
         let limits = limits::limits_of(&t["lxc_cloud_profiles"], &profile.size_profile, s, at)?;
         Ok(Arc::new(LxcPlan {
             profile,
             unprivileged,
+            privilege_reason,
             limits,
         }))
     }
@@ -151,11 +154,17 @@ pub struct LxcPlan {
     pub unprivileged: bool,
     /// Its limits (declared, else its size profile's).
     pub limits: limits::Limits,
+    /// Why it runs privileged or not (see [`privilege_reason`]).
+    pub privilege_reason: String,
 }
 
 impl TypePlan for LxcPlan {
     fn idmap(&self) -> bool {
         self.unprivileged
+    }
+
+    fn privilege(&self) -> Option<(bool, String)> {
+        Some((!self.unprivileged, self.privilege_reason.clone()))
     }
 
     fn finish_vm(&self, s: &mut Map<String, Value>, own: &Map<String, Value>) {
@@ -166,6 +175,7 @@ impl TypePlan for LxcPlan {
     /// fragment.
     fn complete_vm(&self, s: &mut Map<String, Value>, idmap: Option<u32>) -> Result<()> {
         s.insert("privileged".into(), json!(!self.unprivileged));
+        s.insert("privilege_reason".into(), json!(self.privilege_reason));
         s.insert("idmap_base".into(), json!(idmap));
         s.insert("idmap_size".into(), json!(idmap.map(|_| idmap::BLOCK)));
         self.complete_limits(s)?;
@@ -211,8 +221,10 @@ impl LxcPlan {
 /// defaults over the generic VM defaults `g`, the size profiles, the
 /// profile types and modes. On a development host, VMs default to
 /// overlayfs clones with snapshots ("We use overlayfs with snapshot in
-/// development mode", says the makina-states lxc documentation), which run privileged; elsewhere to dir
-/// copies, which run unprivileged (see [`unprivileged`]).
+/// development mode", says the makina-states lxc documentation), which
+/// LXC cannot idmap: the development defaults say `privileged: true`
+/// outright, so those VMs run privileged knowingly. Elsewhere VMs default
+/// to dir copies, which run unprivileged (see [`unprivileged`]).
 pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
     let ptype = if devhost { "overlayfs" } else { "dir" };
     let mut defaults = serde_json::json!({
@@ -223,7 +235,7 @@ pub fn base_settings(cloud: &Value, g: &Value, devhost: bool) -> Value {
         "default_container": DEFAULT_IMAGE, "sudo": g["sudo"], "users": g["users"],
         "ssh_username": g["ssh_username"], "vgname": "lxc", "lvname": null, "lxc_conf": [],
         "lxc_conf_unset": [], "fstab": null, "lxc_path": "/var/lib/lxc",
-        "privileged": null,
+        "privileged": if devhost { json!(true) } else { Value::Null },
     });
     if let Value::Object(d) = &mut defaults {
         super::copy_keys(d, g, &super::FROM_CLOUD);
@@ -326,21 +338,57 @@ pub fn backing_of(ptype: &str) -> &'static str {
     }
 }
 
+/// The pillar key that makes VM `s` of node `cn` privileged, as errors
+/// and the VM's settings name it.
+fn privileged_key(cn: &str, s: &Map<String, Value>) -> String {
+    let vm = s.get("name").and_then(Value::as_str).unwrap_or_default();
+    format!("{LXC}.vms.{cn}.{vm}.privileged")
+}
+
+/// Why LXC cannot run a VM of backing `backing` unprivileged: LXC 5
+/// idmaps a directory root filesystem only (lxc-start refuses any other
+/// with "Idmapped rootfs currently only supports the \"dir\" storage
+/// driver", whatever the kernel supports).
+pub const NO_IDMAP_WHY: &str = "LXC maps an unprivileged container's ids onto a directory root \
+     filesystem only (lxc-start refuses an idmapped overlay or lvm root filesystem: \
+     \"Idmapped rootfs currently only supports the dir storage driver\")";
+
+/// Why a VM of profile `p` runs privileged or not, as its settings, the
+/// inventory and drift show it (`key`: its `privileged` pillar key).
+pub fn privilege_reason(p: &Profile, unprivileged: bool, key: &str) -> String {
+    let backing = backing_of(&p.ptype);
+    if unprivileged {
+        format!(
+            "unprivileged: a block of host ids of its own, its {backing} root filesystem idmapped"
+        )
+    } else if backing == "dir" {
+        format!("privileged: {key} (or makina-states.cloud.lxc.defaults.privileged) is true")
+    } else {
+        format!(
+            "privileged: {key} (or makina-states.cloud.lxc.defaults.privileged) is true, and \
+             LXC cannot idmap an {backing} root filesystem"
+        )
+    }
+}
+
 /// Whether an lxc VM runs unprivileged (its uids and gids mapped to a block
 /// of host ids of its own). That is the default wherever LXC can map the
 /// ids of its root filesystem, a directory (profile types dir and
-/// dir-scratch, btrfs snapshots included); overlayfs and lvm VMs run
-/// privileged, as they always did. `privileged: true` asks for a
-/// privileged container, `privileged: false` insists on an unprivileged
-/// one. What cannot work unprivileged is refused here, before anything is
-/// allocated or created: `privileged: false` on a backing LXC cannot
-/// idmap, the id mapping or root filesystem options set by hand, sysctls
-/// outside the container's own namespaces, block devices mounted from the
-/// host.
+/// dir-scratch, btrfs snapshots included). An overlayfs or lvm VM, which
+/// LXC cannot idmap ([`NO_IDMAP_WHY`]), runs privileged only when its
+/// pillar says `privileged: true` (`key`, or the lxc defaults; a
+/// development host's defaults do); otherwise it is refused.
+/// `privileged: true` asks for a privileged container, `privileged: false`
+/// insists on an unprivileged one. What cannot work unprivileged is
+/// refused here, before anything is allocated or created: an overlayfs or
+/// lvm VM not declared privileged, the id mapping or root filesystem
+/// options set by hand, sysctls outside the container's own namespaces,
+/// block devices mounted from the host.
 pub fn unprivileged(
     s: &Map<String, Value>,
     p: &Profile,
     at: &dyn Fn(&str) -> String,
+    key: &str,
 ) -> Result<bool> {
     let asked = match s.get("privileged") {
         None | Some(Value::Null) => None,
@@ -360,18 +408,19 @@ pub fn unprivileged(
     }
     let backing = backing_of(&p.ptype);
     if backing != "dir" {
-        if asked == Some(false) {
-            return Err(crate::Error::invalid(format!(
-                "{} is false, but {} is {:?} (backing {backing}): LXC maps an unprivileged \
-                 container's ids onto a directory root filesystem only (profile types dir and \
-                 dir-scratch, btrfs snapshots included); choose one of those, or let the VM run \
-                 privileged",
-                at("privileged"),
-                at("profile_type"),
-                p.ptype
-            )));
-        }
-        return Ok(false);
+        let said = if asked == Some(false) {
+            format!("{} is false", at("privileged"))
+        } else {
+            format!("{key} is not set")
+        };
+        return Err(crate::Error::invalid(format!(
+            "{said}, but {} is {:?} (backing {backing}): {NO_IDMAP_WHY}, so this VM can only run \
+             privileged, its root being host root. Set {key}: true to run it privileged \
+             knowingly, or choose profile type dir or dir-scratch (btrfs snapshots included) to \
+             run it unprivileged",
+            at("profile_type"),
+            p.ptype
+        )));
     }
     let refuse = |what: String| {
         Err(crate::Error::invalid(format!(

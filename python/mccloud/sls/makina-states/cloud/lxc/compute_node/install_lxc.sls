@@ -26,30 +26,24 @@ mccloud-lxc-pkgs:
 
 {#- Unprivileged containers: root may map the blocks of host ids the
     registry hands out (lxc uses newuidmap and newgidmap, which read these
-    files, when the uidmap package is installed). The range is the core's
-    (two integers); an operator's other lines are kept. #}
+    files, when the uidmap package is installed). root's line covers what
+    the node needs (count, from the core: its unprivileged VMs or its
+    capacity); it is checked first against the other owners' lines and
+    useradd's subordinate ids (/etc/login.defs), and the deploy fails,
+    naming the owner and the range, before anything is written. The line
+    starting at the range start is root's (replaced when the node grows);
+    an operator's other lines are kept. #}
 {%- set ids = d.get('idmap_range') or {} %}
 {%- if ids %}
-{%- set line = 'root:' ~ (ids.start | int) ~ ':' ~ (ids.count | int) %}
 {%- for f in ['subuid', 'subgid'] %}
 
-mccloud-lxc-{{ f }}-file:
-  file.managed:
-    - failhard: true
-    - name: /etc/{{ f }}
-    - replace: false
-    - mode: '0644'
-
 mccloud-lxc-{{ f }}:
-  file.replace:
+  mccloud_subids.root_range:
     - failhard: true
     - name: /etc/{{ f }}
-    - pattern: {{ ('^' ~ line ~ '$') | tojson }}
-    - repl: {{ line | tojson }}
-    - append_if_not_found: true
-    - backup: false
-    - require:
-      - file: mccloud-lxc-{{ f }}-file
+    - start: {{ ids.start | int }}
+    - count: {{ ids.get('count', 0) | int }}
+    - allow_login_defs_range: {{ ids.get('allow_login_defs_range') is sameas true }}
 {%- endfor %}
 {%- endif %}
 
