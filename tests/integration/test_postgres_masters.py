@@ -149,7 +149,10 @@ def test_an_unreachable_database_is_said_so_without_its_password(masters: list[M
     master = masters[0]
     rc, data, out = master.run("mc_cloud_vm.vm_sls_pillar", CN, OWN["a"][0],
                                env={"MCCLOUD_STORE": f"{nowhere} password={SECRET}"})
-    assert rc != 0 and "unreachable" in out and nowhere in out, out
+    # the database as parsed (user, socket directory, port, database), never the text
+    assert rc != 0 and "unreachable" in out and "postgresql://mccloud@" in out, out
+    assert f"socket directory {tmp_path} port 5432" in out and ":5432/nowhere" in out, out
+    assert SECRET not in out, out
     assert not (isinstance(data, dict) and "vtVmData" in data), out
     check_secret_kept(masters)
 
