@@ -551,8 +551,9 @@ for i in itertools.count():
         with open(issued) as f:
             book = json.load(f)
         book["certs"] = {}
-        with open(issued, "w") as f:
-            json.dump(book, f)
+        with open(issued + ".forget", "w") as f:  # replaced whole, as pki writes it: a kill here
+            json.dump(book, f)                      # must not be mistaken for a torn book
+        os.replace(issued + ".forget", issued)
     if i % 7 == 6:  # retire the CA (certificate first, as an operator must): a new one is made
         authority = pki.ensure_ca(ssl_dir, ca)
         authority.cert_path.unlink()
@@ -562,7 +563,7 @@ for i in itertools.count():
 
 def check_every_file_parses(ssl_dir: Path) -> None:
     for path in ssl_dir.rglob("*"):
-        if path.is_dir() or path.name == ".lock" or path.name.endswith(".part"):
+        if path.is_dir() or path.name == ".lock" or path.name.endswith((".part", ".forget")):
             continue
         data = path.read_bytes()
         if path.name == pki.ISSUED:
