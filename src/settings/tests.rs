@@ -1645,7 +1645,7 @@ fn limits_follow_the_nodes_hierarchy_and_never_a_guess() {
         &[VM, CN, "cpus", "zero is never a size"],
     );
     // An lvm VM's disk is its volume: enforced.
-    let lvm = one_vm(CN, json!({"profile_type": "lvm"})).unwrap();
+    let lvm = one_vm(CN, json!({"profile_type": "lvm", "privileged": true})).unwrap();
     assert_eq!(lvm["limits"]["disk"]["enforced"], json!(true));
 }
 

@@ -77,3 +77,28 @@ def test_a_container_is_held_to_its_declared_memory_and_cpus(cloud: Cloud) -> No
     finally:
         lxc(cloud, "lxc-stop", "-k")
         lxc(cloud, "lxc-destroy")
+
+
+def test_a_host_users_ids_inside_the_nodes_range_fail_the_deploy_naming_the_owner(cloud: Cloud) -> None:
+    """The host's real ``/etc/subuid``: a user whose subordinate ids reach
+    into what root's line must cover stops the deploy, named with the
+    range, before anything is written; the file is given back as it was."""
+    ids = cloud.call_cli.run("mc_cloud_compute_node.get_settings_for_target", cloud.node).data["idmap_range"]
+    assert ids["count"] > 0, ids
+    subuid = Path("/etc/subuid")
+    before = subuid.read_bytes() if subuid.exists() else None
+    last = ids["start"] + ids["count"] - 1
+    planted = (before or b"") + f"mccloudtenant:{last}:65536\n".encode()
+    try:
+        subuid.write_bytes(planted)
+        rc, data, out = cloud.run("mc_cloud_lxc.install_vt", cloud.node)
+        assert rc != 0 and data["result"] is False, out
+        assert "'mccloudtenant'" in out and f"{last}-{last + 65535}" in out, out
+        assert subuid.read_bytes() == planted, "nothing written once another owner is found"
+    finally:
+        if before is None:
+            subuid.unlink()
+        else:
+            subuid.write_bytes(before)
+    rc, data, out = cloud.run("mc_cloud_lxc.install_vt", cloud.node)
+    assert rc == 0 and data["result"] is True, out
