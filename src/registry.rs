@@ -946,6 +946,7 @@ struct NodeCheck {
 }
 
 mod defaults;
+mod dns;
 #[cfg(test)]
 mod pillar_props;
 mod repair;

@@ -1,0 +1,1 @@
+//! Tests of DNS names, settings, plans and records.
