@@ -538,4 +538,4 @@ fn check_ssl(ssl: &Value) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
