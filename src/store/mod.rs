@@ -10,6 +10,8 @@ use crate::alloc::Kind;
 use crate::dns::{RType, Record};
 use crate::error::Result;
 
+#[cfg(test)]
+mod dns_tests;
 pub mod dump;
 pub mod journal;
 pub mod legacy;
