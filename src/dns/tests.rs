@@ -110,6 +110,15 @@ fn settings_are_normalised_with_their_defaults() {
         json!([{"host": "ns1.example.net", "port": 53}])
     );
     assert_eq!(s["primary"], s["nameservers"][0]);
+    let mapped = settings(with(
+        "nameservers",
+        json!([{"host": "NS3.example.net", "port": "5353"}]),
+    ))
+    .unwrap();
+    assert_eq!(
+        mapped["nameservers"],
+        json!([{"host": "ns3.example.net", "port": 5353}])
+    );
     assert_eq!(
         (
             &s["ttl"],
@@ -210,6 +219,14 @@ fn every_bad_value_names_its_key() {
         (
             with("nameservers", json!(["ok.net", "bad host"])),
             "makina-states.cloud.dns.nameservers[1]",
+        ),
+        (
+            with("nameservers", json!([{"host": "ok.net", "port": 0}])),
+            "makina-states.cloud.dns.nameservers[0].port",
+        ),
+        (
+            with("nameservers", json!([{"port": 53}])),
+            "makina-states.cloud.dns.nameservers[0].host must be a string",
         ),
         (
             with("tsig.algorithm", json!("hmac-sha3")),
@@ -335,6 +352,8 @@ fn the_pdns_api_backend_needs_its_url_and_key() {
         e.contains("makina-states.cloud.dns.api.key") && !e.contains("k\u{1}ey"),
         "{e}"
     );
+    d["api"] = json!({"url": "http://127.0.0.1:8081", "key": "k", "server_id": "a b"});
+    assert!(refusal(d.clone()).contains("makina-states.cloud.dns.api.server_id"));
     // without TSIG, the API backend still works
     d["api"] = json!({"url": "http://127.0.0.1:8081", "key": "k", "server_id": "srv1"});
     d.as_object_mut().unwrap().remove("tsig");
