@@ -335,7 +335,6 @@ class Knot(Server):
         common = f"""server:
     rundir: "{self.root}"
     listen: {self.host}@{self.port}
-    background-workers: 1
 log:
   - target: "{self.logfile}"
     any: info
@@ -373,6 +372,7 @@ template:
     file: "%s.zone"
     master: primary
     acl: notify
+    zonefile-sync: -1
 """
         zones = "zone:\n" + "".join(f"  - domain: {z}\n" for z in self.zones)
         return common + acl + zones
@@ -497,15 +497,15 @@ def running(*servers: Server) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def bind_pair() -> Iterator[Bind]:
+def bind_pair(zones: Sequence[str] = ZONES) -> Iterator[Bind]:
     """A bind primary (``named``) and its knot secondary
     (:attr:`Bind.secondary`), both running."""
     need("named", "knotd", "tsig-keygen", "dig", "nsupdate")
     with directory("named") as root:
         key = generate_key("bind")
         secondary_port = free_port()
-        primary = Bind(root / "primary", key, notify=[(HOST, secondary_port)])
-        secondary = Knot(root / "secondary", key, primary=primary)
+        primary = Bind(root / "primary", key, zones, notify=[(HOST, secondary_port)])
+        secondary = Knot(root / "secondary", key, zones, primary=primary)
         # The secondary listens where the primary NOTIFYs.
         secondary.port = secondary_port
         (secondary.root / "knot.conf").write_text(secondary.config())
@@ -515,20 +515,52 @@ def bind_pair() -> Iterator[Bind]:
 
 
 @contextlib.contextmanager
-def knot_primary() -> Iterator[Knot]:
+def knot_primary(zones: Sequence[str] = ZONES) -> Iterator[Knot]:
     """A knot primary (``knotd``), running."""
     need("knotd", "keymgr", "dig", "nsupdate")
     with directory("knotd") as root:
-        server = Knot(root, generate_key("knot"))
+        server = Knot(root, generate_key("knot"), zones)
         with running(server):
             yield server
 
 
 @contextlib.contextmanager
-def pdns_primary() -> Iterator[PowerDNS]:
+def pdns_primary(zones: Sequence[str] = ZONES) -> Iterator[PowerDNS]:
     """A PowerDNS server (``pdns_server``, SQLite backend, API on), running."""
     need("pdns_server", "pdnsutil", "dig", "nsupdate")
     with directory("pdns") as root:
-        server = PowerDNS(root)
+        server = PowerDNS(root, zones)
         with running(server):
             yield server
+
+
+# The session's servers, one of each, for every test that asks (tests/conftest.py
+# makes these fixtures visible everywhere).
+
+@pytest.fixture(scope="session")
+def dns_bind() -> Iterator[Bind]:
+    """A bind primary on 127.0.0.1 serving :data:`ZONES`, its knot
+    secondary as ``.secondary`` (also :func:`dns_bind_secondary`)."""
+    with bind_pair() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def dns_bind_secondary(dns_bind: Bind) -> Server:
+    """The knot secondary of :func:`dns_bind` (slaving its zones)."""
+    assert dns_bind.secondary is not None
+    return dns_bind.secondary
+
+
+@pytest.fixture(scope="session")
+def dns_knot() -> Iterator[Knot]:
+    """A knot primary on 127.0.0.1 serving :data:`ZONES`."""
+    with knot_primary() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def dns_pdns() -> Iterator[PowerDNS]:
+    """A PowerDNS server on 127.0.0.1 serving :data:`ZONES`, updates and API on."""
+    with pdns_primary() as server:
+        yield server

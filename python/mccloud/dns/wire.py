@@ -9,6 +9,7 @@ server as ``host:port``; a refused key names the key, never its secret
 
 from __future__ import annotations
 
+import base64
 import binascii
 import errno
 import ipaddress
@@ -89,7 +90,10 @@ class Tsig:
         try:
             self.name = dns.name.from_text(str(tsig["name"]))
             self.algorithm = dns.name.from_text(str(tsig.get("algorithm") or "hmac-sha256"))
-            key = dns.tsig.Key(self.name, str(tsig["secret"]), self.algorithm)
+            secret = base64.b64decode(str(tsig["secret"]), validate=True)
+            if not secret:
+                raise ValueError("empty")
+            key = dns.tsig.Key(self.name, secret, self.algorithm)
         except (binascii.Error, ValueError, dns.exception.DNSException):
             raise DnsError(f"the TSIG key {tsig.get('name')}: its name, algorithm or secret (base64) does not "
                            f"read: check {PILLAR}.tsig") from None
