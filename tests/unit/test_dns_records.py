@@ -9,7 +9,7 @@ import pytest
 
 import mccloud
 from mccloud.dns import DnsError, publish
-from mccloud.dns.records import Served, classify, drift, group, rdata
+from mccloud.dns.records import Served, canonical, canonical_of, classify, drift, group, rdata
 from mccloud.dns.site import Site
 from mccloud.dns.verify import serial_ge
 from mccloud.dns.wire import Tsig
@@ -24,7 +24,7 @@ def rec(data: str = "198.51.100.7", name: str = "www.cloud.test.", ttl: int = 30
 
 
 def served(*datas: str, ttl: int = 300) -> Served:
-    return Served(ttl, frozenset(rdata("A", d) for d in datas))
+    return Served(ttl, frozenset(datas))
 
 
 def outcome(want: list[dict[str, Any]], owned: list[dict[str, Any]], srv: Served | None) -> Any:
@@ -97,9 +97,10 @@ def test_data_compare_as_dns_data() -> None:
            "ttl": 300, "cn": "cn1", "vm": "vm1"}
     grouped = group([ptr], ZONES, "desired")
     key = ("7.199.10.in-addr.arpa.", "7.7.199.10.in-addr.arpa.", "PTR")
-    assert grouped[key].datas == frozenset({rdata("PTR", "vm1.cloud.test.")})
+    assert grouped[key].datas == frozenset({"vm1.cloud.test."})
     assert group([{**rec(), "type": "AAAA", "data": "2001:DB8:0::1"}], ZONES, "d")[
-        ("cloud.test.", "www.cloud.test.", "AAAA")].datas == frozenset({rdata("AAAA", "2001:db8::1")})
+        ("cloud.test.", "www.cloud.test.", "AAAA")].datas == frozenset({"2001:db8::1"})
+    assert canonical("AAAA", "::FFFF:192.0.2.1") == canonical_of(rdata("AAAA", "::ffff:c000:201"))
 
 
 def test_drift_reports_missing_extra_and_foreign_and_nothing_else() -> None:

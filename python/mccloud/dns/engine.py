@@ -46,12 +46,12 @@ class _Run:
     acknowledged, or none needed), and the changes acknowledged."""
 
     def __init__(self, site: Site, backend: Backend, desired: Mapping[Key, RRset], owned: Mapping[Key, RRset],
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, started: float) -> None:
         self.site, self.backend, self.desired, self.owned = site, backend, desired, owned
         self.progress = progress or (lambda _event: None)
         self.settled: list[Outcome] = []
         self.sent: list[Change] = []
-        self.started = time.monotonic()
+        self.started = started
 
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {"published": [], "removed": [], "foreign": [], "kept": 0}
@@ -101,9 +101,10 @@ class _Run:
 def publish(site: Site, backend: Backend, desired: Iterable[Mapping[str, Any]],
             owned: Iterable[Mapping[str, Any]], progress: Progress | None = None) -> dict[str, Any]:
     """See :func:`mccloud.dns.publish`."""
+    started = time.monotonic()
     want = records.group(desired, site.zones, "desired")
     own = records.group(owned, site.zones, "owned")
-    run = _Run(site, backend, want, own, progress)
+    run = _Run(site, backend, want, own, progress, started)
     by_zone = records.concerned(want, own)
     zones: dict[str, int] = {}
     try:

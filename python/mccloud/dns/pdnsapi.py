@@ -22,10 +22,9 @@ import urllib.request
 from typing import Any, Sequence
 
 import dns.exception
-import dns.rdata
 
 from mccloud.dns.errors import PILLAR, DnsError
-from mccloud.dns.records import TYPES, Change, Key, Served, rdata
+from mccloud.dns.records import TYPES, Change, Key, Served, canonical
 from mccloud.dns.site import Api, Site
 
 #: The RRsets of a zone read by the API: (name, type) -> served.
@@ -77,12 +76,12 @@ class PdnsApi:
             rdtype = str(rrset.get("type") or "")
             if rdtype not in (*TYPES, "CNAME"):
                 continue
-            datas: set[dns.rdata.Rdata] = set()
+            datas: set[str] = set()
             for rec in rrset.get("records") or []:
                 if rec.get("disabled"):
                     continue
                 try:
-                    datas.add(rdata(rdtype, str(rec.get("content"))))
+                    datas.add(canonical(rdtype, str(rec.get("content"))))
                 except (dns.exception.DNSException, ValueError):
                     continue
             if datas:
@@ -113,7 +112,7 @@ def _select(rrsets: Rrsets, keys: Sequence[Key]) -> dict[Key, Served]:
     for key in keys:
         cname = rrsets.get((key[1], "CNAME"))
         if cname is not None:
-            out[key] = Served(0, frozenset(), "CNAME " + " ".join(sorted(d.to_text() for d in cname.datas)))
+            out[key] = Served(0, frozenset(), "CNAME " + " ".join(sorted(cname.datas)))
         elif (key[1], key[2]) in rrsets:
             out[key] = rrsets[(key[1], key[2])]
     return out
@@ -123,7 +122,7 @@ def _patch(c: Change) -> dict[str, Any]:
     if c.kind == "delete":
         return {"name": c.key[1], "type": c.key[2], "changetype": "DELETE"}
     return {"name": c.key[1], "type": c.key[2], "ttl": c.ttl, "changetype": "REPLACE",
-            "records": [{"content": d.to_text(), "disabled": False} for d in sorted(c.datas, key=str)]}
+            "records": [{"content": d, "disabled": False} for d in sorted(c.datas)]}
 
 
 def _http_error(api: Api, exc: urllib.error.HTTPError, method: str, zone: str) -> DnsError:

@@ -2,8 +2,10 @@
 
 A record is the plain dict of the settings' interface (``zone``, ``name``,
 ``type``, ``data``, ``ttl``, ``cn``, ``vm``); records are handled per RRset
-(zone, name, type). Data are compared as DNS data (``dns.rdata``), so
-``10.0.0.1`` and a PTR target in another case are the same data.
+(zone, name, type). Data are compared in their canonical presentation
+form (:func:`canonical`: ``2001:DB8:0::1`` is ``2001:db8::1``, a PTR
+target is absolute and lower case), which hashes cheaply where a node's
+thousands of records are compared.
 
 What the primary serves for an RRset decides (:func:`classify`):
 
@@ -16,6 +18,7 @@ What the primary serves for an RRset decides (:func:`classify`):
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -32,8 +35,8 @@ TYPES = ("A", "AAAA", "PTR")
 
 #: An RRset's identity: (zone, name, type), names absolute, lower case.
 Key = tuple[str, str, str]
-#: A record's identity within its RRset: (data, compute node, VM).
-Ident = tuple[dns.rdata.Rdata, str, str]
+#: A record's identity within its RRset: (canonical data, compute node, VM).
+Ident = tuple[str, str, str]
 
 
 def rdata(rdtype: str, text: str) -> dns.rdata.Rdata:
@@ -42,9 +45,22 @@ def rdata(rdtype: str, text: str) -> dns.rdata.Rdata:
     return dns.rdata.from_text(dns.rdataclass.IN, rdtype, text, origin=dns.name.root, relativize=False)
 
 
-def texts(datas: Iterable[dns.rdata.Rdata]) -> list[str]:
-    """Presentation forms, sorted (names lower case)."""
-    return sorted(d.to_text().lower() for d in datas)
+def canonical(rdtype: str, text: str) -> str:
+    """``text`` (presentation form) in the canonical form data are compared
+    in; raises ValueError or a DNSException when it is not ``rdtype`` data."""
+    if rdtype == "A":
+        return str(ipaddress.IPv4Address(text))
+    return canonical_of(rdata(rdtype, text))
+
+
+def canonical_of(datum: dns.rdata.Rdata) -> str:
+    """The canonical form of DNS data read from a server."""
+    return datum.to_text().lower()
+
+
+def texts(datas: Iterable[str]) -> list[str]:
+    """Data as reported: canonical, sorted."""
+    return sorted(datas)
 
 
 @dataclass
@@ -57,7 +73,7 @@ class RRset:
     idents: list[Ident] = field(default_factory=list)
 
     @property
-    def datas(self) -> frozenset[dns.rdata.Rdata]:
+    def datas(self) -> frozenset[str]:
         return frozenset(i[0] for i in self.idents)
 
 
@@ -67,7 +83,7 @@ class Served:
     ``conflict``, another record at the name that forbids ours (a CNAME)."""
 
     ttl: int
-    datas: frozenset[dns.rdata.Rdata]
+    datas: frozenset[str]
     conflict: str = ""
 
 
@@ -80,19 +96,21 @@ def _name(value: Any, what: str) -> str:
         raise DnsError(f"{what} {value!r} is not a DNS name ({exc})") from None
 
 
-def _record(rec: Mapping[str, Any], zones: frozenset[str], what: str) -> tuple[Key, int, Ident]:
+def _record(rec: Mapping[str, Any], zones: Mapping[str, str], what: str) -> tuple[Key, int, Ident]:
     where = f"{what} record {rec.get('name')!r} {rec.get('type')!r}"
-    zone = _name(rec.get("zone"), f"the zone of {where}")
+    zone = zones.get(str(rec.get("zone")))
+    if zone is None:
+        zone = _name(rec.get("zone"), f"the zone of {where}")
+    if zone not in zones:
+        raise DnsError(f"{where}: its zone {zone} is not one of {PILLAR}.zones ({', '.join(sorted(set(zones.values())))})")
     name = _name(rec.get("name"), where)
     rdtype = str(rec.get("type") or "").upper()
     if rdtype not in TYPES:
         raise DnsError(f"{where}: the type must be one of {', '.join(TYPES)}")
-    if zone not in zones:
-        raise DnsError(f"{where}: its zone {zone} is not one of {PILLAR}.zones ({', '.join(sorted(zones))})")
-    if not dns.name.from_text(name).is_subdomain(dns.name.from_text(zone)):
+    if name != zone and not name.endswith("." + zone):
         raise DnsError(f"{where}: the name is not inside its zone {zone}")
     try:
-        data = rdata(rdtype, str(rec.get("data")))
+        data = canonical(rdtype, str(rec.get("data")))
     except (dns.exception.DNSException, ValueError) as exc:
         raise DnsError(f"{where}: {rec.get('data')!r} is not {rdtype} data ({exc})") from None
     ttl = rec.get("ttl")
@@ -104,15 +122,20 @@ def _record(rec: Mapping[str, Any], zones: frozenset[str], what: str) -> tuple[K
 def group(records: Iterable[Mapping[str, Any]], zones: Sequence[str], what: str) -> dict[Key, RRset]:
     """``records`` by RRset, each checked (``what``: "desired", "owned");
     an RRset's TTL is the lowest of its records'."""
-    allowed = frozenset(z.lower() for z in zones)
+    # Each zone as written, and in its canonical form, to its canonical form.
+    allowed = {z: _name(z, f"{PILLAR}.zones") for z in zones}
+    allowed.update({z: z for z in list(allowed.values())})
     out: dict[Key, RRset] = {}
+    seen: dict[Key, set[Ident]] = {}
     for rec in records:
         key, ttl, ident = _record(rec, allowed, what)
         rrset = out.get(key)
         if rrset is None:
             rrset = out[key] = RRset(key, ttl)
+            seen[key] = set()
         rrset.ttl = min(rrset.ttl, ttl)
-        if ident not in rrset.idents:
+        if ident not in seen[key]:
+            seen[key].add(ident)
             rrset.idents.append(ident)
             rrset.records.append(dict(rec))
     return out
@@ -127,8 +150,8 @@ class Change:
     key: Key
     kind: Literal["add", "replace", "delete"]
     ttl: int
-    datas: frozenset[dns.rdata.Rdata]
-    expect: frozenset[dns.rdata.Rdata]
+    datas: frozenset[str]
+    expect: frozenset[str]
 
 
 @dataclass
@@ -145,13 +168,13 @@ class Outcome:
     foreign: dict[str, Any] | None = None
 
 
-def foreign(key: Key, ours: Iterable[dns.rdata.Rdata], served: Served) -> dict[str, Any]:
+def foreign(key: Key, ours: Iterable[str], served: Served) -> dict[str, Any]:
     """The report of an RRset served otherwise than we own or want."""
     found = [served.conflict] if served.conflict else texts(served.datas)
     return {"zone": key[0], "name": key[1], "type": key[2], "ours": texts(ours), "found": found}
 
 
-def ours(want: RRset | None, owned: RRset | None) -> frozenset[dns.rdata.Rdata]:
+def ours(want: RRset | None, owned: RRset | None) -> frozenset[str]:
     """What a foreign report calls ours: what we own, else what we want."""
     if owned is not None:
         return owned.datas

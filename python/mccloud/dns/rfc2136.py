@@ -22,7 +22,7 @@ import dns.update
 
 from mccloud.dns import wire
 from mccloud.dns.errors import PILLAR, DnsError
-from mccloud.dns.records import Change, Key, Served
+from mccloud.dns.records import Change, Key, Served, canonical_of, rdata
 from mccloud.dns.site import Site
 from mccloud.dns.wire import Tsig
 
@@ -65,16 +65,18 @@ class Rfc2136:
 
     def _transferred(self, zone: str, keys: Sequence[Key]) -> dict[Key, Served]:
         ttls: dict[tuple[str, str], int] = {}
-        datas: dict[tuple[str, str], set[dns.rdata.Rdata]] = {}
+        datas: dict[tuple[str, str], set[str]] = {}
+        wanted = {(k[1], k[2]) for k in keys} | {(k[1], "CNAME") for k in keys}
         for rrset in wire.transfer(self.primary, zone, self.tsig, self.site.timeout):
             at = (rrset.name.to_text().lower(), dns.rdatatype.to_text(rrset.rdtype))
-            ttls[at] = rrset.ttl
-            datas.setdefault(at, set()).update(rrset)
+            if at in wanted:
+                ttls[at] = rrset.ttl
+                datas.setdefault(at, set()).update(canonical_of(d) for d in rrset)
         out: dict[Key, Served] = {}
         for key in keys:
             cname = datas.get((key[1], "CNAME"))
             if cname:
-                out[key] = Served(0, frozenset(), "CNAME " + " ".join(sorted(d.to_text() for d in cname)))
+                out[key] = Served(0, frozenset(), "CNAME " + " ".join(sorted(cname)))
             elif (key[1], key[2]) in datas:
                 out[key] = Served(ttls[(key[1], key[2])], frozenset(datas[(key[1], key[2])]))
         return out
@@ -86,11 +88,11 @@ class Rfc2136:
             name = dns.name.from_text(c.key[1])
             if c.kind == "add":
                 update.absent(name, c.key[2])
-                update.add(name, c.ttl, *c.datas)
+                update.add(name, c.ttl, *_rdatas(c.key, c.datas))
             else:
-                update.present(name, *c.expect)
+                update.present(name, *_rdatas(c.key, c.expect))
                 if c.kind == "replace":
-                    update.replace(name, c.ttl, *c.datas)
+                    update.replace(name, c.ttl, *_rdatas(c.key, c.datas))
                 else:
                     update.delete(name, c.key[2])
         rcode = wire.send_update(self.primary, update, self.tsig, self.site.timeout)
@@ -122,8 +124,12 @@ def _served(resp: dns.message.Message, key: Key, where: wire.Endpoint, zone: str
     name = dns.name.from_text(key[1])
     rrset = resp.get_rrset(resp.answer, name, dns.rdataclass.IN, dns.rdatatype.from_text(key[2]))
     if rrset:
-        return Served(rrset.ttl, frozenset(rrset))
+        return Served(rrset.ttl, frozenset(canonical_of(d) for d in rrset))
     cname = resp.get_rrset(resp.answer, name, dns.rdataclass.IN, dns.rdatatype.CNAME)
     if cname:
-        return Served(0, frozenset(), "CNAME " + " ".join(sorted(d.to_text() for d in cname)))
+        return Served(0, frozenset(), "CNAME " + " ".join(sorted(canonical_of(d) for d in cname)))
     return None
+
+
+def _rdatas(key: Key, datas: frozenset[str]) -> list[dns.rdata.Rdata]:
+    return [rdata(key[2], d) for d in sorted(datas)]

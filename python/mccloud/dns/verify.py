@@ -6,15 +6,14 @@ deadline the error names the nameserver, the zone and what it still lacks."""
 
 from __future__ import annotations
 
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import dns.message
 import dns.name
 import dns.rcode
-import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
 
@@ -35,7 +34,7 @@ class Expect:
     """An RRset as a nameserver must serve it: ``datas``, or None for gone."""
 
     key: Key
-    datas: frozenset[dns.rdata.Rdata] | None
+    datas: frozenset[str] | None
 
     def describe(self) -> str:
         what = " ".join(texts(self.datas)) if self.datas else ""
@@ -52,16 +51,47 @@ def serial_ge(a: int, b: int) -> bool:
     return a == b or 0 < (a - b) % 2**32 < 2**31
 
 
-def served(resp: dns.message.Message | None, expect: Expect) -> bool:
-    """Whether ``resp`` shows ``expect`` served."""
-    if resp is None:
-        return False
-    rcode = resp.rcode()
-    name = dns.name.from_text(expect.key[1])
-    rrset = resp.get_rrset(resp.answer, name, dns.rdataclass.IN, dns.rdatatype.from_text(expect.key[2]))
-    if expect.datas is None:
-        return rcode == dns.rcode.NXDOMAIN or (rcode == dns.rcode.NOERROR and not rrset)
-    return rcode == dns.rcode.NOERROR and rrset is not None and frozenset(rrset) == expect.datas
+def value(rdtype: str, datum: str) -> bytes:
+    """Canonical data as :class:`~mccloud.dns.wire.Reply` holds them."""
+    if rdtype == "A":
+        return socket.inet_pton(socket.AF_INET, datum)
+    if rdtype == "AAAA":
+        return socket.inet_pton(socket.AF_INET6, datum)
+    return wire.owner(datum)
+
+
+@dataclass(frozen=True)
+class _Check:
+    """An expectation as the answers are compared with it."""
+
+    expect: Expect
+    question: tuple[dns.name.Name, dns.rdatatype.RdataType]
+    owner: bytes
+    values: frozenset[bytes] | None
+
+    @classmethod
+    def of(cls, e: Expect) -> _Check:
+        values = frozenset(value(e.key[2], d) for d in e.datas) if e.datas is not None else None
+        question = wire.question(e.key[1], e.key[2])
+        return cls(e, question, wire.owner(question[0]), values)
+
+    def met(self, reply: wire.Reply | None) -> bool:
+        if reply is None:
+            return False
+        found = reply.values(self.owner, self.question[1])
+        if self.values is None:
+            return reply.rcode == dns.rcode.NXDOMAIN or (reply.rcode == dns.rcode.NOERROR and found is None)
+        return reply.rcode == dns.rcode.NOERROR and found == self.values
+
+
+def serials(asked: wire.Asked[wire.Reply], zones: Sequence[str]) -> dict[str, int]:
+    """The serials in the answers of SOA questions of ``zones`` (in that order)."""
+    out: dict[str, int] = {}
+    for index, reply in asked.answers.items():
+        found = reply.values(wire.owner(zones[index]), dns.rdatatype.SOA)
+        if reply.rcode == dns.rcode.NOERROR and found:
+            out[zones[index]] = int.from_bytes(next(iter(found)), "big")
+    return out
 
 
 class _Nameserver:
@@ -71,20 +101,20 @@ class _Nameserver:
         self.ns = ns
         self.zones = dict(targets)
         self.seen: dict[str, int] = {}
-        self.pending = list(expects)
+        self.pending = [_Check.of(e) for e in expects]
         self.error: OSError | None = None
 
     def round(self, deadline: float) -> None:
         if self.zones:
-            asked = wire.ask(self.ns, [wire.question(z, "SOA") for z in self.zones], deadline)
-            self.error = asked.error
             zones = list(self.zones)
-            self.seen.update(wire.serials_of(asked, zones))
+            asked = wire.ask_light(self.ns, [wire.question(z, "SOA") for z in zones], deadline)
+            self.error = asked.error
+            self.seen.update(serials(asked, zones))
             self.zones = {z: s for z, s in self.zones.items() if not serial_ge(self.seen.get(z, s - 1), s)}
         if not self.zones and self.pending:
-            asked = wire.ask(self.ns, [wire.question(e.key[1], e.key[2]) for e in self.pending], deadline)
-            self.error = asked.error
-            self.pending = [e for i, e in enumerate(self.pending) if not served(asked.answers.get(i), e)]
+            replies = wire.ask_light(self.ns, [c.question for c in self.pending], deadline)
+            self.error = replies.error
+            self.pending = [c for i, c in enumerate(self.pending) if not c.met(replies.answers.get(i))]
 
     def run(self, since: float, deadline: float) -> float:
         pause = PAUSE_S
@@ -107,8 +137,8 @@ class _Nameserver:
             have = self.seen.get(zone)
             parts.append(f"zone {zone} is at serial {have if have is not None else '(no answer)'}, "
                          f"not yet {serial}")
-        lacks = [e.describe() for e in self.pending if e.datas is not None]
-        stays = [e.describe() for e in self.pending if e.datas is None]
+        lacks = [c.expect.describe() for c in self.pending if c.expect.datas is not None]
+        stays = [c.expect.describe() for c in self.pending if c.expect.datas is None]
         if lacks:
             parts.append(f"it lacks {_listed(lacks)}")
         if stays:

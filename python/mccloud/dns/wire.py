@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
+import contextlib
 import errno
 import ipaddress
 import secrets
 import select
 import socket
+import struct
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import dns.exception
 import dns.flags
@@ -148,62 +151,198 @@ def question(name: str, rdtype: str | dns.rdatatype.RdataType) -> tuple[dns.name
     return dns.name.from_text(name), dns.rdatatype.RdataType.make(rdtype)
 
 
-@dataclass
-class Asked:
-    """The answers of :func:`ask` (by question index) and, when some are
-    missing, the last network error met."""
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
-    answers: dict[int, dns.message.Message]
+
+@dataclass
+class Asked(Generic[T]):
+    """The answers of :func:`ask` or :func:`ask_light` (by question index)
+    and, when some are missing, the last network error met."""
+
+    answers: dict[int, T]
     error: OSError | None = None
 
 
+@dataclass(frozen=True)
+class Reply:
+    """An answer read without dnspython's objects (verification asks
+    thousands): rcode, authoritative or not, and the answer section as
+    (owner, type, value); the value is the address's bytes (A, AAAA), the
+    name (PTR, CNAME: lower-case labels joined by dots, no final dot), the
+    serial (SOA, 4 bytes), or the raw data."""
+
+    rcode: int
+    aa: bool
+    answers: tuple[tuple[bytes, int, bytes], ...]
+
+    def values(self, owner: bytes, rdtype: int) -> frozenset[bytes] | None:
+        found = frozenset(v for o, t, v in self.answers if o == owner and t == rdtype)
+        return found or None
+
+
+class _Codec(Protocol[T_co]):
+    def query(self, index: int, qid: int) -> bytes: ...
+
+    def answer(self, index: int, wire: bytes) -> T_co | None: ...
+
+    def truncated(self, wire: bytes) -> bool: ...
+
+
+class _Messages:
+    """Queries and answers as dnspython messages, signed when given a key."""
+
+    def __init__(self, where: Endpoint, questions: Sequence[tuple[dns.name.Name, dns.rdatatype.RdataType]],
+                 tsig: Tsig | None) -> None:
+        self.where, self.questions, self.tsig = where, questions, tsig
+        self.sent: dict[int, dns.message.Message] = {}
+
+    def query(self, index: int, qid: int) -> bytes:
+        name, rdtype = self.questions[index]
+        q = dns.message.make_query(name, rdtype)
+        q.flags &= ~dns.flags.RD
+        q.id = qid
+        if self.tsig:
+            self.tsig.sign(q)
+        self.sent[index] = q
+        return q.to_wire()
+
+    def answer(self, index: int, wire: bytes) -> dns.message.Message | None:
+        q = self.sent[index]
+        try:
+            resp = parse(wire, q, self.tsig, self.where)
+        except (dns.exception.DNSException, ValueError):
+            return None
+        return resp if q.is_response(resp) else None
+
+    def truncated(self, wire: bytes) -> bool:
+        return bool(wire[2] & 0x02)
+
+
+class _Light:
+    """Queries built and answers read by hand (unsigned): a few
+    microseconds each, where dnspython's objects cost a few hundred."""
+
+    def __init__(self, questions: Sequence[tuple[dns.name.Name, dns.rdatatype.RdataType]]) -> None:
+        self.sections = [name.to_wire() + struct.pack(">HH", rdtype, dns.rdataclass.IN)  # type: ignore[operator]
+                         for name, rdtype in questions]
+
+    def query(self, index: int, qid: int) -> bytes:
+        return struct.pack(">HHHHHH", qid, 0, 1, 0, 0, 0) + self.sections[index]
+
+    def answer(self, index: int, wire: bytes) -> Reply | None:
+        section = self.sections[index]
+        if not wire[2] & 0x80 or wire[12:12 + len(section)].lower() != section.lower():
+            return None
+        try:
+            return _reply(wire, 12 + len(section))
+        except (IndexError, struct.error, ValueError):
+            return None
+
+    def truncated(self, wire: bytes) -> bool:
+        return bool(wire[2] & 0x02)
+
+
+def _name(wire: bytes, off: int) -> tuple[bytes, int]:
+    """The name at ``off`` (compression followed), and the offset after it."""
+    labels: list[bytes] = []
+    end: int | None = None
+    jumps = 0
+    while True:
+        n = wire[off]
+        if n >= 0xC0:
+            if end is None:
+                end = off + 2
+            off, jumps = ((n & 0x3F) << 8) | wire[off + 1], jumps + 1
+            if jumps > 64:
+                raise ValueError("a compression loop")
+            continue
+        off += 1
+        if n == 0:
+            return b".".join(labels), end if end is not None else off
+        labels.append(wire[off:off + n].lower())
+        off += n
+
+
+def _reply(wire: bytes, off: int) -> Reply:
+    flags, ancount = struct.unpack_from(">H", wire, 2)[0], struct.unpack_from(">H", wire, 6)[0]
+    answers = []
+    for _ in range(ancount):
+        owner, off = _name(wire, off)
+        rdtype, _cls, _ttl, size = struct.unpack_from(">HHIH", wire, off)
+        off += 10
+        if rdtype in (dns.rdatatype.PTR, dns.rdatatype.CNAME):
+            value = _name(wire, off)[0]
+        elif rdtype == dns.rdatatype.SOA:
+            value = wire[_name(wire, _name(wire, off)[1])[1]:][:4]
+        else:
+            value = wire[off:off + size]
+        answers.append((owner, rdtype, value))
+        off += size
+    return Reply(flags & 0x0F, bool(flags & 0x0400), tuple(answers))
+
+
+def owner(name: str | dns.name.Name) -> bytes:
+    """A name as :class:`Reply` holds it."""
+    labels = (name if isinstance(name, dns.name.Name) else dns.name.from_text(name)).labels
+    return b".".join(label.lower() for label in labels if label)
+
+
 def ask(where: Endpoint, questions: Sequence[tuple[dns.name.Name, dns.rdatatype.RdataType]], deadline: float,
-        tsig: Tsig | None = None) -> Asked:
+        tsig: Tsig | None = None) -> Asked[dns.message.Message]:
     """Asks ``questions`` of ``where`` at once (:data:`WINDOW` in flight,
     each sent again after :data:`RETRY_S` without an answer), until each is
     answered or ``deadline`` (``time.monotonic()``) passes; a truncated
     answer is asked again over TCP. A TSIG error raises at once."""
-    asker = _Asker(where, questions, tsig)
-    try:
-        asker.run(deadline)
-    finally:
-        asker.sock.close()
-    for index in asker.truncated:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        try:
-            asker.asked.answers[index] = tcp(where, asker.make(index), remaining, tsig)
-        except DnsError:
-            continue
-    return asker.asked
+    return _Asker(where, len(questions), _Messages(where, questions, tsig)).run(deadline)
 
 
-class _Asker:
-    def __init__(self, where: Endpoint, questions: Sequence[tuple[dns.name.Name, dns.rdatatype.RdataType]],
-                 tsig: Tsig | None) -> None:
-        self.where, self.questions, self.tsig = where, questions, tsig
+def ask_light(where: Endpoint, questions: Sequence[tuple[dns.name.Name, dns.rdatatype.RdataType]],
+              deadline: float) -> Asked[Reply]:
+    """:func:`ask`, unsigned, its answers read as :class:`Reply`."""
+    return _Asker(where, len(questions), _Light(questions)).run(deadline)
+
+
+class _Asker(Generic[T]):
+    def __init__(self, where: Endpoint, count: int, codec: _Codec[T]) -> None:
+        self.where, self.count, self.codec = where, count, codec
+        self.asked: Asked[T] = Asked({})
+        self.truncated: list[int] = []
+        self.next = 0
+        # id -> (question index, wire, last sent)
+        self.flight: dict[int, tuple[int, bytes, float]] = {}
+        # (last sent, id), in the order sent
+        self.order: collections.deque[tuple[float, int]] = collections.deque()
         family = socket.AF_INET6 if ":" in where.address else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
-        self.asked = Asked({})
-        self.truncated: list[int] = []
-        self.next = 0
-        # id -> (question index, query, wire, last sent)
-        self.flight: dict[int, tuple[int, dns.message.Message, bytes, float]] = {}
         try:
             self.sock.connect((where.address, where.port))
         except OSError as exc:
             self.sock.close()
             raise unreachable(where, exc, "queries", 0) from None
 
-    def make(self, index: int) -> dns.message.Message:
-        name, rdtype = self.questions[index]
-        q = dns.message.make_query(name, rdtype)
-        q.flags &= ~dns.flags.RD
-        if self.tsig:
-            self.tsig.sign(q)
-        return q
+    def run(self, deadline: float) -> Asked[T]:
+        try:
+            while True:
+                now = time.monotonic()
+                self._fill(now)
+                if not self.flight or now >= deadline:
+                    break
+                select.select([self.sock], [], [], max(0.0, min(RETRY_S, deadline - now)))
+                self._drain()
+        finally:
+            self.sock.close()
+        for index in self.truncated:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(DnsError):
+                found = self.codec.answer(index, exchange(self.where, self.codec.query(index, self._id()),
+                                                          remaining, "a query"))
+                if found is not None:
+                    self.asked.answers[index] = found
+        return self.asked
 
     def _id(self) -> int:
         # Random ids (WINDOW in flight at most: a free one is soon found).
@@ -219,26 +358,21 @@ class _Asker:
             self.asked.error = exc
 
     def _fill(self, now: float) -> None:
-        for qid, (index, q, wire, sent) in list(self.flight.items()):
-            if now - sent >= RETRY_S:
-                self._send(wire)
-                self.flight[qid] = (index, q, wire, now)
-        while self.next < len(self.questions) and len(self.flight) < WINDOW:
-            q = self.make(self.next)
-            q.id = self._id()
-            wire = q.to_wire()
-            self.flight[q.id] = (self.next, q, wire, now)
+        # Sent again: the queries unanswered for RETRY_S, oldest first.
+        while self.order and now - self.order[0][0] >= RETRY_S:
+            sent, qid = self.order.popleft()
+            entry = self.flight.get(qid)
+            if entry is not None and entry[2] == sent:
+                self._send(entry[1])
+                self.flight[qid] = (entry[0], entry[1], now)
+                self.order.append((now, qid))
+        while self.next < self.count and len(self.flight) < WINDOW:
+            qid = self._id()
+            wire = self.codec.query(self.next, qid)
+            self.flight[qid] = (self.next, wire, now)
+            self.order.append((now, qid))
             self._send(wire)
             self.next += 1
-
-    def run(self, deadline: float) -> None:
-        while True:
-            now = time.monotonic()
-            self._fill(now)
-            if not self.flight or now >= deadline:
-                return
-            select.select([self.sock], [], [], max(0.0, min(RETRY_S, deadline - now)))
-            self._drain()
 
     def _drain(self) -> None:
         while True:
@@ -249,36 +383,36 @@ class _Asker:
             except OSError as exc:
                 self.asked.error = exc
                 return
-            entry = self.flight.get(int.from_bytes(wire[:2], "big")) if len(wire) >= 12 else None
+            qid = int.from_bytes(wire[:2], "big") if len(wire) >= 12 else -1
+            entry = self.flight.get(qid)
             if entry is None:
                 continue
-            index, q, _, _ = entry
-            try:
-                resp = parse(wire, q, self.tsig, self.where)
-            except (dns.exception.DNSException, ValueError):
+            if self.codec.truncated(wire):
+                del self.flight[qid]
+                self.truncated.append(entry[0])
                 continue
-            if not q.is_response(resp):
-                continue
-            del self.flight[q.id]
-            if resp.flags & dns.flags.TC:
-                self.truncated.append(index)
-            else:
-                self.asked.answers[index] = resp
+            found = self.codec.answer(entry[0], wire)
+            if found is not None:
+                del self.flight[qid]
+                self.asked.answers[entry[0]] = found
 
 
 def tcp(where: Endpoint, msg: dns.message.Message, timeout: float, tsig: Tsig | None,
         doing: str = "a query") -> dns.message.Message:
     """``msg`` sent over TCP, its answer (TSIG-checked when signed)."""
+    return parse(exchange(where, msg.to_wire(), timeout, doing), msg, tsig, where)
+
+
+def exchange(where: Endpoint, request: bytes, timeout: float, doing: str) -> bytes:
+    """The answer to ``request`` over TCP, as bytes."""
     end = time.monotonic() + timeout
     try:
         with socket.create_connection((where.address, where.port), timeout=timeout) as sock:
-            request = msg.to_wire()
             sock.sendall(len(request).to_bytes(2, "big") + request)
             size = int.from_bytes(_receive(sock, 2, end), "big")
-            answer = _receive(sock, size, end)
+            return _receive(sock, size, end)
     except OSError as exc:
         raise unreachable(where, exc, doing, timeout) from None
-    return parse(answer, msg, tsig, where)
 
 
 def _receive(sock: socket.socket, size: int, end: float) -> bytes:
