@@ -130,7 +130,8 @@ def test_a_record_edited_by_hand_is_reported_foreign_and_left_as_the_operator_se
     records = vm_records()
     www, shop = records[0], records[1]
     owned = publish(target.settings(), records, [])["published"]
-    target.primary.nsupdate("cloud.test.", f"update delete {www['name']} A", f"update add {www['name']} 60 A 192.0.2.99")
+    target.primary.nsupdate("cloud.test.", f"update delete {www['name']} A",
+                            f"update add {www['name']} 60 A 192.0.2.99")
     taken = {**www, "name": "taken-" + www["name"]}
     target.primary.nsupdate("cloud.test.", f"update add {taken['name']} 60 A 192.0.2.98")
 

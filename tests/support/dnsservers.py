@@ -250,7 +250,10 @@ def generate_key(tool: str) -> dict[str, str]:
     """A new key made by ``tool`` as an operator makes one: ``tsig-keygen``
     (bind) or ``keymgr -t`` (knot)."""
     name = KEY_NAME.rstrip(".")
-    cmd = [program("tsig-keygen"), "-a", ALGORITHM, name] if tool == "bind" else [program("keymgr"), "-t", name, ALGORITHM]
+    if tool == "bind":
+        cmd = [program("tsig-keygen"), "-a", ALGORITHM, name]
+    else:
+        cmd = [program("keymgr"), "-t", name, ALGORITHM]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
     m = re.search(r'secret:?\s+"?([A-Za-z0-9+/=]+)"?', out)
     assert m, f"no secret in {cmd[0]}'s output"
@@ -402,7 +405,8 @@ class PowerDNS(Server):
         (root / "pdns.conf").write_text(self.config(db))
         (root / "pdns.conf").chmod(0o600)
         self.key = self.make_zones()
-        self.keyfile.write_text(f'key "{self.key["name"]}" {{ algorithm {ALGORITHM}; secret "{self.key["secret"]}"; }};\n')
+        k = self.key
+        self.keyfile.write_text(f'key "{k["name"]}" {{ algorithm {ALGORITHM}; secret "{k["secret"]}"; }};\n')
 
     def config(self, db: Path) -> str:
         return f"""launch=gsqlite3

@@ -93,8 +93,8 @@ def test_a_record_that_cannot_be_published_is_an_error_naming_it(bad: dict[str, 
 
 
 def test_data_compare_as_dns_data() -> None:
-    ptr = {"zone": "7.199.10.in-addr.arpa.", "name": "7.7.199.10.in-addr.arpa.", "type": "PTR", "data": "VM1.Cloud.Test.",
-           "ttl": 300, "cn": "cn1", "vm": "vm1"}
+    ptr = {"zone": "7.199.10.in-addr.arpa.", "name": "7.7.199.10.in-addr.arpa.", "type": "PTR",
+           "data": "VM1.Cloud.Test.", "ttl": 300, "cn": "cn1", "vm": "vm1"}
     grouped = group([ptr], ZONES, "desired")
     key = ("7.199.10.in-addr.arpa.", "7.7.199.10.in-addr.arpa.", "PTR")
     assert grouped[key].datas == frozenset({"vm1.cloud.test."})

@@ -102,7 +102,8 @@ def _record(rec: Mapping[str, Any], zones: Mapping[str, str], what: str) -> tupl
     if zone is None:
         zone = _name(rec.get("zone"), f"the zone of {where}")
     if zone not in zones:
-        raise DnsError(f"{where}: its zone {zone} is not one of {PILLAR}.zones ({', '.join(sorted(set(zones.values())))})")
+        listed = ", ".join(sorted(set(zones.values())))
+        raise DnsError(f"{where}: its zone {zone} is not one of {PILLAR}.zones ({listed})")
     name = _name(rec.get("name"), where)
     rdtype = str(rec.get("type") or "").upper()
     if rdtype not in TYPES:
