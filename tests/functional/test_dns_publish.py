@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from mccloud.dns import DnsError, compare, publish
-from tests.support.dnsservers import PowerDNS, Server, wrong_key
+from tests.support.dnsservers import PowerDNS, Server, program, wrong_key
 
 PUBLIC = "203.0.113.5"
 _serial = itertools.count(10)
@@ -121,6 +123,11 @@ def test_a_wrong_key_is_a_clear_error_and_publishes_nothing(target: Target) -> N
             assert f"the TSIG key {settings['tsig']['name']}" in message, message
             assert settings["tsig"]["secret"] not in message
         assert err.value.result is None
+        # Nor is the zone transferred without the key.
+        with pytest.raises(DnsError) as err:
+            compare(settings, records, [])
+        for part in expected:
+            assert part in str(err.value), str(err.value)
     assert target.transfers() == before
     for rec in records:
         assert target.primary.status(rec["name"], rec["type"]) == "NXDOMAIN"
@@ -270,3 +277,16 @@ def test_the_secret_is_in_no_result_and_no_error(target: Target) -> None:
     if target.kind == "pdns-api":
         assert settings["api"]["key"] not in text
     publish(settings, [], out["published"])
+
+
+def test_the_servers_transfer_and_take_updates_only_with_the_key(target: Target) -> None:
+    """The servers are set up as the how-to says: without the key, no zone
+    transfer and no update."""
+    out = target.primary.dig("+noall", "+answer", "AXFR", "cloud.test.")
+    assert "SOA" not in out, out
+    name = f"nokey{next(_serial)}.cloud.test."
+    p = subprocess.run([program("nsupdate"), "-t", "5"], capture_output=True, text=True, timeout=30,
+                       input=f"server {target.primary.host} {target.primary.port}\nzone cloud.test.\n"
+                             f"update add {name} 60 A 192.0.2.1\nsend\n")
+    assert p.returncode != 0 and re.search(r"update failed: (REFUSED|NOTAUTH)", p.stderr), p.stdout + p.stderr
+    assert target.primary.status(name) == "NXDOMAIN"

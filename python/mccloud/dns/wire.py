@@ -137,16 +137,6 @@ def unreachable(where: Endpoint, exc: BaseException, doing: str, timeout: float)
     return DnsError(f"{where} did not answer {doing} ({why}): is it running, and reachable from the controller?")
 
 
-def check_rcode(resp: dns.message.Message, tsig: Tsig | None, where: Endpoint, doing: str) -> None:
-    """Raises unless ``resp`` is a success."""
-    rcode = resp.rcode()
-    if rcode == dns.rcode.NOERROR:
-        return
-    if rcode in KEY_RCODES:
-        raise tsig_refused(str(tsig.name) if tsig else "(none)", where.label, KEY_RCODES[rcode])
-    raise DnsError(f"{where} answered {dns.rcode.to_text(rcode)} to {doing}")
-
-
 def question(name: str, rdtype: str | dns.rdatatype.RdataType) -> tuple[dns.name.Name, dns.rdatatype.RdataType]:
     return dns.name.from_text(name), dns.rdatatype.RdataType.make(rdtype)
 
