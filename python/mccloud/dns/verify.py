@@ -137,14 +137,16 @@ class _Nameserver:
             have = self.seen.get(zone)
             parts.append(f"zone {zone} is at serial {have if have is not None else '(no answer)'}, "
                          f"not yet {serial}")
-        lacks = [c.expect.describe() for c in self.pending if c.expect.datas is not None]
-        stays = [c.expect.describe() for c in self.pending if c.expect.datas is None]
-        if lacks:
-            parts.append(f"it lacks {_listed(lacks)}")
-        if stays:
-            parts.append(f"it still serves {_listed(stays)}")
+        for zone in sorted({c.expect.key[0] for c in self.pending}):
+            lacks = [c.expect.describe() for c in self.pending if c.expect.key[0] == zone and c.expect.datas]
+            stays = [c.expect.describe() for c in self.pending if c.expect.key[0] == zone and not c.expect.datas]
+            if lacks:
+                parts.append(f"zone {zone} lacks {_listed(lacks)}")
+            if stays:
+                parts.append(f"zone {zone} still has {_listed(stays)}")
         hint = " (does it serve these zones, transferring them from the primary when NOTIFYed?)" if self.zones else ""
         return f"{head}: {'; '.join(parts)}{hint}"
+
 
 def _listed(items: Sequence[str]) -> str:
     shown = ", ".join(items[:LISTED])
