@@ -11,8 +11,10 @@ the VM's internal name and its PTR. Each run:
 
 1. publishes them all (``mccloud.dns.publish``, nothing owned yet): the
    RFC 2136 updates sent, the seconds until the primary acknowledged the
-   last, then until every name answered on every nameserver (the
-   verification: every published RRset asked of both servers);
+   last, each nameserver's propagation (from that acknowledgement until it
+   answered every name: the verification asks every published RRset of
+   both servers), and the whole publication's, start to every name
+   answering everywhere;
 2. publishes them again, owned: nothing to send (the no-op);
 3. removes them all, verified gone on both servers.
 
@@ -84,7 +86,7 @@ def one_run(primary: dnsservers.Bind, records: list[dict[str, Any]]) -> dict[str
     gone = timed_publish(settings, [], first["published"])
     assert len(gone["removed"]) == len(records), "the removal was not whole"
     names = [primary.address, primary.secondary.address]
-    return {"updates": first["updates"], "acknowledged_s": first["acknowledged_s"], "seconds": first["seconds"],
+    return {"updates": first["updates"], "acknowledged_s": first["acknowledged_s"], "answered_s": first["seconds"],
             "verified": [first["verified"][n] for n in names], "noop_s": again["seconds"],
             "noop_updates": again["updates"], "remove_updates": gone["updates"], "remove_s": gone["seconds"]}
 
@@ -111,17 +113,17 @@ def main() -> None:
             runs.append(one_run(primary, records))
             r = runs[-1]
             print(f"run {i + 1}: {r['updates']} updates acknowledged in {r['acknowledged_s']:.2f} s; every name "
-                  f"answering on the primary after {r['verified'][0]:.2f} s, on the secondary after "
-                  f"{r['verified'][1]:.2f} s; no-op {r['noop_s']:.2f} s ({r['noop_updates']} updates); "
-                  f"removal {r['remove_s']:.2f} s ({r['remove_updates']} updates)")
+                  f"answering on the primary {r['verified'][0]:.2f} s later, on the secondary "
+                  f"{r['verified'][1]:.2f} s later: {r['answered_s']:.2f} s in all; no-op {r['noop_s']:.2f} s "
+                  f"({r['noop_updates']} updates); removal {r['remove_s']:.2f} s ({r['remove_updates']} updates)")
     section = {"vms": args.vms, "records": len(records), "rrsets": len(records), "runs": args.runs,
                "updates": runs[0]["updates"], "acknowledged_s": median(runs, "acknowledged_s"),
                "primary_s": median(runs, "verified", 0), "secondary_s": median(runs, "verified", 1),
-               "answered_s": round(statistics.median(max(r["verified"]) for r in runs), 3),
+               "answered_s": median(runs, "answered_s"),
                "noop_s": median(runs, "noop_s"), "noop_updates": runs[0]["noop_updates"],
                "remove_s": median(runs, "remove_s"), "remove_updates": runs[0]["remove_updates"]}
     print(f"median of {args.runs}: every name answering on every nameserver {section['answered_s']:.2f} s after "
-          f"the start; no-op {section['noop_s']:.2f} s")
+          f"the publication started; no-op {section['noop_s']:.2f} s")
     if not args.no_results:
         path = results.record(args.results, {"dns": section}, page=args.page)
         print(f"\nfigures recorded in {path} (commit {results.commit()}); the performance page's DNS table "

@@ -55,17 +55,20 @@ def publish(settings: Mapping[str, Any], desired: Iterable[Mapping[str, Any]], o
 
     Then each zone's new SOA serial is read from the primary and every
     nameserver asked until it serves that serial or a later one, every
-    record published and none removed; past ``settings["timeout"]`` seconds
-    a :class:`DnsError` names the nameserver, the zone and what it lacks.
+    record published and none removed; ``settings["timeout"]`` seconds
+    after the last change was acknowledged, a :class:`DnsError` names the
+    nameserver, the zone and what it lacks.
 
     Returns ``{"published": [records], "removed": [records], "foreign":
     [{"zone", "name", "type", "ours": [data], "found": [data]}], "kept":
     int, "zones": {zone: serial}, "verified": {"host:port": seconds},
-    "seconds": float}``: ``published`` holds the records sent, and those of
-    ``desired`` already served as wanted that were not owned yet;
+    "seconds": float}``. ``published`` holds the records sent, and those
+    of ``desired`` already served as wanted that were not owned yet;
     ``removed`` the owned records no longer served nor wanted (the caller
     records both in the store); ``ours`` is what we own there, or what we
-    want when we own nothing. ``progress``, when given, is called with a
+    want when we own nothing; ``verified`` the seconds each nameserver took
+    to serve everything from the last change acknowledged (its
+    propagation); ``seconds`` the whole publication's. ``progress``, when given, is called with a
     dict per step (``step``: "read", "update", "verified").
 
     A DnsError raised after the primary acknowledged changes carries the

@@ -112,9 +112,11 @@ def publish(site: Site, backend: Backend, desired: Iterable[Mapping[str, Any]],
         planned = {zone: run.classify(zone, keys) for zone, keys in by_zone.items()}
         for zone, outcomes in planned.items():
             run.apply(zone, outcomes)
+        # The nameservers' seconds, and the timeout, count from the last update acknowledged.
+        acknowledged = time.monotonic()
         zones = backend.serials(sorted(by_zone))
-        verified = verify.verify(site.nameservers, zones, verify.expectations(run.sent), run.started,
-                                 run.started + site.timeout, run.progress)
+        verified = verify.verify(site.nameservers, zones, verify.expectations(run.sent), acknowledged,
+                                 acknowledged + site.timeout, run.progress)
     except DnsError as exc:
         if run.sent and exc.result is None:
             exc.result = {**run.result(), "zones": zones, "verified": {},

@@ -155,7 +155,8 @@ def _listed(items: Sequence[str]) -> str:
 
 def verify(nameservers: Sequence[Endpoint], targets: Mapping[str, int], expects: Sequence[Expect], since: float,
            deadline: float, progress: Callable[[dict[str, Any]], None]) -> dict[str, float]:
-    """Seconds each nameserver took, from ``since``, to serve ``targets``
+    """Seconds each nameserver took, from ``since`` (the last change
+    acknowledged), to serve ``targets``
     (zone: serial) and ``expects``; a DnsError naming every nameserver
     that did not by ``deadline``."""
     checks = [_Nameserver(ns, targets, expects) for ns in nameservers]
