@@ -97,11 +97,11 @@ def serials(asked: wire.Asked[wire.Reply], zones: Sequence[str]) -> dict[str, in
 class _Nameserver:
     """One nameserver's verification."""
 
-    def __init__(self, ns: Endpoint, targets: Mapping[str, int], expects: Sequence[Expect]) -> None:
+    def __init__(self, ns: Endpoint, targets: Mapping[str, int], expects: Sequence[_Check]) -> None:
         self.ns = ns
         self.zones = dict(targets)
         self.seen: dict[str, int] = {}
-        self.pending = [_Check.of(e) for e in expects]
+        self.pending = list(expects)
         self.error: OSError | None = None
 
     def round(self, deadline: float) -> None:
@@ -159,7 +159,8 @@ def verify(nameservers: Sequence[Endpoint], targets: Mapping[str, int], expects:
     acknowledged), to serve ``targets``
     (zone: serial) and ``expects``; a DnsError naming every nameserver
     that did not by ``deadline``."""
-    checks = [_Nameserver(ns, targets, expects) for ns in nameservers]
+    prepared = [_Check.of(e) for e in expects]
+    checks = [_Nameserver(ns, targets, prepared) for ns in nameservers]
     with ThreadPoolExecutor(max_workers=max(1, len(checks))) as pool:
         futures = [pool.submit(c.run, since, deadline) for c in checks]
     out: dict[str, float] = {}
