@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import socket
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
@@ -290,3 +291,33 @@ def test_the_servers_transfer_and_take_updates_only_with_the_key(target: Target)
                              f"update add {name} 60 A 192.0.2.1\nsend\n")
     assert p.returncode != 0 and re.search(r"update failed: (REFUSED|NOTAUTH)", p.stderr), p.stdout + p.stderr
     assert target.primary.status(name) == "NXDOMAIN"
+
+
+def test_a_zone_the_primary_does_not_serve_is_an_error_naming_both(target: Target) -> None:
+    zones = [*target.primary.zones, "elsewhere.test."]
+    record = {**vm_records()[0], "zone": "elsewhere.test.", "name": "www.elsewhere.test."}
+    with pytest.raises(DnsError) as err:
+        publish(target.settings(zones=zones), [record], [])
+    message = str(err.value)
+    where = target.settings()["api"]["url"] if target.kind == "pdns-api" else target.primary.address
+    assert where in message and "elsewhere.test." in message, message
+    assert "REFUSED" in message or "NOTAUTH" in message or "HTTP 404" in message, message
+    assert err.value.result is None
+
+
+def test_a_primary_that_never_answers_is_an_error_naming_it_within_the_timeout() -> None:
+    """A server that takes the queries and answers nothing (UDP and TCP)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, \
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        port = tcp.getsockname()[1]
+        udp.bind(("127.0.0.1", port))
+        settings = {"enabled": True, "zones": ["cloud.test."], "primary": {"host": "127.0.0.1", "port": port},
+                    "nameservers": [], "tsig": {"name": "k.", "algorithm": "hmac-sha256",
+                                                "secret": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I="},
+                    "ttl": 300, "internal_zone": None, "backend": "rfc2136", "api": None, "timeout": 0.5}
+        with pytest.raises(DnsError) as err:
+            publish(settings, vm_records()[:1], [])
+    assert f"the primary 127.0.0.1:{port} did not answer" in str(err.value), str(err.value)
+    assert "no answer within 0.5 s" in str(err.value), str(err.value)

@@ -418,8 +418,10 @@ def _receive(sock: socket.socket, size: int, end: float) -> bytes:
 
 def parse(answer: bytes, request: dns.message.Message, tsig: Tsig | None, where: Endpoint) -> dns.message.Message:
     """The answer to ``request`` (signed with ``tsig`` when given: the
-    answer's signature is checked, and an answer unsigned means the key was
-    refused, as PowerDNS answers)."""
+    answer's signature is checked. An answer unsigned is a refusal: of the
+    key when it is NOTAUTH, as PowerDNS answers, or holds data, which
+    cannot be trusted; otherwise (REFUSED, SERVFAIL...) it is returned for
+    its rcode to be reported)."""
     try:
         return dns.message.from_wire(answer, keyring=tsig.keyring if tsig else None,
                                      request_mac=request.mac if tsig else b"")
@@ -432,6 +434,8 @@ def parse(answer: bytes, request: dns.message.Message, tsig: Tsig | None, where:
         plain = dns.message.from_wire(answer)
     except dns.exception.DNSException:
         raise DnsError(f"{where} sent an answer that does not read") from None
+    if plain.rcode() not in (dns.rcode.NOTAUTH, dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+        return plain
     raise tsig_refused(str(tsig.name), where.label, f"{dns.rcode.to_text(plain.rcode())}, answered without a signature")
 
 
