@@ -245,6 +245,17 @@ class Server:
                 "nameservers": [s.endpoint for s in servers], "tsig": dict(key or self.key), "ttl": 300,
                 "internal_zone": "vms.cloud.test.", "backend": "rfc2136", "api": None, "timeout": timeout, **over}
 
+    def pillar(self, *, nameservers: Sequence[Server] | None = None, **over: Any) -> dict[str, Any]:
+        """The same site as pillar carries it: flat dotted keys under
+        ``makina-states.cloud.dns`` (zones without their final dot, servers as
+        ``host:port``); ``over`` replaces keys by their last part (``ttl=60``)."""
+        settings = self.settings(nameservers=nameservers)
+        values = {"zones": [z.rstrip(".") for z in settings["zones"]], "primary": self.address,
+                  "nameservers": [f"{s['host']}:{s['port']}" for s in settings["nameservers"]],
+                  "tsig": {**settings["tsig"], "name": settings["tsig"]["name"].rstrip(".")}, "ttl": 300,
+                  "internal_zone": "vms.cloud.test", "backend": "rfc2136", "timeout": 10, **over}
+        return {f"makina-states.cloud.dns.{k}": v for k, v in values.items()}
+
 
 def generate_key(tool: str) -> dict[str, str]:
     """A new key made by ``tool`` as an operator makes one: ``tsig-keygen``
