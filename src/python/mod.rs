@@ -645,6 +645,14 @@ impl Registry {
             .map_err(to_py)
     }
 
+    /// Keeps how long the last DNS publication took to be served by every
+    /// nameserver (``seconds``), which ``metrics`` gives as
+    /// ``mccloud_dns_last_propagation_seconds``.
+    fn dns_verified(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
+        py.detach(|| self.inner.dns_verified(seconds))
+            .map_err(to_py)
+    }
+
     /// A consistent copy of the store to `dest`, a new SQLite store file
     /// (SQLite's online backup; one snapshot of a PostgreSQL store).
     fn backup(&self, py: Python<'_>, dest: &str) -> PyResult<()> {

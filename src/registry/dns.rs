@@ -15,7 +15,24 @@ use crate::pillar::names::validate;
 use crate::settings::dns::{DnsSettings, DNS};
 use crate::views::dns::{self, NodeInput};
 
+/// The store's `meta` key holding how long the last DNS publication took
+/// to be served by every nameserver (seconds, as text).
+pub(crate) const PROPAGATION: &str = "dns_last_propagation_seconds";
+
 impl Registry {
+    /// Keeps how long the last DNS publication took to be served by every
+    /// nameserver (`seconds`, its verification), for the metrics. Creates
+    /// the store when there is none.
+    pub fn dns_verified(&self, seconds: f64) -> Result<()> {
+        if !seconds.is_finite() || seconds < 0.0 {
+            return Err(Error::Argument(format!(
+                "dns_verified: {seconds} is no duration: give the seconds the verification took"
+            )));
+        }
+        let text = format!("{seconds:.3}");
+        self.write(|tx| tx.set_meta(PROPAGATION, &text))
+    }
+
     /// The DNS settings, or why there are none to plan with.
     fn dns_on(&self) -> Result<DnsSettings> {
         self.config.dns()?.ok_or_else(|| {
