@@ -403,6 +403,49 @@ fn published_records_are_owned_journaled_and_outlive_a_destroyed_vm() {
 // --- properties ------------------------------------------------------------
 
 /// A label of the generated names.
+#[test]
+fn metrics_count_the_records_owned_per_zone_and_the_last_propagation() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open(&dir, pillar());
+    reg.register_node(CN1, &[]).unwrap();
+    let text = reg.metrics().unwrap();
+    assert!(text.contains("# TYPE mccloud_dns_records gauge"), "{text}");
+    assert!(
+        !text.contains("mccloud_dns_records{")
+            && !text
+                .lines()
+                .any(|l| l.starts_with("mccloud_dns_last_propagation_seconds ")),
+        "nothing published, nothing counted:\n{text}"
+    );
+    let added = records_from_json(
+        "added",
+        &json!([
+            record("www.cloud.example.net", "198.51.100.7", "web1.cloud.example.net"),
+            record("cn1.cloud.example.net", "198.51.100.7", ""),
+            {"zone": "5.10.in-addr.arpa.", "name": "7.10.5.10.in-addr.arpa.", "type": "PTR",
+             "data": "web1.cloud.example.net.", "ttl": 60, "cn": CN1, "vm": "web1.cloud.example.net"}
+        ]),
+    )
+    .unwrap();
+    reg.dns_published(&added, &[]).unwrap();
+    reg.dns_verified(0.4321).unwrap();
+    reg.dns_verified(1.25).unwrap();
+    let text = reg.metrics().unwrap();
+    for line in [
+        "mccloud_dns_records{zone=\"cloud.example.net.\"} 2",
+        "mccloud_dns_records{zone=\"5.10.in-addr.arpa.\"} 1",
+        "mccloud_dns_last_propagation_seconds 1.25",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line:?} missing from:\n{text}"
+        );
+    }
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        assert!(reg.dns_verified(bad).is_err(), "{bad}");
+    }
+}
+
 fn label() -> impl Strategy<Value = String> {
     prop_oneof!["[a-c]{1,2}", Just("x-y".to_owned())]
 }
