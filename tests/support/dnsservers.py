@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -102,6 +103,14 @@ def zone_text(zone: str, serial: int = 1) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _die_with_parent() -> None:
+    """In the server's process before it starts: SIGTERM when the process
+    that started it dies (Linux's PR_SET_PDEATHSIG), so that a test run
+    killed leaves no server behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
 class Server:
     """One server process under ``root``: started, stopped, killed and
     restarted on the same port; asked with ``dig`` and ``nsupdate``."""
@@ -138,7 +147,8 @@ class Server:
         assert not self.is_running(), f"{self.kind} on {self.address} is already running"
         with open(self.logfile, "ab") as log:
             self.proc = subprocess.Popen(self.command(), cwd=self.root, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         self.wait_ready()
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
