@@ -95,16 +95,21 @@ def test_provision_publishes_destroy_removes_drift_and_repair(dnsbox: Cloud, dns
     assert step["result"] is True and "mccloud-node" in step["comment"], step
     assert everywhere(dns_bind, "253.7.199.10.in-addr.arpa.", "PTR") == [[f"{cloud.node}."]] * 2
 
-    seen = {}
-    for vm in DOMAINS:
-        done = ok(cloud, "mc_cloud_vm.provision", vm, "skip=bootstrap,initial_highstate,ping")
-        step = dns_step(done)
-        assert "record(s) published" in step["comment"] and "verified on" in step["comment"], step
-        assert set(step["verified"]) == {dns_bind.address, dns_bind.secondary.address}, step
-        seen[vm] = cloud.call_cli.run("mc_cloud_nsbox.get_settings_for_vm", cloud.node, vm).data
+    # One VM provisioned alone, then every VM of the node in parallel: the
+    # first is published once, the other while it is kept. A VM's names:
+    # its own and its domains, its internal name and its address's PTR.
+    done = ok(cloud, "mc_cloud_vm.provision", WEB, "skip=bootstrap,initial_highstate,ping")
+    step = dns_step(done)
+    assert step["comment"].startswith(f"names of {WEB}: 5 record(s) published, 0 removed, 0 kept"), step
+    assert set(step["verified"]) == {dns_bind.address, dns_bind.secondary.address}, step
+    done = ok(cloud, "mc_cloud_vm.orchestrate", cloud.node, "skip_steps=bootstrap,initial_highstate,ping")
+    steps = {s["name"]: dns_step(s) for s in done["steps"]}
+    assert steps[WEB]["comment"].startswith(f"names of {WEB}: 0 record(s) published, 0 removed, 5 kept"), steps
+    assert steps[SHOP]["comment"].startswith(f"names of {SHOP}: 4 record(s) published"), steps
+    seen = {vm: cloud.call_cli.run("mc_cloud_nsbox.get_settings_for_vm", cloud.node, vm).data for vm in DOMAINS}
     # Every name answers on both nameservers.
     for vm, domains in DOMAINS.items():
-        for d in domains:
+        for d in [vm, *domains]:
             assert everywhere(dns_bind, d + ".") == [[PUBLIC], [PUBLIC]], d
         internal = f"{vm.split('.')[0]}.vms.cloud.test."
         assert everywhere(dns_bind, internal) == [[seen[vm]["ip"]]] * 2
@@ -139,7 +144,7 @@ def test_provision_publishes_destroy_removes_drift_and_repair(dnsbox: Cloud, dns
     # A VM nobody touched: destroyed, every name gone from both nameservers,
     # from the zone and from the store.
     ok(cloud, "mc_cloud_vm.destroy", SHOP)
-    for name in (f"www.{SHOP}.", "dnsshop.vms.cloud.test."):
+    for name in (f"{SHOP}.", f"www.{SHOP}.", "dnsshop.vms.cloud.test."):
         assert dns_bind.status(name) == "NXDOMAIN" and dns_bind.secondary.status(name) == "NXDOMAIN", name
     ptr = ".".join(reversed(seen[SHOP]["ip"].split("."))) + ".in-addr.arpa."
     assert everywhere(dns_bind, ptr, "PTR") == [[], []]
