@@ -15,7 +15,7 @@ import os
 import subprocess
 from typing import Any
 
-from tests.support.dnsservers import Bind, free_port
+from tests.support.dnsservers import Bind, PowerDNS, free_port
 from tests.support.pillars import FLAGS
 from tests.support.saltenv import CN, SaltEnv
 
@@ -205,3 +205,24 @@ def test_drift_finds_foreign_and_missing_and_repair_restores_only_ours(salt_env:
     assert served(dns_bind, www) == [["192.0.2.99"], ["192.0.2.99"]]  # left alone
     r = salt_env.run("mc_cloud.drift", CN)
     assert {f["kind"] for f in json.loads(r.stdout)["findings"]} == {"dns_foreign"}, r.output
+
+
+def test_push_through_powerdns_s_api_and_its_removal(salt_env: SaltEnv, sample: dict[str, Any],
+                                                     dns_pdns: PowerDNS) -> None:
+    vm = f"api{next(_n)}-{os.getpid()}.cloud.test"
+    pillar = copy.deepcopy({**sample, **FLAGS})
+    pillar[SEED_KEY][vm] = {"domains": [f"www.{vm}"]}
+    pillar[f"makina-states.cloud.compute_node.conf.{CN}.public_ip"] = PUBLIC
+    pillar.update(dns_pdns.pillar(backend="pdns-api", api=dns_pdns.api))
+    register(salt_env, pillar)
+    r = salt_env.run("mc_cloud.dns", CN, "push=True")
+    assert r.returncode == 0, r.output
+    assert set(json.loads(r.stdout)["verified"]) == {dns_pdns.address}, r.stdout
+    assert dns_pdns.answers(f"www.{vm}.", "A") == [PUBLIC]
+    assert dns_pdns.api["key"] not in r.output + salt_env.dump_store()
+    del pillar[SEED_KEY][vm]
+    salt_env.set_pillar(pillar)
+    r = mccloud(salt_env, "dns", "push", "-o", "json")
+    assert r.returncode == 0 and f"www.{vm}. A {PUBLIC}" in json.loads(r.stdout)["changes"]["removed"], r.stdout
+    assert dns_pdns.status(f"www.{vm}.") == "NXDOMAIN"
+    assert vm not in {x["vm"] for x in json.loads(mccloud(salt_env, "dns", "show", "-o", "json").stdout)["records"]}
