@@ -34,7 +34,7 @@ def dns(args: argparse.Namespace, registry_of: Callable[[argparse.Namespace], mc
         else:
             for w in out.get("warnings") or []:
                 _say(f"warning: {w}")
-            print(out["comment"], file=sys.stdout if out["result"] else sys.stderr)
+            print(out.get("summary") or out["comment"], file=sys.stdout if out["result"] else sys.stderr)
         return int(out["retcode"])
     out = dnspub.plan(reg, target) if args.dns_command == "plan" else dnspub.show(reg, target)
     if args.output != "table":

@@ -12,6 +12,7 @@ import copy
 import itertools
 import json
 import os
+import re
 import subprocess
 from typing import Any
 
@@ -111,7 +112,10 @@ def test_command_line_plan_show_push_and_a_domain_removed(salt_env: SaltEnv, sam
 
     r = mccloud(salt_env, "dns", "push", "--target", CN)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"verified on {dns_bind.address} in" in r.stdout and dns_bind.secondary.address in r.stdout, r.stdout
+    assert r.stdout.startswith(f"names of {CN}: ") and "verified on " in r.stdout, r.stdout
+    for address in (dns_bind.address, dns_bind.secondary.address):
+        assert re.search(rf"{re.escape(address)} in \d+\.\d\d s", r.stdout), r.stdout
+    assert "not published" not in r.stdout and "warning: mysupertest3.foo.com" in r.stderr, r.stderr
     assert "serves every change after" in r.stderr, r.stderr  # the progress
     assert served(dns_bind, www) == [[PUBLIC], [PUBLIC]]
     shown = json.loads(mccloud(salt_env, "dns", "show", "--target", CN, "-o", "json").stdout)["records"]
@@ -167,6 +171,9 @@ def test_without_dns_settings_the_commands_say_so(salt_env: SaltEnv, sample: dic
     assert r.returncode == 1 and "DNS publishing is not configured" in r.stderr, r.stdout + r.stderr
     r = salt_env.run("mc_cloud.dns")
     assert r.returncode != 0 and "makina-states.cloud.dns" in r.stdout, r.output
+    r = salt_env.run("mc_cloud.dns", "push=maybe")
+    assert r.returncode != 0 and "push=" in r.output and "is not a boolean" in r.output, r.output
+    assert "Traceback" not in r.output
     # Drift has no DNS finding and no error then.
     r = salt_env.run("mc_cloud.drift", CN)
     assert r.returncode == 0 and "dns" not in r.stdout, r.output

@@ -127,8 +127,8 @@ def summary(result: Mapping[str, Any], what: str) -> str:
 def publish(reg: mccloud.Registry, settings: Mapping[str, Any], sc: Scope, what: str,
             say: Say) -> dict[str, Any]:
     """Publishes scope ``sc`` and records the outcome in the store: a step
-    (``result``, ``comment``, ``changes``, ``warnings``, ``seconds``,
-    ``verified``). A nameserver not serving the changes in time, a key
+    (``result``, ``comment``, ``summary``: the comment without the
+    warnings, ``changes``, ``warnings``, ``seconds``, ``verified``). A nameserver not serving the changes in time, a key
     refused or a primary down fails the step with what the error names;
     what the primary had acknowledged is recorded all the same."""
     warnings = list(sc.warnings)
@@ -144,10 +144,9 @@ def publish(reg: mccloud.Registry, settings: Mapping[str, Any], sc: Scope, what:
     warnings += foreign_lines(result)
     changes = {k: [f"{r['name']} {r['type']} {r['data']}" for r in result[k]]
                for k in ("published", "removed") if result[k]}
-    comment = summary(result, what)
-    if warnings:
-        comment += "; " + "; ".join(warnings)
-    return {"result": True, "comment": comment, "changes": changes, "warnings": warnings,
+    line = summary(result, what)
+    comment = "; ".join([line, *warnings])
+    return {"result": True, "comment": comment, "summary": line, "changes": changes, "warnings": warnings,
             "seconds": result["seconds"], "verified": result["verified"]}
 
 

@@ -324,12 +324,17 @@ def dns(target=None, push=False, **kwargs):
     """
     env = _env()
     cn = None if target is None else str(target)
-    if saltsupport.boolean("push", push):
-        out = _o.answer("dns", lambda env: _dnspub.push(env.registry, cn, env.progress), env, **kwargs)
-        if out.get("retcode"):
-            env.context["retcode"] = out["retcode"]
-        return out
-    out = _o.answer("dns", lambda env: _dnspub.plan(env.registry, cn), env, **kwargs)
-    if isinstance(out, dict) and "records" in out and not env.opts.get("output"):
+    pushing = []
+
+    def body(env):
+        if saltsupport.boolean("push", push):
+            pushing.append(True)
+            return _dnspub.push(env.registry, cn, env.progress)
+        return _dnspub.plan(env.registry, cn)
+
+    out = _o.answer("dns", body, env, **kwargs)
+    if out.get("retcode"):
+        env.context["retcode"] = out["retcode"]
+    if not pushing and "records" in out and not env.opts.get("output"):
         return _reports.DNS.salt({**out, "records": _reports.dns_rows(out)}, None)
     return out
