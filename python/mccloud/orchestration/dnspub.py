@@ -128,9 +128,10 @@ def publish(reg: mccloud.Registry, settings: Mapping[str, Any], sc: Scope, what:
             say: Say) -> dict[str, Any]:
     """Publishes scope ``sc`` and records the outcome in the store: a step
     (``result``, ``comment``, ``summary``: the comment without the
-    warnings, ``changes``, ``warnings``, ``seconds``, ``verified``). A nameserver not serving the changes in time, a key
-    refused or a primary down fails the step with what the error names;
-    what the primary had acknowledged is recorded all the same."""
+    warnings, ``changes``, ``warnings``, ``seconds``, ``verified``). A
+    nameserver not serving the changes in time, a key refused or a
+    primary down fails the step with what the error names; what the
+    primary had acknowledged is recorded all the same."""
     warnings = list(sc.warnings)
     if not sc.desired and not sc.owned:
         return {"result": True, "comment": f"{what}: no DNS record to publish", "warnings": warnings}
