@@ -66,3 +66,13 @@ def test_the_plan_table_shows_each_record_with_its_action_and_node() -> None:
                                       "1 record(s) to publish, 0 to remove (mccloud dns push carries it out)"]
     salt = reports.DNS.salt({**out, "records": reports.dns_rows(out)}, None)
     assert salt["outputter"] == "table" and salt["data"]["records"][0]["node"] == CN
+
+
+def test_a_scope_with_nothing_to_publish_asks_no_server_and_still_warns() -> None:
+    asked: list[str] = []
+    step = dnspub.publish(None, {"enabled": True}, dnspub.Scope([], [], ["cn1.example.org. not published"]),  # type: ignore[arg-type]
+                          "names of cn1", asked.append)
+    assert step == {"result": True, "comment": "names of cn1: no DNS record to publish; cn1.example.org. not published",
+                    "summary": "names of cn1: no DNS record to publish",
+                    "warnings": ["cn1.example.org. not published"]}
+    assert asked == []

@@ -134,7 +134,8 @@ def publish(reg: mccloud.Registry, settings: Mapping[str, Any], sc: Scope, what:
     primary had acknowledged is recorded all the same."""
     warnings = list(sc.warnings)
     if not sc.desired and not sc.owned:
-        return {"result": True, "comment": f"{what}: no DNS record to publish", "warnings": warnings}
+        line = f"{what}: no DNS record to publish"
+        return {"result": True, "comment": "; ".join([line, *warnings]), "summary": line, "warnings": warnings}
     try:
         result = dns.publish(settings, sc.desired, sc.owned, progress_of(say))
     except dns.DnsError as exc:
