@@ -4,9 +4,10 @@
 section with the commit and machine it measured, then renders the registry
 table of the performance page (``docs/explanation/performance.md``) from
 that file (between the ``bench:registry`` markers);
-``bench/provision.py``, ``bench/store.py`` and ``bench/metrics.py`` record
-sections of their own, rendered between the ``bench:provisioning``,
-``bench:store`` and ``bench:metrics`` markers.
+``bench/provision.py``, ``bench/store.py``, ``bench/metrics.py`` and
+``bench/dns.py`` record sections of their own, rendered between the
+``bench:provisioning``, ``bench:store``, ``bench:metrics`` and ``bench:dns``
+markers.
 The tests check that the page's tables are the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
@@ -35,6 +36,11 @@ PSTART, PEND = "<!-- bench:provisioning:start -->", "<!-- bench:provisioning:end
 SSTART, SEND = "<!-- bench:store:start -->", "<!-- bench:store:end -->"
 #: The metrics table's markers (``bench/metrics.py`` records its section, ``metrics``).
 MSTART, MEND = "<!-- bench:metrics:start -->", "<!-- bench:metrics:end -->"
+#: The DNS table's markers (``bench/dns.py`` records its section, ``dns``).
+DSTART, DEND = "<!-- bench:dns:start -->", "<!-- bench:dns:end -->"
+#: Goal of a node's names: every one answering on every nameserver, seconds
+#: after the publication started.
+GOAL_DNS_S = 2.0
 #: The stores of the ``store`` section, in the table's column order.
 STORES = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
 #: Goal of provisioning, destroy and orchestration, as ratios to their floors.
@@ -298,6 +304,29 @@ def render_metrics(data: dict[str, Any]) -> str:
     return "\n".join([*rows, "", *notes, "", f"Measured (`./run bench metrics`, `bench/results.json`): {_stamp(m)}"])
 
 
+def render_dns(data: dict[str, Any]) -> str:
+    """The DNS publication's table (markdown) of ``data``'s ``dns`` section."""
+    d = data.get("dns")
+    if not d:
+        return "No DNS figures recorded yet: run ./run bench dns."
+    met = "met" if d["answered_s"] <= GOAL_DNS_S else "missed"
+    rows = ["| measure | figure | goal |", "|---|---|---|",
+            f"| records of a node of {d['vms']:,} VMs (two domains, the internal name, its PTR) | "
+            f"{d['records']:,} in 3 zones | |",
+            f"| RFC 2136 updates sent (one per zone and batch) | {d['updates']} | |",
+            f"| publication, start to the last update acknowledged by the primary | {d['acknowledged_s']:.2f} s | |",
+            f"| then every name answering on the primary (bind) | +{d['primary_s']:.2f} s | |",
+            f"| then every name answering on the secondary (knot, NOTIFYed, IXFR) | +{d['secondary_s']:.2f} s | |",
+            f"| publication, start to every name answering on every nameserver | {d['answered_s']:.2f} s | "
+            f"≤ {GOAL_DNS_S:g} s ({met}) |",
+            f"| the same publication again (a no-op: nothing owned differs) | {d['noop_s']:.2f} s, "
+            f"{d['noop_updates']} updates | |",
+            f"| removal of every name, verified gone on both | {d['remove_s']:.2f} s, {d['remove_updates']} "
+            f"updates | |"]
+    return "\n".join([*rows, "", f"Median of {d['runs']} runs. Measured (`./run bench dns`, `bench/results.json`): "
+                                 f"{_stamp(d)}"])
+
+
 def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
     try:
         head, rest = text.split(start, 1)
@@ -311,8 +340,8 @@ def _replace(path: Path, text: str, start: str, end: str, body: str, required: b
 
 def update_page(page: str | os.PathLike[str], data: dict[str, Any], check: bool = False) -> bool:
     """Puts the renderings of ``data`` between the markers of ``page``
-    (the registry's, and the provisioning's, stores' and metrics' where the
-    page has them);
+    (the registry's, and the provisioning's, stores', metrics' and DNS's
+    where the page has them);
     with ``check``, only tells whether they are there already."""
     path = Path(page)
     text = path.read_text()
@@ -320,6 +349,7 @@ def update_page(page: str | os.PathLike[str], data: dict[str, Any], check: bool 
     new = _replace(path, new, PSTART, PEND, render_provisioning(data), required=False)
     new = _replace(path, new, SSTART, SEND, render_store(data), required=False)
     new = _replace(path, new, MSTART, MEND, render_metrics(data), required=False)
+    new = _replace(path, new, DSTART, DEND, render_dns(data), required=False)
     if check:
         return new == text
     if new != text:

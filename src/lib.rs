@@ -6,6 +6,7 @@
 //! - [`pillar`]: reading pillar (merging, names, value checks);
 //! - [`drivers`]: what each kind of machine adds, behind one trait
 //!   ([`drivers::Driver`]; everything LXC in [`drivers::lxc`]);
+//! - [`dns`]: DNS names and the records the registry publishes;
 //! - [`settings`]: pillar → plans, pure;
 //! - [`store`]: the durable store (and the import of the historical one);
 //! - [`alloc`]: where values are chosen, inside a store transaction;
@@ -17,6 +18,7 @@
 pub mod alloc;
 pub mod certs;
 pub mod counters;
+pub mod dns;
 pub mod drivers;
 pub mod error;
 pub mod pillar;

@@ -703,10 +703,22 @@ impl Registry {
         // The journal's figures, from one snapshot of the small tables
         // kept beside it (never the journal itself: a scrape costs the
         // same at any journal length).
-        let (counts, runs) = self
-            .read(|tx| Ok((tx.changes()?, tx.last_runs()?)))?
+        let (counts, runs, owned, propagation) = self
+            .read(|tx| {
+                Ok((
+                    tx.changes()?,
+                    tx.last_runs()?,
+                    tx.dns_records(None, None, None)?,
+                    tx.meta(dns::PROPAGATION)?,
+                ))
+            })?
             .unwrap_or_default();
         metrics.journal(&counts, &runs);
+        let mut zones: BTreeMap<String, u64> = BTreeMap::new();
+        for r in &owned {
+            *zones.entry(r.zone.clone()).or_default() += 1;
+        }
+        metrics.dns(&zones, propagation.and_then(|v| v.parse().ok()));
         Ok(metrics.render())
     }
 
@@ -946,6 +958,7 @@ struct NodeCheck {
 }
 
 mod defaults;
+mod dns;
 #[cfg(test)]
 mod pillar_props;
 mod repair;

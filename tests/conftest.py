@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from mccloud.cli import sample_pillar, write_masterless_config
+from tests.support.dnsservers import dns_bind, dns_bind_secondary, dns_knot, dns_pdns  # noqa: F401 (session fixtures)
 from tests.support.saltenv import SaltEnv
 
 

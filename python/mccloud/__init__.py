@@ -14,6 +14,7 @@ The Rust core (settings merge, allocators, profile naming, the store) is
   :mod:`mccloud.saltcompat` (everything taken from Salt's library, for each
   supported Salt), :mod:`mccloud.orchestration` (the runners' bodies),
   :mod:`mccloud.drivers` (lxc, saltify), :mod:`mccloud.pki`,
+  :mod:`mccloud.dns` (the names published in DNS, from the controller),
   :mod:`mccloud.localreg` (the registries written on nodes and VMs);
 - :mod:`mccloud.cli`: the ``mccloud``, ``mastersalt-call``,
   ``mastersalt-run`` and ``mastersalt`` commands; ``data/``: the sample

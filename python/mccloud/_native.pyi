@@ -1,6 +1,6 @@
 """Type stub of the native core (``mccloud._native``)."""
 
-from typing import Any, Literal, Mapping, TypedDict, final
+from typing import Any, Literal, Mapping, Sequence, TypedDict, final
 
 class MccloudError(Exception): ...
 class InvalidInputError(MccloudError): ...
@@ -30,6 +30,7 @@ class Config:
     def saltify_target(self, name: str) -> dict[str, Any]: ...
     def images_settings(self) -> dict[str, Any]: ...
     def vm_declared_settings(self, cn: str, vm: str) -> dict[str, Any]: ...
+    def dns_settings(self) -> dict[str, Any]: ...
     def node_of(self, vm: str) -> str: ...
     def default_store_dir(self) -> str: ...
 
@@ -78,6 +79,11 @@ class Registry:
     def prune_journal(self, before: str) -> int: ...
     def record(self, kind: str, node: str, vm: str = "", what: str = "", before: str = "",
                after: str = "") -> None: ...
+    def dns_plan(self, cn: str | None = None) -> DnsPlan: ...
+    def dns_owned(self, cn: str | None = None, vm: str | None = None,
+                  zone: str | None = None) -> list[DnsRecord]: ...
+    def dns_published(self, added: Sequence[Mapping[str, Any]], removed: Sequence[Mapping[str, Any]]) -> None: ...
+    def dns_verified(self, seconds: float) -> None: ...
     def backup(self, dest: str) -> None: ...
     def check(self) -> dict[str, Any]: ...
     def migrate_to(self, target: str) -> dict[str, int]: ...
@@ -183,3 +189,40 @@ class VmStepData(_VmStepDataRequired, total=False):
     # add keys of their own (the lxc driver: lxc_path, images, and
     # rootfs_lower: an overlayfs clone's template root filesystem).
     rootfs: str
+
+# --- DNS (Registry.dns_plan / dns_owned / dns_published) --------------------
+
+@type_check_only
+class DnsRecord(TypedDict):
+    zone: str
+    name: str
+    type: Literal["A", "AAAA", "PTR"]
+    data: str
+    ttl: int
+    cn: str
+    vm: str
+
+@type_check_only
+class DnsOutside(TypedDict):
+    cn: str
+    vm: str
+    name: str
+    why: str
+
+@type_check_only
+class DnsOwner(TypedDict):
+    cn: str
+    vm: str
+    data: list[str]
+
+@type_check_only
+class DnsConflict(TypedDict):
+    name: str
+    type: Literal["A", "AAAA", "PTR"]
+    owners: list[DnsOwner]
+
+@type_check_only
+class DnsPlan(TypedDict):
+    records: list[DnsRecord]
+    outside: list[DnsOutside]
+    conflicts: list[DnsConflict]

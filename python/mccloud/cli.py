@@ -561,6 +561,18 @@ def metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def dns(args: argparse.Namespace) -> int:
+    """The names of the compute nodes and VMs in DNS (pillar
+    makina-states.cloud.dns), as mastersalt-run mc_cloud.dns tells and
+    pushes them: plan (what a push would publish and remove; no nameserver
+    asked), show (the records the store says mccloud published), push
+    (publish them, remove those no longer planned, wait until every
+    nameserver serves the changes). Exit codes: 0 done, 1 an error."""
+    from mccloud import dnscmd
+
+    return dnscmd.dns(args, _registry_of)
+
+
 def _yaml_file(path: str, yaml: Any) -> dict[str, Any]:
     """A YAML pillar file's mapping; a clear error for a missing or bad file."""
     try:
@@ -670,6 +682,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--textfile", help="write them to this *.prom file (node_exporter's textfile collector) "
                    "instead of printing them")
     _registry_arguments(p)
+    from mccloud import dnscmd
+
+    p = command("dns", dns, "the names in DNS: plan, show or push them (makina-states.cloud.dns)",
+                "  mccloud dns plan\n  mccloud dns show --target devhost10.local -o json\n  mccloud dns push")
+    def dns_options(sp: argparse.ArgumentParser) -> None:
+        _registry_arguments(sp)
+        output(sp)
+
+    dnscmd.add_parser(p, dns_options)
     store = command("store", lambda args: 0, "back up, check, rekey or migrate the registry's store")
     stores = store.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
     for name, func, text, example in (

@@ -92,6 +92,28 @@ AUDIT = Report(
     lambda e: [e["at"], e["caller"], e["kind"], e["node"], e["vm"], ",".join(e["what"]), _pairs(e["before"]),
                _pairs(e["after"])])
 
+DNS = Report(
+    "records", ("action", "name", "type", "data", "node", "vm"), "no DNS record",
+    ("ACTION", "NAME", "TYPE", "DATA", "NODE", "VM"),
+    lambda r: [r["action"], r["name"], r["type"], r["data"], r["cn"], r["vm"]])
+
+
+def dns_rows(out: Row) -> list[Row]:
+    """The records of ``mc_cloud.dns`` / ``mccloud dns`` with ``node`` (their
+    ``cn``), as Salt's table shows them."""
+    return [{**r, "node": r["cn"]} for r in out.get("records") or []]
+
+
+def dns_notes(out: Row) -> list[str]:
+    """What follows the DNS table: the names not published, then the count."""
+    notes = [f"warning: {w}" for w in out.get("warnings") or []]
+    if "publish" in out:
+        notes.append(f"{out['publish']} record(s) to publish, {out['remove']} to remove "
+                     "(mccloud dns push carries it out)")
+    else:
+        notes.append(f"{len(out.get('records') or [])} record(s) owned")
+    return notes
+
 
 def not_checked(errors: Mapping[str, Any]) -> list[str]:
     """One line per compute node a drift or repair could not check."""

@@ -220,6 +220,13 @@ impl Config {
         out(py, r)
     }
 
+    /// The DNS settings (pillar `makina-states.cloud.dns`), checked:
+    /// `{"enabled": False}` when none are declared. The TSIG secret is in
+    /// it: keep the result on the controller.
+    fn dns_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.dns_settings())
+    }
+
     /// The compute node VM `vm` is declared on (or placed on); an error
     /// when no node declares it.
     fn node_of(&self, vm: &str) -> PyResult<String> {
@@ -590,6 +597,60 @@ impl Registry {
     fn drift(&self, py: Python<'_>, target: Option<String>) -> PyResult<Py<PyAny>> {
         let r = py.detach(|| self.inner.drift(target.as_deref()));
         out(py, r)
+    }
+
+    /// The DNS records of node `cn` (or of every declared node) and of its
+    /// VMs holding an address: ``records``, ``outside`` (``cn``, ``vm``,
+    /// ``name``, ``why``: names not published) and ``conflicts`` (``name``,
+    /// ``type``, ``owners``). Reads only.
+    #[pyo3(signature = (cn=None))]
+    fn dns_plan(&self, py: Python<'_>, cn: Option<String>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.dns_plan(cn.as_deref()));
+        out(py, r)
+    }
+
+    /// The DNS records the registry published, of node `cn`, VM `vm`
+    /// (``""``: a node's own records) and zone `zone` when given. Reads
+    /// only.
+    #[pyo3(signature = (cn=None, vm=None, zone=None))]
+    fn dns_owned(
+        &self,
+        py: Python<'_>,
+        cn: Option<String>,
+        vm: Option<String>,
+        zone: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| {
+            self.inner
+                .dns_owned(cn.as_deref(), vm.as_deref(), zone.as_deref())
+        });
+        out(py, r)
+    }
+
+    /// Records what was published in DNS (`added`) and removed from it
+    /// (`removed`), lists of records, in one transaction journaled as
+    /// ``dns_publish`` / ``dns_remove``.
+    fn dns_published(
+        &self,
+        py: Python<'_>,
+        added: &Bound<'_, PyAny>,
+        removed: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let records = |what: &str, v: &Bound<'_, PyAny>| {
+            let v = input::plain(what, v).map_err(ArgumentError::new_err)?;
+            crate::dns::records_from_json(what, &v).map_err(to_py)
+        };
+        let (added, removed) = (records("added", added)?, records("removed", removed)?);
+        py.detach(|| self.inner.dns_published(&added, &removed))
+            .map_err(to_py)
+    }
+
+    /// Keeps how long the last DNS publication took to be served by every
+    /// nameserver (``seconds``), which ``metrics`` gives as
+    /// ``mccloud_dns_last_propagation_seconds``.
+    fn dns_verified(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
+        py.detach(|| self.inner.dns_verified(seconds))
+            .map_err(to_py)
     }
 
     /// A consistent copy of the store to `dest`, a new SQLite store file

@@ -145,6 +145,7 @@ fn dump(reg: &Registry) -> Vec<String> {
         "journal",
         "changes",
         "last_runs",
+        "dns_records",
     ] {
         let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
         let columns = st.column_count();

@@ -25,7 +25,8 @@ impl Config {
     /// `ssl_certs_dir` `/etc/ssl/cloud/certs`, `ssl_cert` (none: the default
     /// certificate is the node's own, from the CA), `haproxy_config` `/etc/haproxy/haproxy.cfg`,
     /// `haproxy_service` true, `hosts_file` `/etc/hosts`, `sysctl_file`,
-    /// `firewall_chain` `MCCLOUD-INPUT`.
+    /// `firewall_chain` `MCCLOUD-INPUT`; `public_ip` (none: the address
+    /// the node's names are published with, see [`Config::node_public_ips`]).
     pub fn node_conf(&self, cn: &str) -> Result<Value> {
         let defaults = json!({
             "bind_address": "*",
@@ -95,6 +96,9 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
                         }
                     }
                 }
+            }
+            "public_ip" => {
+                super::dns::public_ips(&what(k), v)?;
             }
             "bind_address" => {
                 let a = checks::string(&what(k), v, false)?;

@@ -18,6 +18,7 @@ use crate::pillar::values::{self, as_int, check_mode, kind_of, mapping_mut, trut
 
 pub mod conf;
 pub mod declared;
+pub mod dns;
 pub mod lxc;
 pub mod node;
 pub mod placement;
@@ -344,6 +345,9 @@ impl Config {
         // mappings in the nested form) are not global settings.
         let types = self.declaring_types();
         s.retain(|k, _| !REGISTRIES.contains(&k.as_str()) && !types.contains(k));
+        // Nor are the DNS settings (see [`dns`]): they hold the TSIG
+        // secret, and the cloud settings reach every node and VM.
+        s.remove("dns");
         check_mode(
             s.get("mode").unwrap_or(&Value::Null),
             &format!("{CLOUD}.mode"),
@@ -534,4 +538,4 @@ fn check_ssl(ssl: &Value) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -99,7 +99,7 @@ fn assert_names(msg: String, parts: &[&str]) -> String {
 /// The VMs of the makina-states lxc documentation's sample pillar
 /// (python/mccloud/data/sample_pillar.sls; gfoobar2 gets its own IP: the sample gives
 /// it gfoobar3's, which `seed_duplicate_ip_is_a_conflict` covers).
-fn seed_vms() -> Value {
+pub(crate) fn seed_vms() -> Value {
     json!({
         "mysupertest3.foo.com": {},
         "gfoobar.test.com": {"profile": "small", "profile_type": "lvm", "privileged": true, "password": "foobar", "ip": "10.5.10.16"},

@@ -96,6 +96,19 @@ pub const TABLES: &[(&str, &[(&str, Col)])] = &[
             ("millis", Col::Int),
         ],
     ),
+    (
+        "dns_records",
+        &[
+            ("zone", Col::Text),
+            ("name", Col::Text),
+            ("type", Col::Text),
+            ("data", Col::Text),
+            ("ttl", Col::Int),
+            ("cn", Col::Text),
+            ("vm", Col::Text),
+            ("at", Col::Text),
+        ],
+    ),
 ];
 
 /// `SELECT <every column> FROM <table>`.

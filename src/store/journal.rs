@@ -41,6 +41,8 @@ pub const KINDS: &[&str] = &[
     "journal_pruned",
     "secrets_sealed",
     "secrets_rekeyed",
+    "dns_publish",
+    "dns_remove",
 ];
 
 /// The kinds that end a run whose duration the metrics show, with the run

@@ -7,8 +7,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::alloc::Kind;
+use crate::dns::{RType, Record};
 use crate::error::Result;
 
+#[cfg(test)]
+mod dns_tests;
 pub mod dump;
 pub mod journal;
 pub mod legacy;
@@ -403,6 +406,95 @@ pub trait TxOps {
 
     /// Every last run, by kind, node and VM.
     fn last_runs(&self) -> Result<Vec<journal::LastRun>>;
+
+    /// The DNS records the registry published (see [`crate::dns`]): those
+    /// of node `cn`, VM `vm` (`""` for a node's own) and zone `zone` when
+    /// given, sorted by zone, name, type and data.
+    fn dns_records(
+        &self,
+        cn: Option<&str>,
+        vm: Option<&str>,
+        zone: Option<&str>,
+    ) -> Result<Vec<Record>>;
+
+    /// The record the store holds under the key of `r` (zone, name, type,
+    /// data), with its owner and TTL.
+    fn dns_record(&self, r: &Record) -> Result<Option<Record>>;
+
+    /// Primitive of [`TxOps::publish_dns`]: stores `r` (replacing the
+    /// owner and TTL of the same key), published at `at`.
+    fn put_dns_row(&self, r: &Record, at: &str) -> Result<()>;
+
+    /// Primitive of [`TxOps::unpublish_dns`]: forgets the record of the
+    /// key of `r`; whether there was one.
+    fn remove_dns_row(&self, r: &Record) -> Result<bool>;
+
+    /// Records that `r` was published; journaled as `dns_publish` when the
+    /// store did not hold it as it is (new, another owner or TTL).
+    fn publish_dns(&self, r: &Record) -> Result<()> {
+        let before = self.dns_record(r)?;
+        if before.as_ref() == Some(r) {
+            return Ok(());
+        }
+        self.put_dns_row(r, &journal::now())?;
+        self.note(journal::Change::new(
+            "dns_publish",
+            &r.cn,
+            &r.vm,
+            &r.what(),
+            before.as_ref().map(dns_shown),
+            Some(dns_shown(r)),
+        ))
+    }
+
+    /// Forgets that the record of the key of `r` was published; journaled
+    /// as `dns_remove` under its owner when the store held it. Whether it
+    /// did.
+    fn unpublish_dns(&self, r: &Record) -> Result<bool> {
+        let Some(before) = self.dns_record(r)? else {
+            return Ok(false);
+        };
+        self.remove_dns_row(r)?;
+        self.note(journal::Change::new(
+            "dns_remove",
+            &before.cn,
+            &before.vm,
+            &before.what(),
+            Some(dns_shown(&before)),
+            None,
+        ))?;
+        Ok(true)
+    }
+}
+
+/// What the journal shows of a DNS record beside its name, type and data.
+fn dns_shown(r: &Record) -> serde_json::Value {
+    serde_json::json!({"zone": r.zone, "ttl": r.ttl})
+}
+
+/// A DNS record as a row of `dns_records` holds it (`path` names the
+/// store in errors).
+pub(crate) fn dns_row(path: &Path, cols: [String; 6], ttl: i64) -> Result<Record> {
+    let [zone, name, rtype, data, cn, vm] = cols;
+    let bad = |what: &str| {
+        crate::Error::store(
+            path,
+            format!("table dns_records holds {what} for {name} {rtype}: restore the store from a backup"),
+        )
+    };
+    let Some(t) = RType::parse(&rtype) else {
+        return Err(bad("an unknown type"));
+    };
+    let ttl = u32::try_from(ttl).map_err(|_| bad("a TTL out of range"))?;
+    Ok(Record {
+        zone,
+        name,
+        rtype: t,
+        data,
+        ttl,
+        cn,
+        vm,
+    })
 }
 
 /// A transaction of the store (see [`TxOps`]).

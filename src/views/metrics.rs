@@ -50,6 +50,8 @@ const CHANGES: usize = 7;
 const PROVISION: usize = 8;
 const DEPLOY: usize = 9;
 const PRIVILEGE: usize = 10;
+const DNS_RECORDS: usize = 11;
+const DNS_PROPAGATION: usize = 12;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -75,6 +77,8 @@ impl Default for Metrics {
                 family("mccloud_last_provision_duration_seconds", "How long the last provision of a VM took, and whether it succeeded."),
                 family("mccloud_last_deploy_duration_seconds", "How long the last deploy of a compute node took, and whether it succeeded."),
                 family("mccloud_vms_privileged", "Declared VMs of a compute node running privileged (privileged=\"true\", their root is host root) or unprivileged, for the types where it applies."),
+                family("mccloud_dns_records", "DNS records the registry published and owns, by zone."),
+                family("mccloud_dns_last_propagation_seconds", "How long the last DNS publication took to be served by every nameserver (its verification)."),
             ],
         }
     }
@@ -110,6 +114,17 @@ impl Metrics {
             }
             labels.push(("result", run.result.clone()));
             self.add_f(family, labels, run.seconds());
+        }
+    }
+
+    /// Adds the DNS figures: the records owned, by zone (`zones`, zone →
+    /// count), and the last publication's verification time, if any.
+    pub fn dns(&mut self, zones: &BTreeMap<String, u64>, propagation: Option<f64>) {
+        for (zone, n) in zones {
+            self.add(DNS_RECORDS, vec![("zone", zone.clone())], *n);
+        }
+        if let Some(seconds) = propagation {
+            self.add_f(DNS_PROPAGATION, vec![], seconds);
         }
     }
 
@@ -208,7 +223,11 @@ impl Metrics {
                     .iter()
                     .map(|(k, v)| format!("{k}=\"{}\"", escaped(v)))
                     .collect();
-                let _ = writeln!(out, "{}{{{}}} {value}", f.name, labels.join(","));
+                if labels.is_empty() {
+                    let _ = writeln!(out, "{} {value}", f.name);
+                } else {
+                    let _ = writeln!(out, "{}{{{}}} {value}", f.name, labels.join(","));
+                }
             }
         }
         out

@@ -3,6 +3,7 @@
 //! proxies ([`proxy`]), and the inventory ([`inventory`]); large views are
 //! built as an [`out::Out`] tree.
 
+pub mod dns;
 pub mod drift;
 pub mod inventory;
 pub mod metrics;

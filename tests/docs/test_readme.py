@@ -69,6 +69,16 @@ COVERED: list[tuple[str, str, str]] = [
     (r"mastersalt '\*' test\.ping ", "tests/integration/test_e2e.py", '"test.ping"'),
     (r"ssh -p \"\$\(mastersalt-call --out=txt mc_cloud_compute_node\.get_ssh_port ",
      "tests/integration/test_e2e.py", "ssh_banner("),
+    # The DNS servers' own tools, as the tests' servers are set up and asked with them.
+    (r"tsig-keygen -a hmac-sha256 ", "tests/support/dnsservers.py", '[program("tsig-keygen"), "-a", ALGORITHM'),
+    (r"keymgr -t ", "tests/support/dnsservers.py", '[program("keymgr"), "-t"'),
+    *((rf"pdnsutil {sub} ", "tests/support/dnsservers.py", f'"{sub}"') for sub in (
+        "generate-tsig-key", "set-meta", "activate-tsig-key")),
+    (r"dig @", "tests/support/dnsservers.py", '[program("dig"), f"@{self.host}"'),
+    # mccloud dns and mc_cloud.dns, against the tests' servers.
+    *((rf"mccloud dns {sub} ", "tests/functional/test_dns_commands.py", f'"dns", "{sub}"')
+      for sub in ("plan", "show", "push")),
+    (r"mastersalt-run mc_cloud\.dns ", "tests/functional/test_dns_commands.py", '"mc_cloud.dns"'),
     # The runners of the operating block, each called by name in its test.
     *((rf"mastersalt-run {re.escape(fun)} ", f"tests/integration/{where}", f'"{fun}"') for fun, where in (
         ("mc_cloud_controller.deploy", "test_e2e.py"), ("mc_cloud_compute_node.deploy", "test_e2e.py"),

@@ -19,7 +19,7 @@ import yaml
 from tests.support.saltenv import CN, SaltEnv
 
 VM = "mysupertest3.foo.com"
-COMMANDS = ("demo", "sls-root", "inventory", "drift", "repair", "audit", "metrics", "store")
+COMMANDS = ("demo", "sls-root", "inventory", "drift", "repair", "audit", "metrics", "dns", "store")
 
 
 def mccloud(salt_env: SaltEnv | None, *args: str) -> subprocess.CompletedProcess[str]:
@@ -46,6 +46,9 @@ def test_version_and_help() -> None:
     for sub in ("backup", "check", "migrate"):
         p = mccloud(None, "store", sub, "--help")
         assert p.returncode == 0 and "examples:" in p.stdout, p.stdout
+    for sub in ("plan", "show", "push"):
+        p = mccloud(None, "dns", sub, "--help")
+        assert p.returncode == 0 and "examples:" in p.stdout and "--target" in p.stdout, p.stdout
     p = mccloud(None, "inventory", "--output", "xml")
     assert p.returncode == 2 and "invalid choice: 'xml'" in p.stderr
 

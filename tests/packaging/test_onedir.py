@@ -82,6 +82,9 @@ def onedir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     pip_env = clean_env(PYTHONPATH=str(extras))
     run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
          f"--target={extras}", str(wheel)], base, pip_env)
+    # What salt-pip then installs beside it: the dependency Salt does not bring.
+    run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"--target={extras}",
+         "dnspython>=2.3"], base, pip_env)
     return {"base": base, "py": py, "extras": extras, "bin": extras / "bin", "env": env, "wheel": wheel}
 
 

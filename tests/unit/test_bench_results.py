@@ -147,3 +147,17 @@ def test_the_stores_table_comes_from_its_section(tmp_path: Path) -> None:
     readme.write_text(f"{results.START}\nx\n{results.END}\n\n{results.SSTART}\nold\n{results.SEND}\n")
     assert results.update_page(readme, data)
     assert table in readme.read_text() and "old" not in readme.read_text()
+
+
+def test_the_dns_table_comes_from_its_section(tmp_path: Path) -> None:
+    data: dict[str, Any] = {}
+    assert "No DNS figures" in results.render_dns(data)
+    stamp = sample(1.0, 0.4, [1100])["node"]
+    figures = {"vms": 1000, "records": 4000, "rrsets": 4000, "runs": 3, "updates": 16, "acknowledged_s": 0.7,
+               "primary_s": 0.8, "secondary_s": 1.1, "noop_s": 0.3, "noop_updates": 0, "remove_s": 1.0,
+               "remove_updates": 16}
+    met = results.render_dns({"dns": {**stamp, **figures, "answered_s": 1.1}})
+    assert "| publication, start to every name answering on every nameserver | 1.10 s | ≤ 2 s (met) |" in met
+    assert "a node of 1,000 VMs" in met and "| 16 |" in met
+    missed = results.render_dns({"dns": {**stamp, **figures, "answered_s": 2.4}})
+    assert "≤ 2 s (missed)" in missed

@@ -9,7 +9,7 @@ import json
 from typing import Any, Mapping
 
 from mccloud import localreg, saltsupport
-from mccloud.orchestration import minions
+from mccloud.orchestration import dnspub, minions
 from mccloud.orchestration.drivers import drivers_for, run_hooks
 from mccloud.orchestration.runner import Env, Outcome
 from mccloud.orchestration.steps import timed
@@ -59,7 +59,9 @@ def compute_node_deploy(env: Env, target: str) -> Outcome:
 def deploy_node(env: Env, target: str) -> Outcome:
     """Registers the node, then its port reservation, reverse proxy,
     firewall and hosts (one job), then ``install_vt`` of each
-    virtualisation type, with the drivers' pre and post hooks. The ports
+    virtualisation type, with the drivers' pre and post hooks, then
+    publishes the node's own names in DNS when publishing is configured
+    (step ``dns``). The ports
     are reserved first: an outgoing connection must not take a port before
     haproxy binds it."""
     out = Outcome()
@@ -74,6 +76,9 @@ def deploy_node(env: Env, target: str) -> Outcome:
     if not run_hooks(out, drivers, "install_vt", lambda d: d.install_vt(target)):
         return out
     if not run_hooks(out, drivers, "post_deploy_compute_node", lambda d: d.post_deploy_compute_node(target)):
+        return out
+    step = dnspub.node_step(env.registry, env.config, target, env.progress)
+    if step is not None and not out.add("dns", step):
         return out
     return with_conflicts(out, data)
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import mccloud
 from mccloud.drivers.contract import Driver
-from mccloud.orchestration import minions, transport
+from mccloud.orchestration import dnspub, minions, transport
 from mccloud.orchestration.drivers import StepFunctions, driver_for, run_hooks
 from mccloud.orchestration.runner import Env, Outcome, names
 from mccloud.orchestration.steps import VM_STEPS, run_steps, sls_steps, step_functions, timed
@@ -80,8 +80,12 @@ def provision_vm(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
         return out
     if "ping" in todo and not out.add("mc_cloud_vm.vm_ping", env.call("mc_cloud_vm.vm_ping", vm)):
         return out
-    if "post_provision" in todo:
-        run_hooks(out, [driver], "post_provision", lambda d: d.post_provision(vm, cn))
+    if "post_provision" in todo and not run_hooks(out, [driver], "post_provision", lambda d: d.post_provision(vm, cn)):
+        return out
+    if {"spawn", "reconfigure"} & set(todo):
+        step = dnspub.vm_step(env.registry, env.config, cn, vm, env.progress)
+        if step is not None:
+            out.add("dns", step)
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import mccloud
 from mccloud import saltsupport
 from mccloud.drivers.contract import hook_name
-from mccloud.orchestration import minions, transport
+from mccloud.orchestration import dnspub, minions, transport
 from mccloud.orchestration.deploy import NODE_SLS, node_render, with_node_registry
 from mccloud.orchestration.drivers import driver_for, drivers_for, types_with
 from mccloud.orchestration.runner import Env
@@ -279,7 +279,8 @@ def repair(env: Env, target: str | None, apply: bool, force: bool, window: Any =
            max_changes: Any = None, nodes: Any = False, frees_only: bool = False) -> dict[str, Any]:
     """``mc_cloud.repair``: the core's plan over the store and the masters'
     keys, on the evidence of the nodes and masters, then (with ``apply``)
-    the steps that live outside the store: keys and node configuration.
+    the steps that live outside the store: keys, node configuration and
+    the records mccloud publishes in DNS.
     ``frees_only``: the leaked allocations of ``target`` alone (what the
     ``cleanup_*`` calls do)."""
     secs, allowed = window_of(window), max_changes_of(max_changes)
@@ -291,6 +292,9 @@ def repair(env: Env, target: str | None, apply: bool, force: bool, window: Any =
     rendered: dict[str, Any] = {}
     for f in [] if frees_only else node_findings(env, target, nodes, out["errors"]):
         out["steps"].append(node_step(env, f, apply, rendered))
+    if not frees_only:
+        found = dnspub.findings(env.registry, target, out["errors"])
+        out["steps"] += dnspub.repair_steps(env.registry, target, found, apply, env.progress)
     if apply:
         for step in out["steps"]:
             if step["action"] == "delete_key" and step["ready"]:

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import mccloud
 from mccloud import saltsupport
-from mccloud.orchestration import minions
+from mccloud.orchestration import dnspub, minions
 from mccloud.orchestration.deploy import NODE_VM_SLS, with_node_registry
 from mccloud.drivers.contract import hook_name
 from mccloud.orchestration.drivers import driver_for
@@ -19,7 +19,9 @@ def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) ->
     """The generic destroy, for a driver: one job on the node applies the
     driver's ``sls`` (removing the guest; ``data`` under pillar key
     ``mccloud:destroy``) and the node's reverse proxy, hosts file and
-    firewall without the VM; the allocations are freed last, only on
+    firewall without the VM; then the VM's names leave DNS (exactly the
+    records the store says it published; a name someone else changed
+    stays, and the step says so); the allocations are freed last, only on
     success (IP and ports return to their pools, MACs are retired), so a
     failed destroy can simply be run again."""
     held = vm in env.registry.allocated(cn, "ip") or vm in env.registry.allocated(cn, "ssh")
@@ -31,6 +33,11 @@ def vm_destroy(env: Env, vm: str, cn: str, sls: str, data: Mapping[str, Any]) ->
     if guest.get("result"):
         guest["comment"] = f"guest {vm} removed from {cn}" if removed else f"no guest {vm} on {cn}"
     if not out.add_all([("guest", guest), *results[1:]]):
+        return out
+    # Its names leave DNS before its rows leave the store: a removal that
+    # fails keeps them, and the destroy run again removes them.
+    step = dnspub.unpublish_step(env.registry, env.config, cn, vm, env.progress)
+    if step is not None and not out.add("dns", step):
         return out
     if not removed and not held:
         return out.fail(f"VM {vm} does not exist on compute node {cn}: no guest and no allocation")

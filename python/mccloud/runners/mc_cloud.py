@@ -1,8 +1,8 @@
 """The cloud as a whole: where it drifted from what the pillar declares
 (``drift``), its repair (``repair``), placing VMs declared without a node
-(``place``) and the audit journal (``audit``, ``audit_prune``). Without
-``--out``, drift, repair and audit print a table (Salt's ``table``
-outputter)."""
+(``place``), its names in DNS (``dns``) and the audit journal (``audit``,
+``audit_prune``). Without ``--out``, drift, repair, dns and audit print a
+table (Salt's ``table`` outputter)."""
 
 import datetime
 
@@ -10,6 +10,7 @@ import mccloud
 import mccloud.orchestration as _o
 from mccloud import reports as _reports
 from mccloud import saltsupport
+from mccloud.orchestration import dnspub as _dnspub
 from mccloud.orchestration import repair as _repair
 
 __virtualname__ = "mc_cloud"
@@ -57,7 +58,14 @@ def drift(target=None, nodes=False, **kwargs):
       ``guest_missing``, ``guest_stopped``, ``guest_ip_differs``,
       ``guest_mac_differs``, ``guest_privilege_differs`` (a container
       running privileged while the registry says unprivileged, or the
-      other way round) and ``stray_guest`` (a guest nobody declared).
+      other way round) and ``stray_guest`` (a guest nobody declared);
+    - when DNS publishing is configured (``makina-states.cloud.dns``), the
+      zones transferred from the primary against the records planned and
+      those the store says mccloud published: ``dns_missing`` (planned,
+      not served), ``dns_extra`` (published by mccloud, no longer planned,
+      still served) and ``dns_foreign`` (a name mccloud owns or plans,
+      served otherwise: someone else changed it). Records mccloud neither
+      published nor plans are never reported.
 
     ``retcode`` is 0 when clean, 2 when there is drift (``salt-run`` exits
     non-zero), 1 when a node could not be checked (``errors`` says why).
@@ -76,6 +84,7 @@ def drift(target=None, nodes=False, **kwargs):
         out = env.registry.drift(None if target is None else str(target))
         keys, _ = _repair.key_drift(env, target, out["errors"])
         more = keys + _repair.node_findings(env, target, nodes, out["errors"])
+        more += _dnspub.findings(env.registry, None if target is None else str(target), out["errors"])
         out["findings"].extend(more)
         if out["errors"]:
             out["retcode"] = 1
@@ -108,10 +117,15 @@ def repair(target=None, apply=False, force=False, window=None, max_changes=None,
     - ``render`` (``node_config_drift``, with ``nodes=True``): applies the
       node's SLS again (reverse proxy, firewall and DNAT, hosts…), once per
       node;
+    - ``publish`` (``dns_missing``) and ``unpublish`` (``dns_extra``):
+      publishes the records mccloud plans and removes those it published
+      that are no longer planned, in one verified publication; a record
+      changed since it was published is never removed;
     - ``manual`` (a VM declared without a node that is not placed, values
       outside today's ranges, a missing minion key, a guest missing,
-      stopped or with another address, a stray guest): left to the
-      operator, with what to do.
+      stopped or with another address, a stray guest, a name someone else
+      changed in DNS, ``dns_foreign``): left to the operator, with what
+      to do.
 
     Freeing and deleting act on evidence, never on repetition: the
     finding was seen by applying checks (``apply=True``; a plan is no
@@ -167,7 +181,8 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     ``freed``, ``mac_retired``, ``mac_forgotten``,
     ``secret_created``, ``secret_replaced``, ``secret_forgotten``,
     ``destroyed``, ``provisioned``, ``moved``, ``placed``, ``key_seeded``,
-    ``key_deleted``, ``repaired``, ``provision_finished``,
+    ``key_deleted``, ``repaired``, ``dns_publish``, ``dns_remove``,
+    ``provision_finished``,
     ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
     ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``), ``since``
     (a UTC date or time) and ``limit`` (the
@@ -274,3 +289,52 @@ def place(vm, explain=False, **kwargs):
     """
     return _o.answer("place", lambda env: saltsupport.place(env.opts, env.pillar, vm, explain,
                                                               f"salt-run {__virtualname__}"), _env(), **kwargs)
+
+
+@_o.strict
+def dns(target=None, push=False, **kwargs):
+    """The names of compute node ``target`` (or of every node) and of its
+    VMs in DNS (``makina-states.cloud.dns``). By default the plan, read
+    from the pillar and the store without asking any nameserver: every
+    record with its ``action`` (``publish``: planned, not published yet;
+    ``remove``: published by mccloud, no longer planned; ``keep``),
+    ``publish`` and ``remove`` (how many) and ``warnings`` (names outside
+    every zone, or whose owners disagree: never published).
+
+    With ``push=True``, publishes them (RFC 2136 updates signed with the
+    TSIG key, or PowerDNS's API), removes the records mccloud published
+    that are no longer planned, and asks every nameserver until it serves
+    the changes: ``comment`` says how many records and each nameserver's
+    seconds, ``verified`` those seconds, ``warnings`` the names left alone
+    (changed by someone else) and not published. A nameserver that does not
+    serve the changes within ``timeout`` seconds fails the push, naming
+    it; what the primary accepted is kept in the store all the same, and
+    the push run again completes it. Provisioning, destroying and deploying
+    publish the same way; this runner is for a manual push.
+
+    ``retcode``: 0 done, 1 an error.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.dns
+        mastersalt-run mc_cloud.dns devhost10.local --out json
+        mastersalt-run mc_cloud.dns push=True
+    """
+    env = _env()
+    cn = None if target is None else str(target)
+    pushing = []
+
+    def body(env):
+        if saltsupport.boolean("push", push):
+            pushing.append(True)
+            return _dnspub.push(env.registry, cn, env.progress)
+        return _dnspub.plan(env.registry, cn)
+
+    out = _o.answer("dns", body, env, **kwargs)
+    if out.get("retcode"):
+        env.context["retcode"] = out["retcode"]
+    if not pushing and "records" in out and not env.opts.get("output"):
+        return _reports.DNS.salt({**out, "records": _reports.dns_rows(out)}, None)
+    return out

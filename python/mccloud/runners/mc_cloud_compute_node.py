@@ -17,7 +17,9 @@ def _env():
 def deploy(target, **kwargs):
     """Deploys a compute node: registers it (allocating every VM), driver
     pre hooks, reverse proxy, firewall, hosts file, port-range reservation,
-    install_vt of each virtualisation type, driver post hooks.
+    install_vt of each virtualisation type, driver post hooks, then the
+    node's own names in DNS when ``makina-states.cloud.dns`` is declared
+    (step ``dns``).
 
     CLI Example:
 

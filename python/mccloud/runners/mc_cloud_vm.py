@@ -18,7 +18,10 @@ def provision(vm, steps=None, skip=None, **kwargs):
     """Provisions a VM declared in pillar: spawn, fix_dns, reconfigure,
     volumes, preprovision, initial_setup, initial_highstate (each as
     driver pre, generic, driver post when they exist), then ping and the
-    post-provision hooks. Stops at the first failed step and says which.
+    post-provision hooks, then (when ``makina-states.cloud.dns`` is
+    declared and the steps include spawn or reconfigure) publishes the VM's
+    names in DNS and verifies every nameserver (step ``dns``). Stops at the
+    first failed step and says which.
     ``steps``/``skip``: comma-separated step names.
 
     CLI Example:
@@ -55,8 +58,10 @@ def orchestrate(target, skip=None, concurrency=None, skip_steps=None, **kwargs):
 def destroy(vm, target=None, vt=None, **kwargs):
     """Destroys a VM with its driver (``mc_cloud_<vt>.vm_destroy``, the type
     being the VM's declared one, or ``vt``): the guest, its place in the
-    compute node's reverse proxy, hosts file and firewall, then its
-    allocations (IP and ports return to their pools, MACs are retired).
+    compute node's reverse proxy, hosts file and firewall, its names in DNS
+    (exactly the records mccloud published; one someone else changed is
+    left, and the step says so), then its allocations (IP and ports return
+    to their pools, MACs are retired).
     Remove the VM from pillar too, or the next deploy allocates it again.
 
     CLI Example:

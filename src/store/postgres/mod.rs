@@ -61,7 +61,7 @@ mod passfile;
 mod role_tests;
 mod schema;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod tls;
 #[cfg(test)]
 mod tls_tests;

@@ -18,10 +18,17 @@ pub(super) const TABLES: &[&str] = &[
     "changes",
     "last_runs",
     "shared_files",
+    "dns_records",
 ];
 
 /// Its indexes (beside those of its keys).
-pub(super) const INDEXES: &[&str] = &["macs_active", "macs_by_vm", "numbers_by_vm", "hints_by_cn"];
+pub(super) const INDEXES: &[&str] = &[
+    "macs_active",
+    "macs_by_vm",
+    "numbers_by_vm",
+    "hints_by_cn",
+    "dns_records_by_owner",
+];
 
 /// Its functions.
 pub(super) const FUNCTIONS: &[&str] = &["mccloud_apply_v3", "mccloud_load_v1"];
@@ -62,6 +69,11 @@ CREATE TABLE IF NOT EXISTS {s}.changes(kind TEXT NOT NULL, cn TEXT NOT NULL, n B
 CREATE TABLE IF NOT EXISTS {s}.last_runs(
     kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, result TEXT NOT NULL, millis BIGINT NOT NULL,
     PRIMARY KEY(kind, cn, vm));
+CREATE TABLE IF NOT EXISTS {s}.dns_records(
+    zone TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,
+    ttl BIGINT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY(zone, name, type, data));
+CREATE INDEX IF NOT EXISTS dns_records_by_owner ON {s}.dns_records(cn, vm);
 CREATE OR REPLACE FUNCTION {s}.mccloud_apply_v3(changes TEXT) RETURNS void LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $apply$
 DECLARE c jsonb := changes::jsonb;

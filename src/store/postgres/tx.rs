@@ -14,11 +14,12 @@ use super::schema::LOAD_NODE;
 use super::waits::{self, RanOut, Wait};
 use super::{again, node_lock, pg_err, Again};
 use crate::alloc::Kind;
+use crate::dns::Record;
 use crate::error::{Error, Result};
 use crate::store::dump::{Col, Dump, Field, TABLES};
 use crate::store::journal::{self, LastRun};
 use crate::store::secrets::Keys;
-use crate::store::{space_of, MacOwner, NumberOwner, Secret, TxOps};
+use crate::store::{dns_row, space_of, MacOwner, NumberOwner, Secret, TxOps};
 
 /// A transaction of the PostgreSQL store: what it reads is remembered
 /// and what it writes is written in one statement before the commit (see
@@ -841,6 +842,78 @@ impl TxOps for PgTx<'_> {
             });
         }
         Ok(out)
+    }
+
+    fn dns_records(
+        &self,
+        cn: Option<&str>,
+        vm: Option<&str>,
+        zone: Option<&str>,
+    ) -> Result<Vec<Record>> {
+        self.write_changes()?;
+        let rows = self.query(
+            "SELECT zone, name, type, data, cn, vm, ttl FROM {s}.dns_records
+             WHERE ($1::TEXT IS NULL OR cn = $1) AND ($2::TEXT IS NULL OR vm = $2)
+               AND ($3::TEXT IS NULL OR zone = $3)
+             ORDER BY zone COLLATE \"C\", name COLLATE \"C\", type COLLATE \"C\", data COLLATE \"C\"",
+            &[&cn, &vm, &zone],
+        )?;
+        rows.iter().map(|r| self.dns_row(r)).collect()
+    }
+
+    fn dns_record(&self, r: &Record) -> Result<Option<Record>> {
+        self.write_changes()?;
+        let row = self.opt(
+            "SELECT zone, name, type, data, cn, vm, ttl FROM {s}.dns_records
+             WHERE zone = $1 AND name = $2 AND type = $3 AND data = $4",
+            &[&r.zone, &r.name, &r.rtype.as_str(), &r.data],
+        )?;
+        row.map(|r| self.dns_row(&r)).transpose()
+    }
+
+    fn put_dns_row(&self, r: &Record, at: &str) -> Result<()> {
+        self.write_changes()?;
+        self.exec(
+            "INSERT INTO {s}.dns_records(zone, name, type, data, ttl, cn, vm, at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT(zone, name, type, data) DO UPDATE
+             SET ttl = excluded.ttl, cn = excluded.cn, vm = excluded.vm, at = excluded.at",
+            &[
+                &r.zone,
+                &r.name,
+                &r.rtype.as_str(),
+                &r.data,
+                &i64::from(r.ttl),
+                &r.cn,
+                &r.vm,
+                &at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn remove_dns_row(&self, r: &Record) -> Result<bool> {
+        self.write_changes()?;
+        let n = self.exec(
+            "DELETE FROM {s}.dns_records WHERE zone = $1 AND name = $2 AND type = $3 AND data = $4",
+            &[&r.zone, &r.name, &r.rtype.as_str(), &r.data],
+        )?;
+        Ok(n > 0)
+    }
+}
+
+impl PgTx<'_> {
+    /// A `dns_records` row read by [`TxOps::dns_records`].
+    fn dns_row(&self, r: &Row) -> Result<Record> {
+        let cols = [
+            self.col(r, 0)?,
+            self.col(r, 1)?,
+            self.col(r, 2)?,
+            self.col(r, 3)?,
+            self.col(r, 4)?,
+            self.col(r, 5)?,
+        ];
+        dns_row(self.label, cols, self.col(r, 6)?)
     }
 }
 

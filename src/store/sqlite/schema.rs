@@ -46,6 +46,16 @@ CREATE TABLE IF NOT EXISTS last_runs(
     kind TEXT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, result TEXT NOT NULL, millis INTEGER NOT NULL,
     PRIMARY KEY(kind, cn, vm)) WITHOUT ROWID;
 ";
+/// The DNS records the registry published (schema version 6), see
+/// [`crate::dns`]: whose each is, so that destroying a VM removes exactly
+/// what was published for it.
+pub(super) const DNS: &str = "
+CREATE TABLE IF NOT EXISTS dns_records(
+    zone TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,
+    ttl INTEGER NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY(zone, name, type, data)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dns_records_by_owner ON dns_records(cn, vm);
+";
 /// Version 2 stores (before additional IPs, shared port space, salts and
 /// the identity record) are upgraded in place.
 pub(super) const UPGRADE_FROM_2: &str = "

@@ -8,9 +8,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::files::AtPath;
 use crate::alloc::Kind;
+use crate::dns::Record;
 use crate::error::Result;
 use crate::store::secrets::Keys;
-use crate::store::{journal, kinds_of, space_of, MacOwner, NumberOwner, Secret, TxOps};
+use crate::store::{dns_row, journal, kinds_of, space_of, MacOwner, NumberOwner, Secret, TxOps};
 
 /// Operations inside one transaction.
 pub struct SqliteTx<'a> {
@@ -639,4 +640,85 @@ impl TxOps for SqliteTx<'_> {
         out.reverse();
         Ok(out)
     }
+
+    fn dns_records(
+        &self,
+        cn: Option<&str>,
+        vm: Option<&str>,
+        zone: Option<&str>,
+    ) -> Result<Vec<Record>> {
+        let rows = self.rows(
+            "SELECT zone, name, type, data, cn, vm, ttl FROM dns_records
+             WHERE (?1 IS NULL OR cn = ?1) AND (?2 IS NULL OR vm = ?2) AND (?3 IS NULL OR zone = ?3)
+             ORDER BY zone, name, type, data",
+            params![cn, vm, zone],
+            dns_cols,
+        )?;
+        rows.into_iter()
+            .map(|(cols, ttl)| dns_row(self.path, cols, ttl))
+            .collect()
+    }
+
+    fn dns_record(&self, r: &Record) -> Result<Option<Record>> {
+        let rows = self.rows(
+            "SELECT zone, name, type, data, cn, vm, ttl FROM dns_records
+             WHERE zone = ?1 AND name = ?2 AND type = ?3 AND data = ?4",
+            params![r.zone, r.name, r.rtype.as_str(), r.data],
+            dns_cols,
+        )?;
+        rows.into_iter()
+            .next()
+            .map(|(cols, ttl)| dns_row(self.path, cols, ttl))
+            .transpose()
+    }
+
+    fn put_dns_row(&self, r: &Record, at: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO dns_records(zone, name, type, data, ttl, cn, vm, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT(zone, name, type, data) DO UPDATE
+                 SET ttl = excluded.ttl, cn = excluded.cn, vm = excluded.vm, at = excluded.at",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    r.zone,
+                    r.name,
+                    r.rtype.as_str(),
+                    r.data,
+                    r.ttl,
+                    r.cn,
+                    r.vm,
+                    at
+                ])
+            })
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn remove_dns_row(&self, r: &Record) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM dns_records WHERE zone = ?1 AND name = ?2 AND type = ?3 AND data = ?4",
+            )
+            .and_then(|mut s| s.execute(params![r.zone, r.name, r.rtype.as_str(), r.data]))
+            .at(self.path)?;
+        Ok(n > 0)
+    }
+}
+
+/// The columns of a `dns_records` row (see [`dns_row`]).
+fn dns_cols(r: &rusqlite::Row<'_>) -> rusqlite::Result<([String; 6], i64)> {
+    Ok((
+        [
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+        ],
+        r.get(6)?,
+    ))
 }
