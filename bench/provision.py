@@ -302,6 +302,7 @@ def cloud(salt_factories: Any, bench_root: Path, host: tuple[str, Storage]) -> I
     from tests.integration.conftest import WHEELHOUSE
 
     store = str(bench_root / "store")
+    key = str(bench_root / "store-key" / "mccloud-store.key")
     node = "mccloud-bench-node"
 
     master_overrides = {
@@ -312,13 +313,17 @@ def cloud(salt_factories: Any, bench_root: Path, host: tuple[str, Storage]) -> I
         "file_roots": {"base": [sls_root()]},
         "pillar_roots": {"base": [str(bench_root / "pillar")]},
         "mccloud_store_dir": store,
+        # One key for the store's secrets, named in both configurations (the
+        # node's minion is not configured beside the master's).
+        "mccloud_store_key": key,
         "mccloud_sls_timeout": 900,
         "ext_pillar": [{"mccloud": {}}],
     }
     master = salt_factories.salt_master_daemon("mccloud-bench-master", overrides=master_overrides,
                                                on_auth_event_callback=accept_only(node))
     with master.started(start_timeout=120):
-        minion = master.salt_minion_daemon(node, overrides={"mccloud_store_dir": store, "master": f"{NET}.1"})
+        minion = master.salt_minion_daemon(node, overrides={"mccloud_store_dir": store, "mccloud_store_key": key,
+                                                            "master": f"{NET}.1"})
         with minion.started(start_timeout=120):
             yield Cloud(master, minion, bench_root, host[0])
 
@@ -485,8 +490,9 @@ class Bench:
         self.run("mc_cloud_vm.provision", vm, f"skip={NO_MINION}")
         up = banner(container_ip(b.lxc, vm), 22) - start
         # Untimed: does the same sshd answer through the node's reverse proxy?
-        port = self.cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", self.cloud.node, vm).data[
-            "ssh_reverse_proxy_port"]
+        ret = self.cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", self.cloud.node, vm)
+        assert ret.returncode == 0 and ret.data, ret.stdout + ret.stderr
+        port = ret.data["ssh_reverse_proxy_port"]
         try:
             banner("127.0.0.1", int(port), deadline=15)
         except AssertionError as exc:  # (ssh_banner reports a silent port so)
@@ -518,13 +524,13 @@ class Bench:
         image's systemd when it carries the unit, else by hand), until the
         master's ``test.ping`` answers."""
         import salt.client
-        import salt.crypt
+        from mccloud import saltcompat
 
         mopts = dict(self.cloud.master.config)
         keys = self.root / "floor-keys"
         shutil.rmtree(keys, ignore_errors=True)
         keys.mkdir()
-        salt.crypt.gen_keys(str(keys), "minion", 2048)
+        saltcompat.write_keys(str(keys), "minion", 2048)
         accepted = Path(mopts["pki_dir"]) / "minions" / name
         accepted.write_text((keys / "minion.pub").read_text())
         conf = (f"id: {name}\nmaster: {NET}.1\nmaster_port: {mopts['ret_port']}\n"
