@@ -632,6 +632,52 @@ def _audit_parser(p: argparse.ArgumentParser) -> None:
     _output(p, default=argparse.SUPPRESS)
 
 
+def _store_parser(store: argparse.ArgumentParser) -> None:
+    """The subcommands of ``mccloud store``: backup, check, rekey and migrate."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    output = _output
+    stores = store.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
+    for name, func, text, example in (
+        ("backup", store_backup, "a consistent copy of the store (safe while others allocate)",
+         "  mccloud store backup /root/registry-$(date +%F).sqlite"),
+        ("check", store_check, "integrity check, schema version and identity of the store",
+         "  mccloud store check\n  mccloud store check --store postgresql://mccloud@db/mccloud -o json"),
+    ):
+        p = stores.add_parser(name, help=text, description=" ".join((func.__doc__ or text).split()),
+                              formatter_class=fmt, epilog=f"examples:\n{example}")
+        p.set_defaults(func=func)
+        if name == "backup":
+            p.add_argument("dest", help="the backup file to write (must not exist)")
+        else:
+            output(p)
+        _registry_arguments(p, pillar=False)
+    p = stores.add_parser("rekey", help="a new key for the store's secrets, every secret sealed again under it",
+                          description=" ".join((store_rekey.__doc__ or "").split()), formatter_class=fmt,
+                          epilog="examples:\n  mccloud store rekey\n"
+                          "  mccloud store rekey --store postgresql://mccloud@db/mccloud --key /srv/mastersalt-pillar/"
+                          "cloud-controller/ssl/mccloud-store.key")
+    p.set_defaults(func=store_rekey)
+    p.add_argument("--key", help="the key file (default: $MCCLOUD_STORE_KEY, else mccloud_store_key, else "
+                   "mccloud-store.key beside the CA, in ssl_pillar_dir)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) (read for ssl_pillar_dir only)")
+    p.add_argument("--id", default="controller", help="controller minion id")
+    output(p)
+    _registry_arguments(p, pillar=False)
+    p = stores.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly",
+                          description=" ".join((store_migrate.__doc__ or "").split()), formatter_class=fmt,
+                          epilog="examples:\n  mccloud store migrate --to postgresql://mccloud@db.example.net/mccloud")
+    p.set_defaults(func=store_migrate)
+    p.add_argument("--to", required=True, help="the PostgreSQL database (postgresql://user@host/db, or libpq "
+                   "keywords); it must hold no registry yet")
+    p.add_argument("--store", help="the SQLite store directory to copy; default: $MCCLOUD_STORE_DIR, else "
+                   "the store directory of the Salt configuration")
+    p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
+                   "or /etc/mastersalt)")
+    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and "
+                   "VMs (needed when a historical store lies beside the SQLite one)")
+    p.add_argument("--id", default="controller", help="controller minion id")
+
+
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="mccloud", description=__doc__, formatter_class=fmt)
@@ -691,47 +737,7 @@ def _parser() -> argparse.ArgumentParser:
         output(sp)
 
     dnscmd.add_parser(p, dns_options)
-    store = command("store", lambda args: 0, "back up, check, rekey or migrate the registry's store")
-    stores = store.add_subparsers(dest="store_command", required=True, metavar="STORE_COMMAND")
-    for name, func, text, example in (
-        ("backup", store_backup, "a consistent copy of the store (safe while others allocate)",
-         "  mccloud store backup /root/registry-$(date +%F).sqlite"),
-        ("check", store_check, "integrity check, schema version and identity of the store",
-         "  mccloud store check\n  mccloud store check --store postgresql://mccloud@db/mccloud -o json"),
-    ):
-        p = stores.add_parser(name, help=text, description=" ".join((func.__doc__ or text).split()),
-                              formatter_class=fmt, epilog=f"examples:\n{example}")
-        p.set_defaults(func=func)
-        if name == "backup":
-            p.add_argument("dest", help="the backup file to write (must not exist)")
-        else:
-            output(p)
-        _registry_arguments(p, pillar=False)
-    p = stores.add_parser("rekey", help="a new key for the store's secrets, every secret sealed again under it",
-                          description=" ".join((store_rekey.__doc__ or "").split()), formatter_class=fmt,
-                          epilog="examples:\n  mccloud store rekey\n"
-                          "  mccloud store rekey --store postgresql://mccloud@db/mccloud --key /srv/mastersalt-pillar/"
-                          "cloud-controller/ssl/mccloud-store.key")
-    p.set_defaults(func=store_rekey)
-    p.add_argument("--key", help="the key file (default: $MCCLOUD_STORE_KEY, else mccloud_store_key, else "
-                   "mccloud-store.key beside the CA, in ssl_pillar_dir)")
-    p.add_argument("--pillar", action="append", help="YAML pillar file(s) (read for ssl_pillar_dir only)")
-    p.add_argument("--id", default="controller", help="controller minion id")
-    output(p)
-    _registry_arguments(p, pillar=False)
-    p = stores.add_parser("migrate", help="copy a SQLite store into an empty PostgreSQL database, exactly",
-                          description=" ".join((store_migrate.__doc__ or "").split()), formatter_class=fmt,
-                          epilog="examples:\n  mccloud store migrate --to postgresql://mccloud@db.example.net/mccloud")
-    p.set_defaults(func=store_migrate)
-    p.add_argument("--to", required=True, help="the PostgreSQL database (postgresql://user@host/db, or libpq "
-                   "keywords); it must hold no registry yet")
-    p.add_argument("--store", help="the SQLite store directory to copy; default: $MCCLOUD_STORE_DIR, else "
-                   "the store directory of the Salt configuration")
-    p.add_argument("--config", help="Salt configuration directory (default: $MASTERSALT_CONFIG_DIR "
-                   "or /etc/mastersalt)")
-    p.add_argument("--pillar", action="append", help="YAML pillar file(s) declaring the compute nodes and "
-                   "VMs (needed when a historical store lies beside the SQLite one)")
-    p.add_argument("--id", default="controller", help="controller minion id")
+    _store_parser(command("store", lambda args: 0, "back up, check, rekey or migrate the registry's store"))
     return parser
 
 

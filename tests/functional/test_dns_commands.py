@@ -141,6 +141,24 @@ def test_command_line_plan_show_push_and_a_domain_removed(salt_env: SaltEnv, sam
     line = next(ln for ln in metrics.splitlines() if ln.startswith("mccloud_dns_last_propagation_seconds "))
     assert 0 <= float(line.split()[1]) < 10, line
 
+    # A zone no longer listed: its records are left as published, said so,
+    # and removed by no push (the key may no longer be allowed there).
+    internal = "vms.cloud.test."
+    kept = [x for x in json.loads(mccloud(salt_env, "dns", "show", "-o", "json").stdout)["records"]
+            if x["zone"] == internal]
+    assert kept, "no record in the internal zone"
+    pillar["makina-states.cloud.dns.zones"] = ["cloud.test", "7.199.10.in-addr.arpa"]
+    pillar["makina-states.cloud.dns.internal_zone"] = None
+    salt_env.set_pillar(pillar)
+    r = mccloud(salt_env, "dns", "push")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"published in {internal} left as they are" in r.stderr and "0 removed" in r.stdout, r.stdout + r.stderr
+    assert dns_bind.answers(kept[0]["name"], kept[0]["type"]) == [kept[0]["data"]]
+    pillar["makina-states.cloud.dns.zones"] = ["cloud.test", "vms.cloud.test", "7.199.10.in-addr.arpa"]
+    pillar["makina-states.cloud.dns.internal_zone"] = "vms.cloud.test"
+    salt_env.set_pillar(pillar)
+    assert mccloud(salt_env, "dns", "push").returncode == 0
+
 
 def test_a_nameserver_that_never_serves_fails_the_push_naming_it(salt_env: SaltEnv, sample: dict[str, Any],
                                                                dns_bind: Bind) -> None:

@@ -84,7 +84,28 @@ def scope(reg: mccloud.Registry, cn: str | None = None, vm: str | None = None) -
     plan = reg.dns_plan(cn)
     desired = [dict(r) for r in plan["records"] if vm is None or r["vm"] == vm]
     owned = [dict(r) for r in reg.dns_owned(cn=cn, vm=vm)]
-    return Scope(desired, owned, warnings_of(plan, vm))
+    owned, orphans = _in_zones(reg, owned)
+    return Scope(desired, owned, warnings_of(plan, vm) + orphans)
+
+
+def _in_zones(reg: mccloud.Registry, owned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The owned records whose zone the settings still list, and a warning
+    per zone no longer listed: its records stay as published (and in the
+    store) until the zone is listed again and a push removes them."""
+    settings = settings_of(reg.config)
+    if settings is None:
+        return owned, []
+    def canon(zone: Any) -> str:
+        return str(zone).rstrip(".").lower()
+
+    zones = {canon(z) for z in settings.get("zones") or []}
+    kept = [r for r in owned if canon(r["zone"]) in zones]
+    left: dict[str, int] = {}
+    for r in owned:
+        if canon(r["zone"]) not in zones:
+            left[str(r["zone"])] = left.get(str(r["zone"]), 0) + 1
+    return kept, [f"{n} record(s) published in {z} left as they are: makina-states.cloud.dns.zones no longer "
+                  f"lists {z}; list it again and push to remove them" for z, n in sorted(left.items())]
 
 
 def progress_of(say: Say) -> Callable[[Mapping[str, Any]], None]:
