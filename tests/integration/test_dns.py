@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.integration.conftest import Cloud
-from tests.integration.test_nsbox_driver import PIDFILE, nsbox_pillar
+from tests.integration.test_nsbox_driver import clean_up, nsbox_pillar
 from tests.support.dnsservers import Bind
 
 #: The node's public address: its VMs' domains point there.
@@ -38,14 +37,7 @@ def pillar(cloud: Cloud, bind: Bind) -> dict[str, Any]:
 def dnsbox(cloud: Cloud, dns_bind: Bind) -> Iterator[Cloud]:
     cloud.set_vms({}, **pillar(cloud, dns_bind))
     yield cloud
-    for vm in DOMAINS:  # whatever the test left
-        cloud.run("mc_cloud_nsbox.vm_destroy", vm)
-    pidfile = PIDFILE(cloud)
-    if pidfile.exists():
-        try:
-            os.kill(int(pidfile.read_text().split()[0]), signal.SIGTERM)
-        except (ProcessLookupError, ValueError):
-            pass
+    clean_up(cloud, DOMAINS)
     cloud.set_vms({})
 
 

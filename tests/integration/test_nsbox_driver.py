@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pytest
 
@@ -53,11 +53,9 @@ def ok(cloud: Cloud, fun: str, *args: str) -> dict[str, Any]:
     return data
 
 
-@pytest.fixture(scope="module")
-def nsbox(cloud: Cloud) -> Iterator[Cloud]:
-    cloud.set_vms({}, **nsbox_pillar(cloud))
-    yield cloud
-    for g in GUESTS:  # whatever the test left
+def clean_up(cloud: Cloud, guests: Iterable[str]) -> None:
+    """Destroys ``guests`` (whatever a test left) and stops the node's proxy."""
+    for g in guests:
         cloud.run("mc_cloud_nsbox.vm_destroy", g)
     pidfile = PIDFILE(cloud)
     if pidfile.exists():
@@ -65,6 +63,13 @@ def nsbox(cloud: Cloud) -> Iterator[Cloud]:
             os.kill(int(pidfile.read_text().split()[0]), signal.SIGTERM)
         except (ProcessLookupError, ValueError):
             pass
+
+
+@pytest.fixture(scope="module")
+def nsbox(cloud: Cloud) -> Iterator[Cloud]:
+    cloud.set_vms({}, **nsbox_pillar(cloud))
+    yield cloud
+    clean_up(cloud, GUESTS)
 
 
 def settings(cloud: Cloud, vm: str) -> dict[str, Any]:
