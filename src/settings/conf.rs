@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::with_pillar_at;
 use crate::pillar::values::kind_of;
+use crate::views::firewall::{DEFAULT_DRIVER, DRIVERS};
 
 /// Default directory of the certificates the https frontend serves (one
 /// `<domain>.crt` per domain, issued by the controller's CA), as
@@ -46,6 +47,37 @@ impl Config {
         let conf = with_pillar_at(&self.pillar, &at, defaults, &[])?;
         check_node_conf(cn, &conf)?;
         Ok(conf)
+    }
+
+    /// The driver that writes node `cn`'s firewall: its conf's
+    /// `firewall_driver`, else the cloud-wide
+    /// `makina-states.cloud.compute_node.firewall_driver`, else
+    /// [`DEFAULT_DRIVER`]; one of [`DRIVERS`].
+    pub fn firewall_driver(&self, cn: &str) -> Result<String> {
+        let conf = self.node_conf(cn)?;
+        let (key, v) = match conf.get("firewall_driver").filter(|v| !v.is_null()) {
+            Some(v) => (
+                format!("{COMPUTE_NODE}.conf.{cn}.firewall_driver"),
+                v.clone(),
+            ),
+            None => (
+                format!("{COMPUTE_NODE}.firewall_driver"),
+                self.compute_node_merged()?
+                    .get("firewall_driver")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            ),
+        };
+        match &v {
+            Value::Null => Ok(DEFAULT_DRIVER.to_owned()),
+            Value::String(d) if DRIVERS.contains(&d.as_str()) => Ok(d.clone()),
+            other => Err(Error::invalid(format!(
+                "pillar value {key} is {}: use one of {} (auto: firewalld when it runs on the node, \
+                 else nftables when nft is installed, else iptables)",
+                checks::brief(other),
+                DRIVERS.join(", ")
+            ))),
+        }
     }
 
     /// Whether the node's firewall is managed

@@ -5,6 +5,7 @@
 
 pub mod dns;
 pub mod drift;
+pub mod firewall;
 pub mod inventory;
 pub mod metrics;
 pub mod node;

@@ -10,6 +10,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::firewall::{self, Rules};
 use super::out::{Out, Str};
 use super::proxy::{reverse_proxies, ProxiedVm, HTTP_PROXY_MODE};
 use crate::alloc::register::Registered;
@@ -26,6 +27,7 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     let vms = registered_vms(registered)?;
     let proxies = reverse_proxies(&node.cn, &vms.proxied, &node.conf);
     let (network, facts) = network_and_facts(config, node)?;
+    let network_facts = network.clone();
     let firewall = config.firewall()?;
     let mut m = Out::map([
         ("target", node.cn.clone().into()),
@@ -56,9 +58,37 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     if !registered.errors.is_empty() {
         m.set("errors", json!(registered.errors).into());
     }
+    let rules = firewall_rules(node, &vms.proxied, &network_facts);
     m.set("vms", Out::Map(vms.entries));
     m.set("reverse_proxies", proxies);
+    let driver = config.firewall_driver(&node.cn)?;
+    m.set("firewall_rules", firewall::data(&rules, &driver).into());
     Ok(m)
+}
+
+/// The node's firewall model: its web ports, its VMs' ports and addresses,
+/// its ranges, network and bridge.
+fn firewall_rules(node: &NodePlan, vms: &[ProxiedVm<'_>], network: &Map<String, Value>) -> Rules {
+    let port = |k: &str| {
+        node.conf
+            .get(k)
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(0)
+    };
+    let cidr = format!("{}/{}", node.network.network, node.network.prefix);
+    let bridge = network
+        .get("bridge")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Rules::new(
+        &node.cn,
+        [port("http_port"), port("https_port")],
+        vms.iter().map(|v| (v.ssh_port, v.snmp_port, v.ip)),
+        (node.ssh, node.snmp),
+        cidr,
+        bridge,
+    )
 }
 
 /// The node's id range (`start`, `end`) and what root's line of
