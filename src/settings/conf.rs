@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::with_pillar_at;
 use crate::pillar::values::kind_of;
-use crate::views::firewall::{DEFAULT_DRIVER, DRIVERS};
+use crate::views::firewall::{DEFAULT_DRIVER, DRIVERS, NFT_TABLE};
 
 /// Default directory of the certificates the https frontend serves (one
 /// `<domain>.crt` per domain, issued by the controller's CA), as
@@ -39,6 +39,8 @@ impl Config {
             "hosts_file": "/etc/hosts",
             "sysctl_file": "/etc/sysctl.d/60-mccloud.conf",
             "firewall_chain": "MCCLOUD-INPUT",
+            "firewall_table": NFT_TABLE,
+            "firewalld_dir": "/etc/firewalld",
             "http_proxy": {},
             "https_proxy": {},
         });
@@ -142,7 +144,7 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
                 checks::port(&what(k), v)?;
             }
             "ssl_cert" | "ssl_certs_dir" | "haproxy_config" | "hosts_file" | "sysctl_file"
-            | "haproxy_pidfile" => {
+            | "haproxy_pidfile" | "firewalld_dir" => {
                 if !(k == "haproxy_pidfile" && v.is_null()) {
                     checks::abs_path(&what(k), checks::string(&what(k), v, false)?)?;
                 }
@@ -161,6 +163,32 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
                          name starting with {CHAIN_PREFIX} (up to 28 letters, digits, '-' and '_'), such as \
                          MCCLOUD-INPUT",
                         what(k)
+                    )));
+                }
+            }
+            "firewall_table" => {
+                // Deleted and written again by every load: mccloud's own only.
+                let t = checks::string(&what(k), v, false)?;
+                let ok = t.len() <= 32
+                    && t.starts_with(NFT_TABLE)
+                    && t.chars().all(|x| x.is_ascii_alphanumeric() || x == '_');
+                if !ok {
+                    return Err(Error::invalid(format!(
+                        "{} {t:?} is not a table of mccloud's own: every load deletes and writes it \
+                         again; use a name starting with {NFT_TABLE} (up to 32 letters, digits and '_'), \
+                         such as {NFT_TABLE}",
+                        what(k)
+                    )));
+                }
+            }
+            "firewall_driver" => {
+                let d = v.as_str().unwrap_or_default();
+                if !v.is_null() && !DRIVERS.contains(&d) {
+                    return Err(Error::invalid(format!(
+                        "{} is {}: use one of {}",
+                        what(k),
+                        checks::brief(v),
+                        DRIVERS.join(", ")
                     )));
                 }
             }

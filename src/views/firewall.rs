@@ -62,6 +62,8 @@ pub struct Rules {
     pub network: String,
     /// The VM bridge, when the node's types have one.
     pub bridge: Option<String>,
+    /// The nftables driver's table (family `inet`).
+    pub table: String,
 }
 
 impl Rules {
@@ -99,6 +101,7 @@ impl Rules {
             snmp_range: ranges.1,
             network,
             bridge,
+            table: NFT_TABLE.to_owned(),
         }
     }
 
@@ -130,9 +133,10 @@ pub fn nftables(rules: &Rules) -> String {
     let _ = writeln!(
         out,
         "# Managed by mccloud: the firewall of compute node {}. Loaded with nft -f,\n\
-         # which replaces table inet {NFT_TABLE} at once; every other table is left alone.\n\
-         table inet {NFT_TABLE}\ndelete table inet {NFT_TABLE}\ntable inet {NFT_TABLE} {{",
-        rules.cn
+         # which replaces table inet {t} at once; every other table is left alone.\n\
+         table inet {t}\ndelete table inet {t}\ntable inet {t} {{",
+        rules.cn,
+        t = rules.table
     );
     set(&mut out, "tcp_ports", "inet_service", &rules.tcp);
     set(&mut out, "udp_ports", "inet_service", &rules.udp);
@@ -208,7 +212,7 @@ pub fn data(rules: &Rules, driver: &str) -> Value {
     let all = driver == "auto";
     let mut m = serde_json::Map::new();
     m.insert("driver".into(), json!(driver));
-    m.insert("table".into(), json!(NFT_TABLE));
+    m.insert("table".into(), json!(rules.table));
     m.insert("name".into(), json!(FIREWALLD_NAME));
     m.insert("iptables".into(), rules.iptables_env());
     if all || driver == "nftables" {

@@ -16,6 +16,7 @@ use super::proxy::{reverse_proxies, ProxiedVm, HTTP_PROXY_MODE};
 use crate::alloc::register::Registered;
 use crate::drivers::{self, DEFAULT_TYPE};
 use crate::error::Result;
+use crate::pillar::checks;
 use crate::pools::idmap::root_count;
 use crate::pools::ports::reserved_ports;
 use crate::settings::vm::not_declared;
@@ -58,7 +59,7 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     if !registered.errors.is_empty() {
         m.set("errors", json!(registered.errors).into());
     }
-    let rules = firewall_rules(node, &vms.proxied, &network_facts);
+    let rules = firewall_rules(node, &vms.proxied, &network_facts)?;
     m.set("vms", Out::Map(vms.entries));
     m.set("reverse_proxies", proxies);
     let driver = config.firewall_driver(&node.cn)?;
@@ -68,7 +69,11 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
 
 /// The node's firewall model: its web ports, its VMs' ports and addresses,
 /// its ranges, network and bridge.
-fn firewall_rules(node: &NodePlan, vms: &[ProxiedVm<'_>], network: &Map<String, Value>) -> Rules {
+fn firewall_rules(
+    node: &NodePlan,
+    vms: &[ProxiedVm<'_>],
+    network: &Map<String, Value>,
+) -> Result<Rules> {
     let port = |k: &str| {
         node.conf
             .get(k)
@@ -81,14 +86,22 @@ fn firewall_rules(node: &NodePlan, vms: &[ProxiedVm<'_>], network: &Map<String, 
         .get("bridge")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    Rules::new(
+    if let Some(b) = &bridge {
+        // The nftables and firewalld renderings name it.
+        checks::iface(&format!("the VM bridge of compute node {}", node.cn), b)?;
+    }
+    let mut rules = Rules::new(
         &node.cn,
         [port("http_port"), port("https_port")],
         vms.iter().map(|v| (v.ssh_port, v.snmp_port, v.ip)),
         (node.ssh, node.snmp),
         cidr,
         bridge,
-    )
+    );
+    if let Some(t) = node.conf.get("firewall_table").and_then(Value::as_str) {
+        t.clone_into(&mut rules.table);
+    }
+    Ok(rules)
 }
 
 /// The node's id range (`start`, `end`) and what root's line of
