@@ -1,0 +1,215 @@
+"""The compute node's firewall under the iptables and nftables drivers,
+with real packets: the node's firewall SLS, with the data the runners
+render (``firewall_rules``), applied by the real ``salt-call --local``
+inside the node namespace of a topology (:mod:`tests.support.netns`).
+
+Under each driver: a TCP connection from the client to the node's address
+on the VM's ssh port reaches the node (a listener stands in for haproxy),
+one to a port of the ssh range that no VM holds is refused (a listener
+waits there too), a UDP probe to the VM's snmp port reaches the VM's port
+161 through the DNAT and comes back, one to an unallocated snmp port is
+refused; a rule removed by hand is named by a test run (what drift runs)
+and put back by the next apply; a second apply changes nothing; switching
+drivers removes the previous driver's rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from mccloud.cli import write_masterless_config
+from mccloud.drivers import lxc
+from mccloud.orchestration import sls_root
+
+from tests.support.netns import Topology, netns_topology  # noqa: F401
+from tests.support.pillars import FLAGS
+from tests.support.runners import Offline
+
+CN = "fw1.example.net"
+VM = "web1.example.net"
+SSH = (40100, 40109)
+SNMP = (30100, 30109)
+TABLE = "mccloudfwtest"
+CHAIN = "MCCLOUD-FWTEST"
+SLS = "makina-states.cloud.generic.compute_node.firewall"
+
+
+def pillar(t: Topology, driver: str, vms: dict[str, Any]) -> dict[str, Any]:
+    net = t.vm_network.split("/")[0]
+    return {
+        **FLAGS,
+        "makina-states.cloud.lxc.defaults.network": net,
+        "makina-states.cloud.lxc.defaults.netmask": "24",
+        "makina-states.cloud.lxc.defaults.gateway": t.gateway,
+        "makina-states.cloud.lxc.defaults.bridge": t.bridge,
+        f"makina-states.cloud.lxc.vms.{CN}": vms,
+        "makina-states.cloud.compute_node.ssh_port_range_start": SSH[0],
+        "makina-states.cloud.compute_node.ssh_port_range_end": SSH[1],
+        "makina-states.cloud.compute_node.snmp_port_range_start": SNMP[0],
+        "makina-states.cloud.compute_node.snmp_port_range_end": SNMP[1],
+        f"makina-states.cloud.compute_node.conf.{CN}.firewall_chain": CHAIN,
+        f"makina-states.cloud.compute_node.conf.{CN}.firewall_table": TABLE,
+        f"makina-states.cloud.compute_node.conf.{CN}.http_port": 18080,
+        f"makina-states.cloud.compute_node.conf.{CN}.https_port": 18443,
+        # The cloud-wide key: every node's driver.
+        "makina-states.cloud.compute_node.firewall_driver": driver,
+    }
+
+
+class Node:
+    """The node of a topology, its registry in ``tmp``, its firewall applied
+    by the real ``salt-call --local`` inside the node namespace."""
+
+    def __init__(self, t: Topology, tmp: Path) -> None:
+        self.t, self.tmp = t, tmp
+        self.conf = Path(write_masterless_config(str(tmp / "conf"), "{}"))
+        minion = json.loads((self.conf / "minion").read_text())
+        minion["file_roots"] = {"base": [sls_root()]}
+        (self.conf / "minion").write_text(json.dumps(minion))
+
+    def data(self, driver: str, vms: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The node's data as a deploy renders it (without its packages)."""
+        env = Offline(self.tmp / "ctl", pillar(self.t, driver, {VM: {"ip": self.t.vm_addr}} if vms is None else vms)).env
+        return {**lxc.node_data(env, CN), "node_packages": False}
+
+    def apply(self, data: dict[str, Any], test: bool = False) -> dict[str, Any]:
+        """The states of the firewall SLS applied with ``data`` (a test run:
+        nothing changes), by id."""
+        cmd = ["salt-call", "-c", str(self.conf), "--local", "--out=json", "state.apply", SLS,
+               f"pillar={json.dumps({'mccloud': data})}", *(["test=True"] if test else [])]
+        proc = self.t.run(self.t.node, cmd, check=False)
+        try:
+            out = json.loads(proc.stdout)["local"]
+        except (ValueError, KeyError):
+            raise AssertionError(proc.stdout + proc.stderr) from None
+        assert isinstance(out, dict), out
+        return {st["__id__"]: st for st in out.values()}
+
+
+@pytest.fixture(scope="module")
+def node(netns_topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: F811
+    n = Node(netns_topology, tmp_path_factory.mktemp("fw"))
+    t = netns_topology
+    t.udp_echo(t.vm, 161)
+    yield n
+    for f in (f"/etc/mccloud/firewall-{TABLE}.nft", f"/var/lib/mccloud/firewall/{TABLE}.digest",
+              f"/var/lib/mccloud/firewall/{TABLE}.listing"):
+        if os.path.exists(f):
+            os.remove(f)
+
+
+def ports(data: dict[str, Any]) -> tuple[int, int]:
+    vm = data["vms"][VM]
+    return vm["ssh_reverse_proxy_port"], vm["snmp_reverse_proxy_port"]
+
+
+def changed(states: dict[str, Any]) -> dict[str, str]:
+    """The states that changed (or would), with their comments; every state
+    must have succeeded."""
+    failed = {k: v["comment"] for k, v in states.items() if v["result"] is False}
+    assert not failed, failed
+    return {k: v["comment"] for k, v in states.items() if v["changes"] or v["result"] is None}
+
+
+def assert_packets(t: Topology, ssh: int, snmp: int) -> None:
+    """The VM's ports pass, the ranges' other ports are refused."""
+    for port in (ssh, SSH[0] + 7):
+        if (t.node, port) not in t.listening:
+            t.tcp_listener(t.node, port)
+    assert t.tcp_probe(t.client, t.node_addr, ssh) == f"{t.node} {ssh} peer={t.client_addr}"
+    assert t.tcp_outcome(t.client, t.node_addr, SSH[0] + 7) == "refused"
+    answer = t.udp_probe(t.client, t.node_addr, snmp, b"get")
+    assert answer is not None and answer.startswith(f"{t.vm} 161 ".encode()) and answer.endswith(b"get"), answer
+    assert t.udp_outcome(t.client, t.node_addr, SNMP[0] + 7) == "refused"
+
+
+def nft_table(t: Topology) -> subprocess.CompletedProcess[str]:
+    return t.run(t.node, ["nft", "list", "table", "inet", TABLE], check=False)
+
+
+def test_iptables_driver_passes_the_vm_ports_and_names_a_rule_removed_by_hand(node: Node) -> None:
+    t = node.t
+    data = node.data("iptables")
+    assert data["firewall_rules"]["driver"] == "iptables" and "nftables" not in data["firewall_rules"]
+    ssh, snmp = ports(data)
+    assert SSH[0] <= ssh <= SSH[1] and SNMP[0] <= snmp <= SNMP[1]
+    assert "mccloud-firewall-apply" in changed(node.apply(data))
+    assert_packets(t, ssh, snmp)
+    assert changed(node.apply(data)) == {}
+
+    # A rule deleted by hand: named by a test run, put back by an apply.
+    rule = f"-p tcp -m multiport --dports 18080,18443,{ssh} -j ACCEPT"
+    t.run(t.node, ["iptables", "-D", CHAIN, *rule.split()])
+    assert t.tcp_outcome(t.client, t.node_addr, ssh) == "refused"
+    would = changed(node.apply(data, test=True))
+    assert would.keys() == {"mccloud-firewall-apply"}, would
+    assert f"filter rule missing: -A {CHAIN} {rule}" in would["mccloud-firewall-apply"], would
+    assert "mccloud-firewall-apply" in changed(node.apply(data))
+    assert_packets(t, ssh, snmp)
+
+
+def test_nftables_driver_replaces_the_iptables_chains_and_keeps_other_tables(node: Node) -> None:
+    t = node.t
+    # Another table of the node's own: left alone by every load.
+    t.run(t.node, ["nft", "add table inet operator; add chain inet operator input "
+                   "{ type filter hook input priority 0; policy accept; }; "
+                   "add rule inet operator input tcp dport 9 counter accept"])
+    data = node.data("nftables")
+    ssh, snmp = ports(data)
+    done = changed(node.apply(data))
+    assert {"mccloud-firewall-apply", "mccloud-firewall-others"} <= done.keys(), done
+    assert f"iptables chain {CHAIN} (filter)" in done["mccloud-firewall-others"], done
+    assert t.run(t.node, ["iptables", "-S", CHAIN], check=False).returncode != 0
+    assert "tcp dport 9 counter" in t.run(t.node, ["nft", "list", "table", "inet", "operator"]).stdout
+    assert_packets(t, ssh, snmp)
+    # The VM network is masqueraded towards the outside.
+    assert t.tcp_source_seen(18999) == t.node_addr
+    assert changed(node.apply(data)) == {}
+
+
+def test_nftables_drift_names_an_element_or_rule_removed_and_repair_restores_it(node: Node) -> None:
+    t = node.t
+    data = node.data("nftables")
+    ssh, snmp = ports(data)
+    node.apply(data)
+    t.run(t.node, ["nft", "delete", "element", "inet", TABLE, "tcp_ports", f"{{ {ssh} }}"])
+    assert t.tcp_outcome(t.client, t.node_addr, ssh) == "refused"
+    would = changed(node.apply(data, test=True))
+    assert would == {"mccloud-firewall-apply": f"removed or changed by hand in table inet {TABLE}: "
+                                               f"set tcp_ports element {ssh}"}, would
+    # Changed by hand: the snmp forward sent elsewhere.
+    t.run(t.node, ["nft", "delete", "element", "inet", TABLE, "snmp_forwards", f"{{ {snmp} }}"])
+    t.run(t.node, ["nft", "add", "element", "inet", TABLE, "snmp_forwards", f"{{ {snmp} : 192.0.2.9 . 161 }}"])
+    assert "removed or changed by hand" in changed(node.apply(data, test=True))["mccloud-firewall-apply"]
+    assert "loaded" in changed(node.apply(data))["mccloud-firewall-apply"]
+    assert_packets(t, ssh, snmp)
+    assert changed(node.apply(data, test=True)) == {}
+
+
+def test_a_destroyed_vm_loses_its_ports_in_one_load(node: Node) -> None:
+    t = node.t
+    data = node.data("nftables")
+    ssh, snmp = ports(data)
+    node.apply(data)
+    assert_packets(t, ssh, snmp)
+    gone = node.data("nftables", vms={})
+    assert changed(node.apply(gone)).keys() == {"mccloud-firewall-rules", "mccloud-firewall-apply"}
+    assert t.tcp_outcome(t.client, t.node_addr, ssh) == "refused"
+    assert t.udp_outcome(t.client, t.node_addr, snmp) == "refused"
+    assert "udp_ports" in nft_table(t).stdout
+
+
+def test_switching_back_to_iptables_removes_the_table(node: Node) -> None:
+    t = node.t
+    data = node.data("iptables")
+    ssh, snmp = ports(data)
+    done = changed(node.apply(data))
+    assert f"table inet {TABLE}" in done["mccloud-firewall-others"], done
+    assert nft_table(t).returncode != 0
+    assert_packets(t, ssh, snmp)
+    t.run(t.node, ["nft", "delete", "table", "inet", "operator"])
