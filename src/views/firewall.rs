@@ -223,3 +223,176 @@ pub fn data(rules: &Rules, driver: &str) -> Value {
     }
     Value::Object(m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{Config, Context};
+
+    fn range(kind: &'static str, start: u16, end: u16) -> PortRange {
+        PortRange { kind, start, end }
+    }
+
+    fn rules(vms: &[(u16, u16, [u8; 4])]) -> Rules {
+        Rules::new(
+            "cn1.example.net",
+            [80, 443],
+            vms.iter().map(|&(s, n, ip)| (s, n, Ipv4Addr::from(ip))),
+            (range("ssh", 40000, 40999), range("snmp", 30000, 30999)),
+            "10.5.0.0/16".into(),
+            Some("lxcbr1".into()),
+        )
+    }
+
+    #[test]
+    fn the_model_sorts_ports_once_and_skips_what_a_vm_does_not_hold() {
+        let r = rules(&[
+            (40002, 30002, [10, 5, 0, 3]),
+            (40001, 0, [10, 5, 0, 2]),
+            (0, 30001, [10, 5, 0, 4]),
+        ]);
+        assert_eq!(r.tcp, [80, 443, 40001, 40002]);
+        assert_eq!(r.udp, [30001, 30002]);
+        assert_eq!(
+            r.forwards,
+            [
+                Forward {
+                    port: 30001,
+                    ip: Ipv4Addr::new(10, 5, 0, 4)
+                },
+                Forward {
+                    port: 30002,
+                    ip: Ipv4Addr::new(10, 5, 0, 3)
+                }
+            ]
+        );
+        let env = r.iptables_env();
+        assert_eq!(env["tcp_ports"], "80,443,40001,40002");
+        assert_eq!(env["snmp_dnat"], "30001=10.5.0.4,30002=10.5.0.3");
+        assert_eq!(env["ssh_range"], "40000:40999");
+    }
+
+    #[test]
+    fn nftables_replaces_its_table_in_one_file_with_sets_and_a_map() {
+        let text = nftables(&rules(&[(40001, 30001, [10, 5, 0, 2])]));
+        let head: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .take(3)
+            .collect();
+        assert_eq!(
+            head,
+            [
+                "table inet mccloud",
+                "delete table inet mccloud",
+                "table inet mccloud {"
+            ]
+        );
+        for line in [
+            "elements = { 80, 443, 40001 }",
+            "elements = { 30001 : 10.5.0.2 . 161 }",
+            "tcp dport 40000-40999 reject with tcp reset",
+            "udp dport 30000-30999 reject",
+            "iifname \"lxcbr1\" accept",
+            "ip saddr 10.5.0.0/16 ip daddr != 10.5.0.0/16 masquerade",
+            "fib daddr type local dnat ip addr . port to udp dport map @snmp_forwards",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
+        assert_eq!(text.matches('{').count(), text.matches('}').count());
+    }
+
+    #[test]
+    fn a_node_without_vms_loads_empty_sets_and_every_rule() {
+        let mut r = rules(&[]);
+        r.bridge = None;
+        r.table = "mccloud_test".into();
+        let text = nftables(&r);
+        assert!(text.contains("table inet mccloud_test {"));
+        assert!(!text.contains("udp_ports {\n\t\ttype inet_service\n\t\telements"));
+        assert!(!text.contains("iifname"));
+        assert!(text.contains("tcp dport 40000-40999 reject"));
+    }
+
+    #[test]
+    fn a_thousand_vms_keep_the_chains_a_few_rules_long() {
+        let vms: Vec<(u16, u16, [u8; 4])> = (0..1000u16)
+            .map(|i| {
+                (
+                    40000 + i,
+                    30000 + i,
+                    [10, 5, (i / 250) as u8, (i % 250) as u8 + 2],
+                )
+            })
+            .collect();
+        let text = nftables(&rules(&vms));
+        let rule_lines = text
+            .lines()
+            .filter(|l| l.starts_with("\t\t") && !l.contains("elements") && !l.contains("type "))
+            .count();
+        assert!(rule_lines <= 12, "{rule_lines} rules");
+        assert_eq!(text.matches(" . 161").count(), 1000);
+    }
+
+    #[test]
+    fn the_data_carries_what_the_driver_writes() {
+        let r = rules(&[(40001, 30001, [10, 5, 0, 2])]);
+        let d = data(&r, "iptables");
+        assert!(d.get("nftables").is_none() && d.get("firewalld").is_none());
+        let d = data(&r, "auto");
+        assert!(d["nftables"].is_string() && d["firewalld"].is_object());
+        assert_eq!(d["driver"], "auto");
+    }
+
+    fn config(pillar: Value) -> Config {
+        let Value::Object(m) = pillar else {
+            panic!("a mapping")
+        };
+        Config::new(Context::default(), m)
+    }
+
+    #[test]
+    fn the_driver_is_the_nodes_then_the_clouds_then_iptables() {
+        let cn = "cn1.example.net";
+        assert_eq!(config(json!({})).firewall_driver(cn).unwrap(), "iptables");
+        let cloud = json!({"makina-states.cloud.compute_node.firewall_driver": "auto"});
+        assert_eq!(config(cloud).firewall_driver(cn).unwrap(), "auto");
+        let both = json!({
+            "makina-states.cloud.compute_node.firewall_driver": "auto",
+            "makina-states.cloud.compute_node.conf.cn1.example.net.firewall_driver": "nftables",
+        });
+        assert_eq!(config(both).firewall_driver(cn).unwrap(), "nftables");
+        let bad = json!({"makina-states.cloud.compute_node.firewall_driver": "pf"});
+        let msg = config(bad).firewall_driver(cn).unwrap_err().to_string();
+        assert!(
+            msg.contains("makina-states.cloud.compute_node.firewall_driver")
+                && msg.contains("nftables"),
+            "{msg}"
+        );
+        let bad =
+            json!({"makina-states.cloud.compute_node.conf.cn1.example.net.firewall_driver": 3});
+        let msg = config(bad).firewall_driver(cn).unwrap_err().to_string();
+        assert!(
+            msg.contains("firewall_driver of compute node cn1.example.net"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn only_a_table_of_mccloud_s_own_is_loaded() {
+        let cn = "cn1.example.net";
+        for bad in ["filter", "mccloud;flush ruleset", "mccloud-x", ""] {
+            let p = json!({"makina-states.cloud.compute_node.conf.cn1.example.net.firewall_table": bad});
+            let msg = config(p).node_conf(cn).unwrap_err().to_string();
+            assert!(
+                msg.contains("firewall_table") && msg.contains("mccloud's own"),
+                "{msg}"
+            );
+        }
+        let p = json!({"makina-states.cloud.compute_node.conf.cn1.example.net.firewall_table": "mccloud_b"});
+        assert_eq!(
+            config(p).node_conf(cn).unwrap()["firewall_table"],
+            "mccloud_b"
+        );
+    }
+}

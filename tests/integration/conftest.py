@@ -43,6 +43,8 @@ NODE = "mccloud-node"
 SSH = (41000, 41009)
 SNMP = (31000, 31009)
 CHAIN = "MCCLOUD-TEST"
+#: The nftables table of the tests that run the node on the nftables driver.
+NFT_TABLE = "mccloud_test"
 #: The controller's nightly image-sync cron stays off: no test touches root's crontab.
 NO_IMAGE_SYNC = {"cron_sync": False, "cron_minute": "3", "cron_hour": "3"}
 #: nsbox, the tests' own virtualisation type (its modules, runners and SLS).
@@ -184,6 +186,11 @@ def host_state(bridge: str) -> Iterator[None]:
                    f"iptables -t nat -D OUTPUT -m addrtype --dst-type LOCAL -j {CHAIN}; "
                    f"iptables -t nat -F {CHAIN}; iptables -t nat -X {CHAIN}",
                    shell=True, capture_output=True)
+    subprocess.run(["nft", "delete", "table", "inet", NFT_TABLE], capture_output=True)
+    for f in (f"/etc/mccloud/firewall-{NFT_TABLE}.nft", f"/var/lib/mccloud/firewall/{NFT_TABLE}.digest",
+              f"/var/lib/mccloud/firewall/{NFT_TABLE}.listing"):
+        if os.path.exists(f):
+            os.remove(f)
     cidr = f"{NET}.0/24"
     subprocess.run(f"iptables -t nat -D POSTROUTING -s {cidr} ! -d {cidr} -j MASQUERADE",
                    shell=True, capture_output=True)

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from tests.integration.conftest import CHAIN, NET, NO_IMAGE_SYNC, Cloud, running_master, running_minion
+from tests.integration.conftest import NET, NFT_TABLE, NO_IMAGE_SYNC, Cloud, running_master, running_minion
 from tests.support.net import ssh_banner
 from tests.support.postgres import Postgres
 
@@ -99,6 +99,12 @@ def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+def nft_forwards() -> str:
+    """The snmp forwards of the node's nftables table, one per line."""
+    out = sh("nft", "list", "map", "inet", NFT_TABLE, "snmp_forwards").stdout
+    return out.replace(",", "\n")
+
+
 @pytest.fixture(scope="module")
 def e2e(cloud: PgCloud, e2e_timings: list[str],
         mastersalt_master: Any) -> Iterator[tuple[PgCloud, Path, dict[str, float]]]:
@@ -112,6 +118,9 @@ def e2e(cloud: PgCloud, e2e_timings: list[str],
         "hosts_file": str(cloud.root / "etc" / "hosts"),
         "sysctl_file": str(cloud.root / "etc" / "sysctl-mccloud.conf"),
         "firewall_chain": "MCCLOUD-TEST",
+        # The node's firewall as one nftables table of its own, loaded whole
+        # (the other integration tests keep the iptables driver).
+        "firewall_driver": "nftables", "firewall_table": NFT_TABLE,
     }
     extra = {
         "makina-states.cloud.images.lxc": {
@@ -146,6 +155,8 @@ def e2e(cloud: PgCloud, e2e_timings: list[str],
             except (ProcessLookupError, ValueError):
                 pass
         shutil.rmtree(lxc / TEMPLATE, ignore_errors=True)
+        # The next modules' node runs the iptables driver on the same ranges.
+        sh("nft", "delete", "table", "inet", NFT_TABLE)
         e2e_timings.extend(f"{k:<45} {v:6.1f} s" for k, v in phases.items())
 
 
@@ -383,9 +394,8 @@ def check_lxc_drift(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]]) ->
     stopped, dnat = VMS[1], VMS[0]
     assert sh("lxc-stop", "-P", str(lxc), "-n", stopped).returncode == 0
     assert sh("lxc-create", "-P", str(lxc), "-n", "stray-e2e", "-t", "none").returncode == 0
-    rule = ["-p", "udp", "--dport", str(seen[dnat]["snmp_reverse_proxy_port"]), "-j", "DNAT",
-            "--to-destination", f"{seen[dnat]['ip']}:161"]
-    assert sh("iptables", "-t", "nat", "-D", CHAIN, *rule).returncode == 0
+    port = seen[dnat]["snmp_reverse_proxy_port"]
+    assert sh("nft", "delete", "element", "inet", NFT_TABLE, "snmp_forwards", f"{{ {port} }}").returncode == 0
     try:
         rc, found, data = drift_kinds(cloud, "mc_cloud.drift")
         assert data["retcode"] == 2 and found == {(stopped, "guest_stopped"), ("stray-e2e", "stray_guest"),
@@ -393,7 +403,7 @@ def check_lxc_drift(cloud: Cloud, lxc: Path, seen: dict[str, dict[str, Any]]) ->
         rc, found, data = drift_kinds(cloud, "mc_cloud.repair", "apply=True")
         done = [s for s in data["steps"] if s["action"] == "render"]
         assert done and all(s["done"] == "node SLS applied" for s in done), data
-        assert f"{seen[dnat]['ip']}:161" in sh("iptables", "-t", "nat", "-S", CHAIN).stdout
+        assert f"{port} : {seen[dnat]['ip']} . 161" in nft_forwards()
         assert sh("lxc-ls", "-P", str(lxc)).stdout.count("stray-e2e") == 1  # never touched
         rc, found, data = drift_kinds(cloud, "mc_cloud.drift")
         assert found == {(stopped, "guest_stopped"), ("stray-e2e", "stray_guest")}, data
@@ -504,7 +514,7 @@ def test_a_container_end_to_end(e2e: tuple[PgCloud, Path, dict[str, float]]) -> 
         assert "freed" in data["comment"] and seen[vm]["ip"] in data["comment"]
         assert vm not in sh("lxc-ls", "-P", str(lxc)).stdout
         assert f"listen lst_{vm}" not in cfg.read_text()
-        assert f"{seen[vm]['ip']}:161" not in sh("iptables", "-t", "nat", "-S", CHAIN).stdout
+        assert f"{seen[vm]['ip']} . 161" not in nft_forwards()
         assert vm not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data["ips"]
         # like salt-cloud -d: the key is gone from the master of its mode
         keys = master_of(cloud, vm).salt_key_cli().run("--list", "all", "--out=json").data
