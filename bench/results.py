@@ -5,9 +5,9 @@ section with the commit and machine it measured, then renders the registry
 table of the performance page (``docs/explanation/performance.md``) from
 that file (between the ``bench:registry`` markers);
 ``bench/provision.py``, ``bench/store.py``, ``bench/metrics.py`` and
-``bench/dns.py`` record sections of their own, rendered between the
-``bench:provisioning``, ``bench:store``, ``bench:metrics`` and ``bench:dns``
-markers.
+``bench/dns.py`` and ``bench/firewall.py`` record sections of their own,
+rendered between the ``bench:provisioning``, ``bench:store``,
+``bench:metrics``, ``bench:dns`` and ``bench:firewall`` markers.
 The tests check that the page's tables are the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
@@ -38,6 +38,8 @@ SSTART, SEND = "<!-- bench:store:start -->", "<!-- bench:store:end -->"
 MSTART, MEND = "<!-- bench:metrics:start -->", "<!-- bench:metrics:end -->"
 #: The DNS table's markers (``bench/dns.py`` records its section, ``dns``).
 DSTART, DEND = "<!-- bench:dns:start -->", "<!-- bench:dns:end -->"
+#: The firewall table's markers (``bench/firewall.py`` records its section, ``firewall``).
+FSTART, FEND = "<!-- bench:firewall:start -->", "<!-- bench:firewall:end -->"
 #: Goal of a node's names: every one answering on every nameserver, seconds
 #: after the publication started.
 GOAL_DNS_S = 2.0
@@ -327,6 +329,21 @@ def render_dns(data: dict[str, Any]) -> str:
                                  f"{_stamp(d)}"])
 
 
+def render_firewall(data: dict[str, Any]) -> str:
+    """The firewall drivers' table (markdown) of ``data``'s ``firewall`` section."""
+    f = data.get("firewall")
+    if not f:
+        return "No firewall figures recorded yet: run ./run bench firewall."
+    rows = [f"| driver ({f['vms']:,} VMs) | rendering | first apply | the load alone | no-op apply | "
+            "one VM destroyed | what mccloud's part holds |", "|---|---|---|---|---|---|---|"]
+    for name, d in f["drivers"].items():
+        rows.append(f"| {name} | {d['render_s']:.2f} s | {d['first_s']:.2f} s | {d['load_s']:.3f} s | "
+                    f"{d['noop_s']:.2f} s | {d['destroy_s']:.2f} s | {d['held']} |")
+    return "\n".join([*rows, "", f"Median of {f['runs']} runs; an apply is a whole `salt-call --local state.apply` "
+                                 "of the firewall SLS (Salt's start included). Measured (`./run bench firewall`, "
+                                 f"`bench/results.json`): {_stamp(f)}"])
+
+
 def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
     try:
         head, rest = text.split(start, 1)
@@ -350,6 +367,7 @@ def update_page(page: str | os.PathLike[str], data: dict[str, Any], check: bool 
     new = _replace(path, new, SSTART, SEND, render_store(data), required=False)
     new = _replace(path, new, MSTART, MEND, render_metrics(data), required=False)
     new = _replace(path, new, DSTART, DEND, render_dns(data), required=False)
+    new = _replace(path, new, FSTART, FEND, render_firewall(data), required=False)
     if check:
         return new == text
     if new != text:

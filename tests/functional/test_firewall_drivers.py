@@ -14,82 +14,14 @@ drivers removes the previous driver's rules."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from mccloud.cli import write_masterless_config
-from mccloud.drivers import lxc
-from mccloud.orchestration import sls_root
-
+from tests.support.firewall import CHAIN, SNMP, SSH, TABLE, VM, Node
 from tests.support.netns import Topology, netns_topology  # noqa: F401
-from tests.support.pillars import FLAGS
-from tests.support.runners import Offline
-
-CN = "fw1.example.net"
-VM = "web1.example.net"
-SSH = (40100, 40109)
-SNMP = (30100, 30109)
-TABLE = "mccloudfwtest"
-CHAIN = "MCCLOUD-FWTEST"
-SLS = "makina-states.cloud.generic.compute_node.firewall"
-
-
-def pillar(t: Topology, driver: str, vms: dict[str, Any]) -> dict[str, Any]:
-    net = t.vm_network.split("/")[0]
-    return {
-        **FLAGS,
-        "makina-states.cloud.lxc.defaults.network": net,
-        "makina-states.cloud.lxc.defaults.netmask": "24",
-        "makina-states.cloud.lxc.defaults.gateway": t.gateway,
-        "makina-states.cloud.lxc.defaults.bridge": t.bridge,
-        f"makina-states.cloud.lxc.vms.{CN}": vms,
-        "makina-states.cloud.compute_node.ssh_port_range_start": SSH[0],
-        "makina-states.cloud.compute_node.ssh_port_range_end": SSH[1],
-        "makina-states.cloud.compute_node.snmp_port_range_start": SNMP[0],
-        "makina-states.cloud.compute_node.snmp_port_range_end": SNMP[1],
-        f"makina-states.cloud.compute_node.conf.{CN}.firewall_chain": CHAIN,
-        f"makina-states.cloud.compute_node.conf.{CN}.firewall_table": TABLE,
-        f"makina-states.cloud.compute_node.conf.{CN}.http_port": 18080,
-        f"makina-states.cloud.compute_node.conf.{CN}.https_port": 18443,
-        # The cloud-wide key: every node's driver.
-        "makina-states.cloud.compute_node.firewall_driver": driver,
-    }
-
-
-class Node:
-    """The node of a topology, its registry in ``tmp``, its firewall applied
-    by the real ``salt-call --local`` inside the node namespace."""
-
-    def __init__(self, t: Topology, tmp: Path) -> None:
-        self.t, self.tmp = t, tmp
-        self.conf = Path(write_masterless_config(str(tmp / "conf"), "{}"))
-        minion = json.loads((self.conf / "minion").read_text())
-        minion["file_roots"] = {"base": [sls_root()]}
-        (self.conf / "minion").write_text(json.dumps(minion))
-
-    def data(self, driver: str, vms: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The node's data as a deploy renders it (without its packages)."""
-        env = Offline(self.tmp / "ctl", pillar(self.t, driver, {VM: {"ip": self.t.vm_addr}} if vms is None else vms)).env
-        return {**lxc.node_data(env, CN), "node_packages": False}
-
-    def apply(self, data: dict[str, Any], test: bool = False) -> dict[str, Any]:
-        """The states of the firewall SLS applied with ``data`` (a test run:
-        nothing changes), by id."""
-        cmd = ["salt-call", "-c", str(self.conf), "--local", "--out=json", "state.apply", SLS,
-               f"pillar={json.dumps({'mccloud': data})}", *(["test=True"] if test else [])]
-        proc = self.t.run(self.t.node, cmd, check=False)
-        try:
-            out = json.loads(proc.stdout)["local"]
-        except (ValueError, KeyError):
-            raise AssertionError(proc.stdout + proc.stderr) from None
-        assert isinstance(out, dict), out
-        return {st["__id__"]: st for st in out.values()}
-
 
 @pytest.fixture(scope="module")
 def node(netns_topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:  # noqa: F811
