@@ -8,7 +8,8 @@ namespace of ``tests.support.netns``) and loaded with one
 - a connection from ``client`` to the node's address on the ssh port of a
   VM is accepted (a listener in ``node`` stands for haproxy); on a port of
   the ssh range that no VM holds (a listener there too) it is refused (tcp
-  reset);
+  reset), and so is a UDP datagram to a free port of the snmp range (a
+  UDP echo there);
 - a UDP datagram to the VM's snmp port on the node reaches the ``vm``
   namespace's port 161 and its answer comes back;
 - a connection from ``vm`` to ``client`` arrives from the node's address
@@ -19,9 +20,11 @@ A rule removed by hand at runtime (``firewall-cmd --policy mccloud-forwards
 --remove-forward-port=…`` without ``--permanent``) shows on the node as a
 difference between the runtime and the permanent configuration of the
 policy: ``firewall-cmd --info-policy=mccloud-forwards`` lacks the line that
-``firewall-cmd --permanent --info-policy=mccloud-forwards`` lists (the same
-for ``--info-zone=mccloud`` and ``--info-service``; ``--list-forward-ports``
-with and without ``--permanent`` narrows it to one kind of rule).
+``firewall-cmd --permanent --info-policy=mccloud-forwards`` lists (each
+policy alike, and the zone with ``--info-zone=mccloud``;
+``--list-forward-ports`` with and without ``--permanent`` narrows it to one
+kind of rule). A file changed by hand is seen by comparing it with what
+mccloud renders.
 ``firewall-cmd --reload`` replaces the runtime configuration with the
 permanent one: the rule is back, and the packets pass again.
 """
@@ -54,6 +57,7 @@ class Node:
     ssh: int  # the VM's allocated ssh port
     free_ssh: int  # a port of the ssh range no VM holds
     snmp: int  # the VM's allocated snmp port
+    free_snmp: int  # a port of the snmp range no VM holds
 
 
 def render(store: Path) -> Node:
@@ -71,10 +75,11 @@ def render(store: Path) -> Node:
     data = cast(dict[str, Any], reg.target_settings(CN))  # the stub's NodeData does not list firewall_rules
     rules = data["firewall_rules"]
     assert rules["driver"] == "firewalld"
-    held = set(reg.allocated(CN, "ssh").values())
-    ssh_range = data["ssh_port_range"]
-    free = next(p for p in range(ssh_range["start"], ssh_range["end"] + 1) if p not in held)
-    return Node(dict(rules["firewalld"]), reg.port(CN, "a.vm", "ssh"), free, reg.port(CN, "a.vm", "snmp"))
+    free = {kind: next(p for p in range(data[f"{kind}_port_range"]["start"], data[f"{kind}_port_range"]["end"] + 1)
+                       if p not in set(reg.allocated(CN, kind).values()))
+            for kind in ("ssh", "snmp")}
+    ssh, snmp = reg.port(CN, "a.vm", "ssh"), reg.port(CN, "a.vm", "snmp")
+    return Node(dict(rules["firewalld"]), ssh, free["ssh"], snmp, free["snmp"])
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +96,7 @@ def loaded(netns_topology: Topology, firewalld: Firewalld, node: Node) -> Iterat
     t, fw = netns_topology, firewalld
     for port in (node.ssh, node.free_ssh):
         t.tcp_listener(t.node, port)
+    t.udp_echo(t.node, node.free_snmp)
     t.udp_echo(t.vm, 161)
     assert t.tcp_outcome(t.client, t.node_addr, node.ssh) == "rejected"
     for path, text in node.files.items():
@@ -105,6 +111,7 @@ def assert_rules_hold(t: Topology, fw: Firewalld, node: Node) -> None:
     not read (it skips such a rule with only a warning in its log)."""
     assert t.tcp_probe(t.client, t.node_addr, node.ssh) == f"{t.node} {node.ssh} peer={t.client_addr}"
     assert t.tcp_outcome(t.client, t.node_addr, node.free_ssh) == "refused"
+    assert t.udp_outcome(t.client, t.node_addr, node.free_snmp) == "refused"
     reply = t.udp_probe(t.client, t.node_addr, node.snmp, b"get sysName")
     assert reply == f"{t.vm} 161 peer={t.client_addr} get sysName".encode()
     assert t.tcp_source_seen(CLIENT_PORT) == t.node_addr
@@ -132,7 +139,9 @@ def test_a_reload_keeps_it(netns_topology: Topology, loaded: Firewalld, node: No
 
 
 def test_a_restart_keeps_it(netns_topology: Topology, loaded: Firewalld, node: Node) -> None:
+    before = loaded.daemon.pid if loaded.daemon else None
     loaded.restart()
+    assert loaded.daemon is not None and loaded.daemon.pid != before
     assert_rules_hold(netns_topology, loaded, node)
 
 
