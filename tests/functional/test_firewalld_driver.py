@@ -21,7 +21,8 @@ A rule removed by hand at runtime (``firewall-cmd --policy mccloud-forwards
 difference between the runtime and the permanent configuration of the
 policy: ``firewall-cmd --info-policy=mccloud-forwards`` lacks the line that
 ``firewall-cmd --permanent --info-policy=mccloud-forwards`` lists (each
-policy alike, and the zone with ``--info-zone=mccloud``;
+policy alike, and the zone with ``--info-zone=mccloud``, whose first
+line also says ``(active)`` or not, by the runtime;
 ``--list-forward-ports`` with and without ``--permanent`` narrows it to one
 kind of rule). A file changed by hand is seen by comparing it with what
 mccloud renders.
