@@ -14,13 +14,15 @@
 //! holds; forward each VM's snmp port (udp) to the VM's port 161; masquerade
 //! the VM network towards the outside and forward its traffic.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
 use serde_json::{json, Value};
 
 use crate::pools::ports::PortRange;
+
+mod firewalld;
+pub use firewalld::firewalld;
 
 /// The drivers a node's firewall may be written with (`auto`: the node
 /// picks `firewalld` when firewalld runs, else `nftables` when `nft` is
@@ -196,14 +198,6 @@ fn set(out: &mut String, name: &str, ty: &str, ports: &[u16]) {
         let _ = writeln!(out, "\t\telements = {{ {} }}", items.join(", "));
     }
     out.push_str("\t}\n");
-}
-
-/// The `firewalld` driver's permanent configuration: each file's path
-/// below firewalld's configuration directory (`zones/mccloud.xml`, …) to
-/// its contents.
-pub fn firewalld(rules: &Rules) -> BTreeMap<String, String> {
-    let _ = rules;
-    BTreeMap::new()
 }
 
 /// The node data's `firewall_rules`: the driver and what it writes (for
