@@ -103,20 +103,22 @@ def held(node: Node, driver: str, env: dict[str, str]) -> str:
         return f"{rules} rules, {text.count(' . 161')} map elements"
     cmd = ["env", *(f"{k}={v}" for k, v in env.items()), "firewall-cmd", "--permanent"]
     info = "".join(t.run(t.node, [*cmd, f"--info-policy={p}"], check=False).stdout
-                   for p in ("mccloud-in", "mccloud-out", "mccloud-forward"))
-    return f"{info.count('to-addr=')} forward ports"
+                   for p in ("mccloud-host", "mccloud-forwards", "mccloud-egress"))
+    return f"{info.count('toaddr=')} forward ports"
 
 
 @contextlib.contextmanager
 def firewalld_env(t: netns.Topology, driver: str) -> Iterator[dict[str, str]]:
-    """The environment firewall-cmd needs (a firewalld of the benchmark's own)."""
+    """What firewall-cmd needs to reach a firewalld of the benchmark's own
+    (its bus), and that firewalld's configuration directory
+    (``MCCLOUD_FIREWALLD_DIR``); nothing for the other drivers."""
     if driver != "firewalld":
         yield {}
         return
-    from tests.support import firewalld
+    from tests.support.firewalld import firewalld_in
 
-    with firewalld.running(t) as fw:  # type: ignore[attr-defined]
-        yield fw.env
+    with firewalld_in(t) as fw:
+        yield {"DBUS_SYSTEM_BUS_ADDRESS": fw.env["DBUS_SYSTEM_BUS_ADDRESS"], "MCCLOUD_FIREWALLD_DIR": str(fw.config)}
 
 
 def one_run(driver: str, vms: int) -> dict[str, Any]:
@@ -126,7 +128,8 @@ def one_run(driver: str, vms: int) -> dict[str, Any]:
             node = Node(t, tmp)
             extra: dict[str, Any] = dict(LARGE)
             if env:
-                extra[f"makina-states.cloud.compute_node.conf.{'fw1.example.net'}.firewalld_dir"] = env["MCCLOUD_FIREWALLD_DIR"]
+                extra["makina-states.cloud.compute_node.conf.fw1.example.net.firewalld_dir"] = env.pop(
+                    "MCCLOUD_FIREWALLD_DIR")
             declared = vms_of(vms)
             data, render_s = timed(node.data, driver, declared, **extra)
             first, first_s = timed(node.apply, data, env=env)

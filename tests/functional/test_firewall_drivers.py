@@ -136,6 +136,16 @@ def test_a_destroyed_vm_loses_its_ports_in_one_load(node: Node) -> None:
     assert "udp_ports" in nft_table(t).stdout
 
 
+def test_auto_picks_nftables_where_nft_is_installed_and_firewalld_does_not_run(node: Node) -> None:
+    t = node.t
+    data = node.data("auto")
+    assert data["firewall_rules"]["driver"] == "auto" and "firewalld" in data["firewall_rules"]
+    states = node.apply(data)
+    assert f"table inet {TABLE}" in states["mccloud-firewall-apply"]["comment"], states["mccloud-firewall-apply"]
+    assert "mccloud-firewall-firewalld-zones-mccloud.xml" not in states
+    assert_packets(t, *ports(data))
+
+
 def test_switching_back_to_iptables_removes_the_table(node: Node) -> None:
     t = node.t
     data = node.data("iptables")
