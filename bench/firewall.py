@@ -131,7 +131,7 @@ def one_run(driver: str, vms: int) -> dict[str, Any]:
                 extra["makina-states.cloud.compute_node.conf.fw1.example.net.firewalld_dir"] = env.pop(
                     "MCCLOUD_FIREWALLD_DIR")
             declared = vms_of(vms)
-            data, render_s = timed(node.data, driver, declared, **extra)
+            data, render_s = timed(node.data, driver, declared, extra)
             first, first_s = timed(node.apply, data, env=env)
             check(first)
             load_s = load_alone(node, driver, data, env)
@@ -141,7 +141,7 @@ def one_run(driver: str, vms: int) -> dict[str, Any]:
             if changed:
                 raise SystemExit(f"the second apply changed {changed}")
             declared.pop(f"vm{vms - 1:05d}.bench.lan")
-            data = node.data(driver, declared, **extra)
+            data = node.data(driver, declared, extra)
             after, destroy_s = timed(node.apply, data, env=env)
             check(after)
             return {"render_s": render_s, "first_s": first_s, "load_s": load_s, "noop_s": noop_s,

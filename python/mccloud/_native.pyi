@@ -167,6 +167,9 @@ class _NodeDataRequired(TypedDict):
     conf: dict[str, Any]
     vms: dict[str, NodeVm]
     reverse_proxies: dict[str, Any]
+    # The firewall's driver and what it writes (docs/howto/firewall.md):
+    # driver, table, name, iptables, and nftables / firewalld by driver.
+    firewall_rules: dict[str, Any]
 
 @type_check_only
 class NodeData(_NodeDataRequired, total=False):

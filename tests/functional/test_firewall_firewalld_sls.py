@@ -32,7 +32,7 @@ def node(netns_topology: Topology, firewalld: Firewalld,  # noqa: F811
 
 
 def data(node: Node, fw: Firewalld, driver: str) -> dict[str, Any]:
-    return node.data(driver, **{"makina-states.cloud.compute_node.conf.fw1.example.net.firewalld_dir": str(fw.config)})
+    return node.data(driver, None, {"makina-states.cloud.compute_node.conf.fw1.example.net.firewalld_dir": str(fw.config)})
 
 
 def apply(node: Node, fw: Firewalld, d: dict[str, Any], test: bool = False) -> dict[str, Any]:

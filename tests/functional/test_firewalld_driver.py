@@ -73,7 +73,7 @@ def render(store: Path) -> Node:
         "makina-states.cloud.compute_node.firewall_driver": "firewalld",
     }
     reg = mccloud.Registry(mccloud.Config({"minion_id": "controller", "mastersalt": True}, pillar), str(store))
-    data = cast(dict[str, Any], reg.target_settings(CN))  # the stub's NodeData does not list firewall_rules
+    data = cast(dict[str, Any], reg.target_settings(CN))  # read by keys made at run time below
     rules = data["firewall_rules"]
     assert rules["driver"] == "firewalld"
     free = {kind: next(p for p in range(data[f"{kind}_port_range"]["start"], data[f"{kind}_port_range"]["end"] + 1)

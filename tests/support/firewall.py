@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mccloud.cli import write_masterless_config
 from mccloud.drivers import lxc
@@ -61,12 +61,13 @@ class Node:
         minion["file_roots"] = {"base": [sls_root()]}
         (self.conf / "minion").write_text(json.dumps(minion))
 
-    def data(self, driver: str, vms: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    def data(self, driver: str, vms: dict[str, Any] | None = None,
+             extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The node's data as a deploy renders it (without its packages):
         ``vms`` declared (default: one VM on the topology's VM address),
         ``extra`` pillar keys."""
         declared = {VM: {"ip": self.t.vm_addr}} if vms is None else vms
-        env = Offline(self.tmp / "ctl", {**pillar(self.t, driver, declared), **extra}).env
+        env = Offline(self.tmp / "ctl", {**pillar(self.t, driver, declared), **(extra or {})}).env
         return {**lxc.node_data(env, CN), "node_packages": False}
 
     def apply(self, data: dict[str, Any], test: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
