@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.support.firewall import CHAIN, SNMP, SSH, TABLE, VM, Node
+from tests.support.firewall import CHAIN, SNMP, SSH, TABLE, VM, Node, assert_packets, changed
 from tests.support.netns import Topology, netns_topology  # noqa: F401
 
 @pytest.fixture(scope="module")
@@ -38,26 +38,6 @@ def node(netns_topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> 
 def ports(data: dict[str, Any]) -> tuple[int, int]:
     vm = data["vms"][VM]
     return vm["ssh_reverse_proxy_port"], vm["snmp_reverse_proxy_port"]
-
-
-def changed(states: dict[str, Any]) -> dict[str, str]:
-    """The states that changed (or would), with their comments; every state
-    must have succeeded."""
-    failed = {k: v["comment"] for k, v in states.items() if v["result"] is False}
-    assert not failed, failed
-    return {k: v["comment"] for k, v in states.items() if v["changes"] or v["result"] is None}
-
-
-def assert_packets(t: Topology, ssh: int, snmp: int) -> None:
-    """The VM's ports pass, the ranges' other ports are refused."""
-    for port in (ssh, SSH[0] + 7):
-        if (t.node, port) not in t.listening:
-            t.tcp_listener(t.node, port)
-    assert t.tcp_probe(t.client, t.node_addr, ssh) == f"{t.node} {ssh} peer={t.client_addr}"
-    assert t.tcp_outcome(t.client, t.node_addr, SSH[0] + 7) == "refused"
-    answer = t.udp_probe(t.client, t.node_addr, snmp, b"get")
-    assert answer is not None and answer.startswith(f"{t.vm} 161 ".encode()) and answer.endswith(b"get"), answer
-    assert t.udp_outcome(t.client, t.node_addr, SNMP[0] + 7) == "refused"
 
 
 def nft_table(t: Topology) -> subprocess.CompletedProcess[str]:

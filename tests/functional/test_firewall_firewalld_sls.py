@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.firewall import SSH, SNMP, VM, Node
+import pytest
+
+from tests.support.firewall import VM, Node, assert_packets, changed
 from tests.support.firewalld import Firewalld, firewalld  # noqa: F401 - the fixture
 from tests.support.netns import Topology, netns_topology  # noqa: F401 - the fixture
-
-import pytest
 
 
 @pytest.fixture(scope="module")
@@ -37,22 +37,6 @@ def data(node: Node, fw: Firewalld, driver: str) -> dict[str, Any]:
 
 def apply(node: Node, fw: Firewalld, d: dict[str, Any], test: bool = False) -> dict[str, Any]:
     return node.apply(d, test=test, env={"DBUS_SYSTEM_BUS_ADDRESS": fw.env["DBUS_SYSTEM_BUS_ADDRESS"]})
-
-
-def changed(states: dict[str, Any]) -> dict[str, str]:
-    failed = {k: v["comment"] for k, v in states.items() if v["result"] is False}
-    assert not failed, failed
-    return {k: v["comment"] for k, v in states.items() if v["changes"] or v["result"] is None}
-
-
-def passes(t: Topology, ssh: int, snmp: int) -> None:
-    for port in (ssh, SSH[0] + 7):
-        if (t.node, port) not in t.listening:
-            t.tcp_listener(t.node, port)
-    assert t.tcp_probe(t.client, t.node_addr, ssh) is not None
-    assert t.tcp_outcome(t.client, t.node_addr, SSH[0] + 7) == "refused"
-    assert t.udp_probe(t.client, t.node_addr, snmp, b"get") is not None
-    assert t.udp_outcome(t.client, t.node_addr, SNMP[0] + 7) == "refused"
 
 
 def test_nftables_is_refused_where_firewalld_runs(node: Node, firewalld: Firewalld) -> None:  # noqa: F811
@@ -74,12 +58,12 @@ def test_auto_picks_firewalld_whose_reload_and_restart_keep_the_rules(node: Node
     done = changed(apply(node, firewalld, d))
     assert "mccloud-firewall-reload" in done, done
     assert (firewalld.config / "policies" / "mccloud-forwards.xml").is_file()
-    passes(t, ssh, snmp)
+    assert_packets(t, ssh, snmp)
     assert changed(apply(node, firewalld, d)) == {}
     firewalld.reload()
-    passes(t, ssh, snmp)
+    assert_packets(t, ssh, snmp)
     firewalld.restart()
-    passes(t, ssh, snmp)
+    assert_packets(t, ssh, snmp)
     assert "WARNING" not in firewalld.log_text() and "ERROR" not in firewalld.log_text(), firewalld.log_text()
 
 
@@ -96,7 +80,7 @@ def test_a_forward_removed_at_runtime_is_named_and_put_back(node: Node, firewall
     assert list(would) == ["mccloud-firewall-apply"], would
     assert "policy mccloud-forwards: removed or changed at runtime" in would["mccloud-firewall-apply"], would
     assert "firewalld reloaded" in changed(apply(node, firewalld, d))["mccloud-firewall-apply"]
-    passes(t, vm["ssh_reverse_proxy_port"], snmp)
+    assert_packets(t, vm["ssh_reverse_proxy_port"], snmp)
 
 
 def test_switching_to_iptables_removes_only_mccloud_s_files(node: Node, firewalld: Firewalld) -> None:  # noqa: F811

@@ -88,3 +88,21 @@ class Node:
         return {st["__id__"]: st for st in out.values()}
 
 
+def changed(states: dict[str, Any]) -> dict[str, str]:
+    """The states that changed (or would), with their comments; every state
+    must have succeeded."""
+    failed = {k: v["comment"] for k, v in states.items() if v["result"] is False}
+    assert not failed, failed
+    return {k: v["comment"] for k, v in states.items() if v["changes"] or v["result"] is None}
+
+
+def assert_packets(t: Topology, ssh: int, snmp: int) -> None:
+    """The VM's ports pass, the ranges' other ports are refused."""
+    for port in (ssh, SSH[0] + 7):
+        if (t.node, port) not in t.listening:
+            t.tcp_listener(t.node, port)
+    assert t.tcp_probe(t.client, t.node_addr, ssh) == f"{t.node} {ssh} peer={t.client_addr}"
+    assert t.tcp_outcome(t.client, t.node_addr, SSH[0] + 7) == "refused"
+    answer = t.udp_probe(t.client, t.node_addr, snmp, b"get")
+    assert answer is not None and answer.startswith(f"{t.vm} 161 ".encode()) and answer.endswith(b"get"), answer
+    assert t.udp_outcome(t.client, t.node_addr, SNMP[0] + 7) == "refused"
