@@ -11,7 +11,8 @@
 //!
 //! The model: accept http/https and every allocated ssh (tcp) and snmp
 //! (udp) port; refuse the ports of the node's ssh and snmp ranges that no VM
-//! holds; forward each VM's snmp port (udp) to the VM's port 161; masquerade
+//! holds (new connections only: the answers to the node's own connections
+//! pass); forward each VM's snmp port (udp) to the VM's port 161; masquerade
 //! the VM network towards the outside and forward its traffic.
 
 use std::fmt::Write as _;
@@ -157,7 +158,8 @@ pub fn nftables(rules: &Rules) -> String {
         out,
         "\tchain input {{\n\t\ttype filter hook input priority filter - 1; policy accept;\n\
          \t\ttcp dport @tcp_ports accept\n\t\tudp dport @udp_ports accept\n\
-         \t\ttcp dport {}-{} reject with tcp reset\n\t\tudp dport {}-{} reject\n\t}}\n",
+         \t\tct state new tcp dport {}-{} reject with tcp reset\n\
+         \t\tct state new udp dport {}-{} reject\n\t}}\n",
         ssh.start, ssh.end, snmp.start, snmp.end
     );
     out.push_str(
@@ -285,8 +287,8 @@ mod tests {
         for line in [
             "elements = { 80, 443, 40001 }",
             "elements = { 30001 : 10.5.0.2 . 161 }",
-            "tcp dport 40000-40999 reject with tcp reset",
-            "udp dport 30000-30999 reject",
+            "ct state new tcp dport 40000-40999 reject with tcp reset",
+            "ct state new udp dport 30000-30999 reject",
             "iifname \"lxcbr1\" accept",
             "ip saddr 10.5.0.0/16 ip daddr != 10.5.0.0/16 masquerade",
             "fib daddr type local dnat ip addr . port to udp dport map @snmp_forwards",
@@ -305,7 +307,7 @@ mod tests {
         assert!(text.contains("table inet mccloud_test {"));
         assert!(!text.contains("udp_ports {\n\t\ttype inet_service\n\t\telements"));
         assert!(!text.contains("iifname"));
-        assert!(text.contains("tcp dport 40000-40999 reject"));
+        assert!(text.contains("ct state new tcp dport 40000-40999 reject"));
     }
 
     #[test]

@@ -63,6 +63,11 @@ def test_iptables_driver_passes_the_vm_ports_and_names_a_rule_removed_by_hand(no
     assert f"filter rule missing: -A {CHAIN} {rule}" in would["mccloud-firewall-apply"], would
     assert "mccloud-firewall-apply" in changed(node.apply(data))
     assert_packets(t, ssh, snmp)
+    # The jump deleted: the chains are whole but unused; named, put back.
+    t.run(t.node, ["iptables", "-D", "INPUT", "-j", CHAIN])
+    assert changed(node.apply(data, test=True)) == {"mccloud-firewall-apply": f"no jump to {CHAIN} from INPUT"}
+    node.apply(data)
+    assert_packets(t, ssh, snmp)
 
 
 def test_nftables_driver_replaces_the_iptables_chains_and_keeps_other_tables(node: Node) -> None:
@@ -77,6 +82,7 @@ def test_nftables_driver_replaces_the_iptables_chains_and_keeps_other_tables(nod
     assert {"mccloud-firewall-apply", "mccloud-firewall-others"} <= done.keys(), done
     assert f"iptables chain {CHAIN} (filter)" in done["mccloud-firewall-others"], done
     assert t.run(t.node, ["iptables", "-S", CHAIN], check=False).returncode != 0
+    assert t.run(t.node, ["iptables", "-S", "INPUT"]).stdout.count(CHAIN) == 0
     assert "tcp dport 9 counter" in t.run(t.node, ["nft", "list", "table", "inet", "operator"]).stdout
     assert_packets(t, ssh, snmp)
     # The VM network is masqueraded towards the outside.
@@ -101,6 +107,30 @@ def test_nftables_drift_names_an_element_or_rule_removed_and_repair_restores_it(
     assert "loaded" in changed(node.apply(data))["mccloud-firewall-apply"]
     assert_packets(t, ssh, snmp)
     assert changed(node.apply(data, test=True)) == {}
+    # A rule inserted before mccloud's: the order differs, named.
+    t.run(t.node, ["nft", "insert", "rule", "inet", TABLE, "input", "tcp", "dport", str(ssh), "drop"])
+    would = changed(node.apply(data, test=True))["mccloud-firewall-apply"]
+    assert would == (f"removed or changed by hand in table inet {TABLE}: chain input rule 1: "
+                     "tcp dport @tcp_ports accept"), would
+    # The table gone (a flush ruleset, a reboot): said so, loaded again.
+    t.run(t.node, ["nft", "delete", "table", "inet", TABLE])
+    assert changed(node.apply(data, test=True))["mccloud-firewall-apply"] == f"no table inet {TABLE}"
+    node.apply(data)
+    assert_packets(t, ssh, snmp)
+
+
+@pytest.mark.parametrize("driver", ["iptables", "nftables"])
+def test_answers_to_the_nodes_own_connections_from_a_range_port_pass(node: Node, driver: str) -> None:
+    """The refusals of the ranges' free ports are for new connections only."""
+    t = node.t
+    node.apply(node.data(driver))
+    if (t.client, 18998) not in t.listening:
+        t.tcp_listener(t.client, 18998)
+    probe = ("import socket\ns = socket.socket(); s.settimeout(3)\n"
+             f"s.bind(('{t.node_addr}', {SSH[0] + 5})); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             f"s.connect(('{t.client_addr}', 18998)); print(s.recv(100).decode().strip())")
+    out = t.run(t.node, ["python3", "-c", probe], check=False)
+    assert out.stdout.strip() == f"{t.client} 18998 peer={t.node_addr}", out.stdout + out.stderr
 
 
 def test_a_destroyed_vm_loses_its_ports_in_one_load(node: Node) -> None:

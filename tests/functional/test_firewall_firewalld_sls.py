@@ -10,8 +10,11 @@ a :mod:`tests.support.netns` topology), applied by the real ``salt-call
   ``firewall-cmd --reload`` and a restart of firewalld;
 - a forward port removed at runtime by hand is named by a test run (what
   drift runs) and put back by the next apply;
-- switching to ``iptables`` removes mccloud's firewalld files (and only
-  them) and reloads firewalld."""
+- the bridge already in another zone of firewalld's is said before
+  anything is written;
+- ``iptables`` is refused beside firewalld as ``nftables`` is; once
+  firewalld stopped, switching to it removes mccloud's firewalld files
+  (and only them)."""
 
 from __future__ import annotations
 
@@ -49,6 +52,20 @@ def test_nftables_is_refused_where_firewalld_runs(node: Node, firewalld: Firewal
     assert t.run(t.node, ["nft", "list", "table", "inet", "mccloudfwtest"], check=False).returncode != 0
 
 
+def test_the_bridge_in_another_zone_is_said_before_anything_is_written(node: Node,
+                                                                      firewalld: Firewalld) -> None:  # noqa: F811
+    firewalld.cmd("--permanent", "--zone=trusted", f"--add-interface={node.t.bridge}")
+    firewalld.reload()
+    try:
+        states = apply(node, firewalld, data(node, firewalld, "firewalld"))
+        st = states["mccloud-firewall-firewalld-bridge"]
+        assert st["result"] is False and "is in firewalld's zone trusted" in str(st), st
+        assert not list(firewalld.config.glob("*/mccloud*.xml"))
+    finally:
+        firewalld.cmd("--permanent", "--zone=trusted", f"--remove-interface={node.t.bridge}")
+        firewalld.reload()
+
+
 def test_auto_picks_firewalld_whose_reload_and_restart_keep_the_rules(node: Node,
                                                                        firewalld: Firewalld) -> None:  # noqa: F811
     t = node.t
@@ -83,13 +100,20 @@ def test_a_forward_removed_at_runtime_is_named_and_put_back(node: Node, firewall
     assert_packets(t, vm["ssh_reverse_proxy_port"], snmp)
 
 
-def test_switching_to_iptables_removes_only_mccloud_s_files(node: Node, firewalld: Firewalld) -> None:  # noqa: F811
+def test_iptables_is_refused_beside_firewalld_and_switching_once_it_stopped_removes_only_mccloud_s_files(
+        node: Node, firewalld: Firewalld) -> None:  # noqa: F811
+    states = apply(node, firewalld, data(node, firewalld, "iptables"))
+    assert states["mccloud-firewall-coexistence"]["result"] is False, states
+    assert (firewalld.config / "policies" / "mccloud-forwards.xml").is_file()
     mine = firewalld.config / "services" / "operator.xml"
     mine.write_text('<?xml version="1.0" encoding="utf-8"?>\n<service><port protocol="tcp" port="9"/></service>\n')
-    d = data(node, firewalld, "iptables")
-    done = apply(node, firewalld, d)
-    others = done["mccloud-firewall-others"]
-    assert others["result"] is True and "policies/mccloud-forwards.xml" in others["comment"], others
-    assert not list(firewalld.config.glob("*/mccloud*.xml"))
-    assert mine.is_file()
+    firewalld.stop_daemon()
+    try:
+        done = apply(node, firewalld, data(node, firewalld, "iptables"))
+        others = done["mccloud-firewall-others"]
+        assert others["result"] is True and "policies/mccloud-forwards.xml" in others["comment"], others
+        assert not list(firewalld.config.glob("*/mccloud*.xml"))
+        assert mine.is_file()
+    finally:
+        firewalld.start()
     assert "mccloud-forwards" not in firewalld.cmd("--get-policies").stdout

@@ -5,9 +5,9 @@
     port, refuse the ranges' other ports, forward each VM's snmp port to
     the VM, masquerade and forward the VM network. auto picks firewalld
     when it runs, else nftables when nft is installed, else iptables.
-    With firewalld running, the nftables driver is refused: a reload of
-    firewalld keeps no rule of another table's making, and its DROP wins
-    over another table's accept. Whatever the driver, the rules another
+    With firewalld running, the nftables and iptables drivers are refused:
+    a reload of firewalld keeps no rule of another table's making, and its
+    DROP wins over another table's accept. Whatever the driver, the rules another
     driver of mccloud's wrote before are removed (switching drivers). #}
 {%- from "makina-states/cloud/generic/job.jinja" import job, job_key with context %}
 {%- set d = job %}
@@ -15,24 +15,27 @@
 {%- if d.has.firewall %}
 {%- set fw = d.firewall_rules %}
 {%- set packages = d.get('node_packages', true) %}
-{%- set firewalld_runs = salt['cmd.which']('firewall-cmd') and salt['cmd.retcode'](['firewall-cmd', '--state'], python_shell=False, ignore_retcode=True, output_loglevel='quiet') == 0 %}
+{#- firewalld runs: it says so on its bus, or its nftables table is there
+    (a bus that does not answer must not hide it). #}
+{%- set firewalld_runs = (salt['cmd.which']('firewall-cmd') and salt['cmd.retcode'](['firewall-cmd', '--state'], python_shell=False, ignore_retcode=True, output_loglevel='quiet') == 0)
+                         or (salt['cmd.which']('nft') and salt['cmd.retcode'](['nft', 'list', 'table', 'inet', 'firewalld'], python_shell=False, ignore_retcode=True, output_loglevel='quiet') == 0) %}
 {%- set driver = fw.driver %}
 {%- if driver == 'auto' %}
 {%-   set driver = 'firewalld' if firewalld_runs else ('nftables' if salt['cmd.which']('nft') else 'iptables') %}
 {%- endif %}
-{%- if driver == 'nftables' and firewalld_runs %}
+{%- if driver in ['nftables', 'iptables'] and firewalld_runs %}
 {%-   set tcp = fw.iptables.tcp_ports %}
 {%-   set udp = fw.iptables.udp_ports %}
 
 mccloud-firewall-coexistence:
   test.configurable_test_state:
     - failhard: true
-    - name: firewall driver nftables
+    - name: firewall driver {{ driver }}
     - result: false
     - changes: false
     - comment: {{ ('firewalld runs on this node: a firewalld reload drops what another table adds, and its '
-                   ~ 'DROP wins over the accept of mccloud\'s table. Set makina-states.cloud.compute_node.conf.'
-                   ~ d.target ~ '.firewall_driver to firewalld (or auto); or stop firewalld; or keep nftables '
+                   ~ 'DROP wins over the accept of mccloud\'s rules. Set makina-states.cloud.compute_node.conf.'
+                   ~ d.target ~ '.firewall_driver to firewalld (or auto); or stop firewalld; or keep ' ~ driver ~ ' '
                    ~ 'and have firewalld accept tcp ports ' ~ (tcp or 'none') ~ ' and udp ports '
                    ~ (udp or 'none') ~ ', forward the snmp ports ' ~ (fw.iptables.snmp_dnat or 'none')
                    ~ ' and masquerade ' ~ d.network.network ~ '/' ~ d.network.netmask) | tojson }}
