@@ -152,7 +152,7 @@ def test_auto_picks_nftables_where_nft_is_installed_and_firewalld_does_not_run(n
     assert data["firewall_rules"]["driver"] == "auto" and "firewalld" in data["firewall_rules"]
     states = node.apply(data)
     assert f"table inet {TABLE}" in states["mccloud-firewall-apply"]["comment"], states["mccloud-firewall-apply"]
-    assert "mccloud-firewall-firewalld-zones-mccloud.xml" not in states
+    assert "mccloud-firewall-firewalld-file-1" not in states
     assert_packets(t, *ports(data))
 
 

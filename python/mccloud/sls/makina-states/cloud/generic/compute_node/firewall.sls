@@ -40,7 +40,16 @@ mccloud-firewall-coexistence:
                    ~ (udp or 'none') ~ ', forward the snmp ports ' ~ (fw.iptables.snmp_dnat or 'none')
                    ~ ' and masquerade ' ~ d.network.network ~ '/' ~ d.network.netmask) | tojson }}
 {%- else %}
-{%-   include "makina-states/cloud/generic/compute_node/firewall_drivers/" ~ driver ~ ".jinja" %}
+{#-   Each driver's template by its literal name: data never names a file
+      (the core allows these three; anything else is the default). #}
+{%-   if driver == 'nftables' %}
+{%-     include "makina-states/cloud/generic/compute_node/firewall_drivers/nftables.jinja" %}
+{%-   elif driver == 'firewalld' %}
+{%-     include "makina-states/cloud/generic/compute_node/firewall_drivers/firewalld.jinja" %}
+{%-   else %}
+{%-     set driver = 'iptables' %}
+{%-     include "makina-states/cloud/generic/compute_node/firewall_drivers/iptables.jinja" %}
+{%-   endif %}
 {%-   include "makina-states/cloud/generic/compute_node/firewall_drivers/others.jinja" %}
 {%- endif %}
 {%- else %}
