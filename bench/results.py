@@ -336,7 +336,8 @@ def render_firewall(data: dict[str, Any]) -> str:
         return "No firewall figures recorded yet: run ./run bench firewall."
     rows = [f"| driver ({f['vms']:,} VMs) | rendering | first apply | the load alone | no-op apply | "
             "one VM destroyed | what mccloud's part holds |", "|---|---|---|---|---|---|---|"]
-    for name, d in f["drivers"].items():
+    order = ["iptables", "nftables", "firewalld"]
+    for name, d in sorted(f["drivers"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)):
         rows.append(f"| {name} | {d['render_s']:.2f} s | {d['first_s']:.2f} s | {d['load_s']:.3f} s | "
                     f"{d['noop_s']:.2f} s | {d['destroy_s']:.2f} s | {d['held']} |")
     return "\n".join([*rows, "", f"Median of {f['runs']} runs; an apply is a whole `salt-call --local state.apply` "
