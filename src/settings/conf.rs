@@ -56,30 +56,20 @@ impl Config {
     /// `makina-states.cloud.compute_node.firewall_driver`, else
     /// [`DEFAULT_DRIVER`]; one of [`DRIVERS`].
     pub fn firewall_driver(&self, cn: &str) -> Result<String> {
-        let conf = self.node_conf(cn)?;
-        let (key, v) = match conf.get("firewall_driver").filter(|v| !v.is_null()) {
-            Some(v) => (
-                format!("{COMPUTE_NODE}.conf.{cn}.firewall_driver"),
-                v.clone(),
-            ),
-            None => (
-                format!("{COMPUTE_NODE}.firewall_driver"),
-                self.compute_node_merged()?
-                    .get("firewall_driver")
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            ),
-        };
-        match &v {
-            Value::Null => Ok(DEFAULT_DRIVER.to_owned()),
-            Value::String(d) if DRIVERS.contains(&d.as_str()) => Ok(d.clone()),
-            other => Err(Error::invalid(format!(
-                "pillar value {key} is {}: use one of {} (auto: firewalld when it runs on the node, \
-                 else nftables when nft is installed, else iptables)",
-                checks::brief(other),
-                DRIVERS.join(", ")
-            ))),
+        self.firewall_driver_of(cn, &self.node_conf(cn)?)
+    }
+
+    /// [`Config::firewall_driver`] of node `cn` whose conf
+    /// ([`Config::node_conf`]) is `conf`.
+    pub fn firewall_driver_of(&self, cn: &str, conf: &Value) -> Result<String> {
+        let own = format!("pillar value {COMPUTE_NODE}.conf.{cn}.firewall_driver");
+        if let Some(d) = driver_value(&own, conf.get("firewall_driver").unwrap_or(&Value::Null))? {
+            return Ok(d);
         }
+        let cloud = self.compute_node_merged()?;
+        let what = format!("pillar value {COMPUTE_NODE}.firewall_driver");
+        let d = driver_value(&what, cloud.get("firewall_driver").unwrap_or(&Value::Null))?;
+        Ok(d.unwrap_or_else(|| DEFAULT_DRIVER.to_owned()))
     }
 
     /// Whether the node's firewall is managed
@@ -182,15 +172,7 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
                 }
             }
             "firewall_driver" => {
-                let d = v.as_str().unwrap_or_default();
-                if !v.is_null() && !DRIVERS.contains(&d) {
-                    return Err(Error::invalid(format!(
-                        "{} is {}: use one of {}",
-                        what(k),
-                        checks::brief(v),
-                        DRIVERS.join(", ")
-                    )));
-                }
+                driver_value(&what(k), v)?;
             }
             "haproxy_service" => {
                 if !v.is_boolean() {
@@ -205,4 +187,19 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `v` as a firewall driver (null: none given), or an error naming `what`
+/// and the drivers.
+fn driver_value(what: &str, v: &Value) -> Result<Option<String>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(d) if DRIVERS.contains(&d.as_str()) => Ok(Some(d.clone())),
+        other => Err(Error::invalid(format!(
+            "{what} is {}: use one of {} (auto: firewalld when it runs on the node, else nftables \
+             when nft is installed, else iptables)",
+            checks::brief(other),
+            DRIVERS.join(", ")
+        ))),
+    }
 }

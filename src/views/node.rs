@@ -28,7 +28,8 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     let vms = registered_vms(registered)?;
     let proxies = reverse_proxies(&node.cn, &vms.proxied, &node.conf);
     let (network, facts) = network_and_facts(config, node)?;
-    let network_facts = network.clone();
+    let rules = firewall_rules(node, &vms.proxied, &network)?;
+    let driver = config.firewall_driver_of(&node.cn, &node.conf)?;
     let firewall = config.firewall()?;
     let mut m = Out::map([
         ("target", node.cn.clone().into()),
@@ -59,10 +60,8 @@ pub fn data(config: &Config, registered: &Registered) -> Result<Out> {
     if !registered.errors.is_empty() {
         m.set("errors", json!(registered.errors).into());
     }
-    let rules = firewall_rules(node, &vms.proxied, &network_facts)?;
     m.set("vms", Out::Map(vms.entries));
     m.set("reverse_proxies", proxies);
-    let driver = config.firewall_driver(&node.cn)?;
     m.set("firewall_rules", firewall::data(&rules, &driver).into());
     Ok(m)
 }
