@@ -158,10 +158,15 @@ def test_auto_picks_nftables_where_nft_is_installed_and_firewalld_does_not_run(n
 
 def test_switching_back_to_iptables_removes_the_table(node: Node) -> None:
     t = node.t
+    # A table named like mccloud's that mccloud never loaded: left alone.
+    t.run(t.node, ["nft", "add", "table", "inet", "mccloud_operator"])
     data = node.data("iptables")
     ssh, snmp = ports(data)
     done = changed(node.apply(data))
     assert f"table inet {TABLE}" in done["mccloud-firewall-others"], done
     assert nft_table(t).returncode != 0
+    assert "mccloud_operator" not in done["mccloud-firewall-others"]
+    assert t.run(t.node, ["nft", "list", "table", "inet", "mccloud_operator"], check=False).returncode == 0
     assert_packets(t, ssh, snmp)
     t.run(t.node, ["nft", "delete", "table", "inet", "operator"])
+    t.run(t.node, ["nft", "delete", "table", "inet", "mccloud_operator"])
