@@ -18,6 +18,9 @@ from typing import Iterator
 import pytest
 
 from mccloud.pki import file_stem
+
+#: No Salt code runs here: the previous Salt line's suite leaves it out.
+pytestmark = pytest.mark.salt_free
 from tests.support.runners import Offline
 
 CN = "cn1.example.net"
