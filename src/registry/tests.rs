@@ -16,6 +16,7 @@ use crate::drivers::lxc::LXC;
 use crate::pools::mac;
 use crate::settings::{Context, COMPUTE_NODE};
 
+mod declare;
 mod session;
 mod tallies;
 
@@ -146,6 +147,7 @@ fn dump(reg: &Registry) -> Vec<String> {
         "changes",
         "last_runs",
         "dns_records",
+        "declarations",
     ] {
         let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
         let columns = st.column_count();
@@ -453,6 +455,35 @@ fn roots_subordinate_ids_cover_what_the_node_needs() {
     let e = reg.target_settings(CN, &[]).unwrap_err().to_string();
     assert!(e.contains("idmap_allow_login_defs_range"), "{e}");
     assert_eq!(dump(&reg), before, "refused before anything is allocated");
+}
+
+#[test]
+fn the_inventory_shows_the_owners_of_every_vm_and_node() {
+    let vms = json!({"a.test": {"owners": "teama"}, "b.test": {}});
+    let mut p = pillar(&Pools::small(), &[CN, CN2], &vms);
+    p.insert(
+        format!("{COMPUTE_NODE}.conf.{CN2}.owners"),
+        json!(["teamb"]),
+    );
+    p.insert("makina-states.cloud.owners".into(), json!(["ops"]));
+    let (_dir, reg) = open(p);
+    reg.target_settings(CN, &[]).unwrap();
+    let inv = reg.inventory().unwrap();
+    assert_eq!(inv[CN]["owners"], json!(["ops"]));
+    assert_eq!(inv[CN]["vms"]["a.test"]["owners"], json!(["teama"]));
+    assert_eq!(inv[CN]["vms"]["b.test"]["owners"], json!(["ops"]));
+    assert_eq!(inv[CN2]["owners"], json!(["teamb"]));
+    assert_eq!(inv[CN2]["vms"]["a.test"]["owners"], json!(["teama"]));
+    assert_eq!(inv[CN2]["vms"]["b.test"]["owners"], json!(["teamb"]));
+    // a node whose owners do not read: none (admins only), and why
+    let mut p = pillar(&Pools::small(), &[CN], &vms);
+    p.insert(format!("{COMPUTE_NODE}.conf.{CN}.owners"), json!([1]));
+    let (_dir, reg) = open(p);
+    let inv = reg.inventory().unwrap();
+    assert_eq!(inv[CN]["owners"], json!([]));
+    assert_eq!(inv[CN]["vms"]["b.test"]["owners"], json!([]));
+    let e = inv[CN]["error"].as_str().unwrap();
+    assert!(e.contains(&format!("owners of compute node {CN}")), "{e}");
 }
 
 #[test]

@@ -21,6 +21,7 @@ pub mod declared;
 pub mod dns;
 pub mod lxc;
 pub mod node;
+pub mod owners;
 pub mod placement;
 pub mod saltify;
 pub mod types;
@@ -114,6 +115,41 @@ impl Config {
         let mut c = Config::new(self.ctx.clone(), self.pillar.clone());
         c.placements = placements;
         c.unplaced = unplaced;
+        c
+    }
+
+    /// The same configuration (its placements too) over its pillar with
+    /// the flat keys `keys` added: a key the pillar has already is merged
+    /// with it, the pillar's values winning (see
+    /// [`crate::registry::declare`]).
+    pub fn with_keys(&self, keys: &Map<String, Value>) -> Self {
+        let mut pillar = self.pillar.clone();
+        for (k, v) in keys {
+            let mut merged = v.clone();
+            if let Some(files) = pillar.get(k).filter(|f| !f.is_null()) {
+                crate::pillar::merge::deep_merge(&mut merged, files);
+            }
+            pillar.insert(k.clone(), merged);
+        }
+        let mut c = Config::new(self.ctx.clone(), pillar);
+        c.placements = self.placements.clone();
+        c.unplaced = self.unplaced.clone();
+        c
+    }
+
+    /// The value of pillar key `key` (as given: a flat key, or a top-level one).
+    pub(crate) fn pillar_value(&self, key: &str) -> Option<&Value> {
+        self.pillar.get(key)
+    }
+
+    /// The same configuration (its placements too) over its pillar as
+    /// `edit` changes it.
+    pub(crate) fn edited(&self, edit: impl FnOnce(&mut Map<String, Value>)) -> Self {
+        let mut pillar = self.pillar.clone();
+        edit(&mut pillar);
+        let mut c = Config::new(self.ctx.clone(), pillar);
+        c.placements = self.placements.clone();
+        c.unplaced = self.unplaced.clone();
         c
     }
 
@@ -475,6 +511,8 @@ fn check_cloud(s: &Value) -> Result<()> {
     if let Some(v) = text("master") {
         checks::host(&what("master"), v)?;
     }
+    let owners = s.get(owners::OWNERS).unwrap_or(&Value::Null);
+    owners::owners_value(&format!("pillar value {}", what(owners::OWNERS)), owners)?;
     if let Some(v) = text("ssh_gateway_user") {
         checks::user(&what("ssh_gateway_user"), v)?;
     }

@@ -43,6 +43,8 @@ pub const KINDS: &[&str] = &[
     "secrets_rekeyed",
     "dns_publish",
     "dns_remove",
+    "declared",
+    "undeclared",
 ];
 
 /// The kinds that end a run whose duration the metrics show, with the run

@@ -65,7 +65,14 @@ def drift(target=None, nodes=False, **kwargs):
       not served), ``dns_extra`` (published by mccloud, no longer planned,
       still served) and ``dns_foreign`` (a name mccloud owns or plans,
       served otherwise: someone else changed it). Records mccloud neither
-      published nor plans are never reported.
+      published nor plans are never reported;
+    - ``declaration_shadowed``: the pillar files declare a VM (or a compute
+      node) that was also declared through the API (``mc_cloud_api``),
+      differently (another node, other settings): the files win.
+      ``expected`` is what the files say (their node, type, settings and
+      key; for a node, its saltify target or owners), ``found`` what the
+      API recorded (node, type, settings, who, when), ``action`` what to
+      do (keep one declaration).
 
     ``retcode`` is 0 when clean, 2 when there is drift (``salt-run`` exits
     non-zero), 1 when a node could not be checked (``errors`` says why).
@@ -184,7 +191,8 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     ``key_deleted``, ``repaired``, ``dns_publish``, ``dns_remove``,
     ``provision_finished``,
     ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
-    ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``), ``since``
+    ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``,
+    ``declared``, ``undeclared``), ``since``
     (a UTC date or time) and ``limit`` (the
     newest entries only).
 
