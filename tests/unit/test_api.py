@@ -98,6 +98,14 @@ def test_identity_sources_and_the_local_admin() -> None:
     with pytest.raises(envelope.ApiError, match="auth.ldap.binddn"):  # a per-user bind DN is no service account
         identity.resolve({"mccloud_api": {"groups": "ldap"}, "auth.ldap.binddn": "uid={{ username }},dc=x",
                           "auth.ldap.bindpw": "x"}, "alice")
+    # LDAP groups with a service account, the directory unreachable (or python-ldap missing): refused, saying why.
+    ldap_opts = {"mccloud_api": {"groups": "ldap"}, "auth.ldap.binddn": "cn=svc,dc=x", "auth.ldap.bindpw": "pw",
+                 "auth.ldap.uri": "ldap://127.0.0.1:9", "auth.ldap.basedn": "dc=x"}
+    with pytest.raises(envelope.ApiError) as refused:
+        identity.resolve(ldap_opts, "alice")
+    assert (refused.value.status, "LDAP" in refused.value.reason) == (403, True) or \
+        (refused.value.status, "python-ldap" in refused.value.reason) == (501, True), refused.value.reason
+    assert "pw" not in refused.value.reason.replace("python-ldap", "")
     with pytest.raises(envelope.BadRequest, match="mccloud_api:groups"):
         identity.resolve({"mccloud_api": {"groups": "kerberos"}}, "alice")
     with pytest.raises(envelope.ApiError, match="without an authenticated user"):
