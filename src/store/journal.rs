@@ -43,6 +43,8 @@ pub const KINDS: &[&str] = &[
     "secrets_rekeyed",
     "dns_publish",
     "dns_remove",
+    "declared",
+    "undeclared",
     "api_call",
     "api_refused",
     "password_read",
