@@ -348,6 +348,7 @@ class Api:
             except mccloud.MccloudError as exc:
                 raise BadRequest(f"dns: {exc}") from None
         cn, vm, row, owners = self.find_vm(name, "link_dns")
+        self.not_busy(vm)
         decl = declarations.vm_declaration(self.registry, vm)
         if decl is None:
             vt = row.get("vt") or "<vt>"
