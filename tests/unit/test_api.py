@@ -137,6 +137,7 @@ def test_users_see_their_groups_vms_and_are_refused_others(tmp_path: Path, reg: 
     assert call(tmp_path, reg, "alice", "vm", name="zz.test")["status"] == 404
     assert call(tmp_path, reg, "alice", "destroy", name="b1.test")["status"] == 403
     assert call(tmp_path, reg, "alice", "vms", owner="teamb")["status"] == 403
+    assert [v["name"] for v in call(tmp_path, reg, "carol", "vms", owner="teamb")["data"]] == ["b1.test"]
     assert call(tmp_path, reg, "alice", "vms", node=OTHER)["status"] == 403
     assert call(tmp_path, reg, "alice", "vms", node="nowhere")["status"] == 404
     # A VM without owners of its own has its node's; a node without any, admins only.

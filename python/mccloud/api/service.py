@@ -269,6 +269,7 @@ class Api:
             nodes = {cn: inv[cn]}
         else:
             nodes = inv
+        group = None
         if owner is not None:
             group = self.name_arg(owner, "owner")
             if not self.who.admin and group not in self.who.groups:
@@ -279,7 +280,7 @@ class Api:
         for cn, row in sorted(nodes.items()):
             for vm, v in sorted((row.get("vms") or {}).items()):
                 owners = self.vm_owners(cn, vm, v)
-                if not self.who.owns(owners) or (owner is not None and owner not in owners):
+                if not self.who.owns(owners) or (group is not None and group not in owners):
                     continue
                 out.append(self.vm_row(cn, vm, v, owners, running))
         return ok(out)
@@ -436,9 +437,12 @@ class Api:
                 raise self.refuse("provision", f"{self.who.describe()} may not create VMs on {cn}: the node belongs "
                                                f"to {', '.join(node_owners) or 'the admins only'}", cn, vm)
             foreign = sorted(set(groups) - set(self.who.groups))
-            if foreign or not groups:
+            if not groups:
+                raise self.refuse("provision", f"{self.who.describe()} has no group to own VM {vm}: ask an admin "
+                                               "to add you to one", cn, vm)
+            if foreign:
                 raise self.refuse("provision", f"{self.who.describe()} may give VM {vm} only its own groups as "
-                                               f"owners, not {', '.join(foreign) or 'none'}", cn, vm)
+                                               f"owners, not {', '.join(foreign)}", cn, vm)
         vt = self.vm_type_of_node(cn, row)
         settings: dict[str, Any] = {"owners": groups}
         if image is not None:
