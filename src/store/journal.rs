@@ -45,6 +45,9 @@ pub const KINDS: &[&str] = &[
     "dns_remove",
     "declared",
     "undeclared",
+    "api_call",
+    "api_refused",
+    "password_read",
 ];
 
 /// The kinds that end a run whose duration the metrics show, with the run
