@@ -5,9 +5,9 @@ section with the commit and machine it measured, then renders the registry
 table of the performance page (``docs/explanation/performance.md``) from
 that file (between the ``bench:registry`` markers);
 ``bench/provision.py``, ``bench/store.py``, ``bench/metrics.py`` and
-``bench/dns.py`` and ``bench/firewall.py`` record sections of their own,
-rendered between the ``bench:provisioning``, ``bench:store``,
-``bench:metrics``, ``bench:dns`` and ``bench:firewall`` markers.
+``bench/dns.py``, ``bench/firewall.py`` and ``bench/api.py`` record sections of
+their own, rendered between the ``bench:provisioning``, ``bench:store``,
+``bench:metrics``, ``bench:dns``, ``bench:firewall`` and ``bench:api`` markers.
 The tests check that the page's tables are the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
@@ -40,6 +40,10 @@ MSTART, MEND = "<!-- bench:metrics:start -->", "<!-- bench:metrics:end -->"
 DSTART, DEND = "<!-- bench:dns:start -->", "<!-- bench:dns:end -->"
 #: The firewall table's markers (``bench/firewall.py`` records its section, ``firewall``).
 FSTART, FEND = "<!-- bench:firewall:start -->", "<!-- bench:firewall:end -->"
+#: The API table's markers (``bench/api.py`` records its section, ``api``).
+ASTART, AEND = "<!-- bench:api:start -->", "<!-- bench:api:end -->"
+#: Goal of the inventory of a 10,000-VM cloud over HTTP (``mc_cloud_api.vms``), seconds.
+GOAL_API_S = 1.0
 #: Goal of a node's names: every one answering on every nameserver, seconds
 #: after the publication started.
 GOAL_DNS_S = 2.0
@@ -345,6 +349,26 @@ def render_firewall(data: dict[str, Any]) -> str:
                                  f"`bench/results.json`): {_stamp(f)}"])
 
 
+def render_api(data: dict[str, Any]) -> str:
+    """The API's table (markdown) of ``data``'s ``api`` section."""
+    a = data.get("api")
+    if not a:
+        return "No API figures recorded yet: run ./run bench api."
+    c = a["calls"]
+    met = "met" if c["vms"]["median_s"] < GOAL_API_S else "missed"
+    rows = ["| call over HTTP (salt-api, `rest_mccloud`, loopback) | round trip | answer | goal |",
+            "|---|---|---|---|",
+            f"| `mc_cloud_api.whoami` (the fixed cost of a call) | {c['whoami']['median_s']:.3f} s | "
+            f"{c['whoami']['bytes']:,} bytes | |",
+            f"| `mc_cloud_api.vms`, every VM of {a['nodes']:,} nodes ({a['vms']:,} VMs) | "
+            f"{c['vms']['median_s']:.3f} s | {c['vms']['rows']:,} rows, {c['vms']['bytes'] / 2**20:.1f} MiB | "
+            f"< {GOAL_API_S:g} s ({met}) |",
+            f"| `mc_cloud_api.nodes` | {c['nodes']['median_s']:.3f} s | {c['nodes']['rows']:,} rows | |",
+            f"| for reference: `Registry.inventory()` in-process, same store | {a['inventory_s']:.3f} s | | |"]
+    return "\n".join([*rows, "", f"Median of {a['runs']} round trips after a first one. Measured (`./run bench api`, "
+                                 f"`bench/results.json`): {_stamp(a)}"])
+
+
 def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
     try:
         head, rest = text.split(start, 1)
@@ -369,6 +393,7 @@ def update_page(page: str | os.PathLike[str], data: dict[str, Any], check: bool 
     new = _replace(path, new, MSTART, MEND, render_metrics(data), required=False)
     new = _replace(path, new, DSTART, DEND, render_dns(data), required=False)
     new = _replace(path, new, FSTART, FEND, render_firewall(data), required=False)
+    new = _replace(path, new, ASTART, AEND, render_api(data), required=False)
     if check:
         return new == text
     if new != text:

@@ -543,6 +543,14 @@ impl Registry {
     /// Inventory (docs/reference/cli.md, `mccloud inventory`): every compute node, its VMs with their type and
     /// access information, and the free capacity left. Does not allocate.
     pub fn inventory(&self) -> Result<Value> {
+        self.inventory_of(true, None)
+    }
+
+    /// The inventory; without `secrets`, every VM's `password` is `null`
+    /// (no password is unsealed: the listing a 10,000-VM cloud's API
+    /// serves); with `only`, node `only`'s entry alone (none when it is
+    /// neither declared nor in the store).
+    pub fn inventory_of(&self, secrets: bool, only: Option<&str>) -> Result<Value> {
         let stored = self.read(|tx| tx.nodes())?.unwrap_or_default();
         let placements: BTreeMap<String, String> = self
             .read(|tx| tx.placements())?
@@ -552,9 +560,12 @@ impl Registry {
         let usage = self.config.usage(&placements)?;
         let mut out = Map::new();
         for cn in views::inventory::nodes(&self.config, stored)? {
+            if only.is_some_and(|o| o != cn) {
+                continue;
+            }
             let held = self
-                .read(|tx| views::inventory::Held::read(tx, &cn))?
-                .unwrap_or_default();
+                .read(|tx| views::inventory::Held::read(tx, &cn, secrets))?
+                .unwrap_or_else(|| views::inventory::Held::empty(secrets));
             let mut entry = views::inventory::node(&self.config, &cn, held)?;
             if let (Some(u), Some(m)) = (usage.iter().find(|u| u.cn == cn), entry.as_object_mut()) {
                 m.insert("capacity".into(), u.room_json());

@@ -492,8 +492,11 @@ impl Registry {
     /// IP, MAC, ssh host, port and user `root` through the node's reverse
     /// proxy, snmp port, password, domains), its free IPs and ports, its
     /// capacity, and `error` for a broken declaration. Reads only.
-    fn inventory(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let r = py.detach(|| self.inner.inventory());
+    /// Without `secrets`, no password is unsealed (`password` is `None`);
+    /// with `node`, that node's entry alone.
+    #[pyo3(signature = (secrets=true, node=None))]
+    fn inventory(&self, py: Python<'_>, secrets: bool, node: Option<&str>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.inventory_of(secrets, node));
         out(py, r)
     }
 

@@ -487,6 +487,36 @@ fn the_inventory_shows_the_owners_of_every_vm_and_node() {
 }
 
 #[test]
+fn an_inventory_without_secrets_unseals_no_password_and_one_nodes_is_that_node() {
+    let vms = json!({"a.test": {}, "b.test": {"password": "declared-pw"}});
+    let (_dir, reg) = open(pillar(&Pools::small(), &[CN, CN2], &vms));
+    reg.target_settings(CN, &[]).unwrap();
+    let full = reg.inventory().unwrap();
+    assert!(full[CN]["vms"]["a.test"]["password"].as_str().is_some_and(|p| !p.is_empty()));
+    assert_eq!(full[CN]["vms"]["b.test"]["password"], json!("declared-pw"));
+    let public = reg.inventory_of(false, None).unwrap();
+    for cn in [CN, CN2] {
+        for vm in ["a.test", "b.test"] {
+            assert_eq!(public[cn]["vms"][vm]["password"], Value::Null, "{cn} {vm}");
+        }
+    }
+    // everything else is the same listing
+    let strip = |mut inv: Value| {
+        for cn in [CN, CN2] {
+            for vm in ["a.test", "b.test"] {
+                inv[cn]["vms"][vm]["password"] = Value::Null;
+            }
+        }
+        inv
+    };
+    assert_eq!(strip(full.clone()), public);
+    let one = reg.inventory_of(true, Some(CN)).unwrap();
+    assert_eq!(one.as_object().unwrap().len(), 1);
+    assert_eq!(one[CN], full[CN]);
+    assert_eq!(reg.inventory_of(true, Some("nowhere.test")).unwrap(), json!({}));
+}
+
+#[test]
 fn the_inventory_and_the_metrics_show_each_vms_privilege() {
     let vms = json!({"a.test": {"profile_type": "overlayfs", "privileged": true},
                      "b.test": {}, "c.test": {}});

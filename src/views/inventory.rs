@@ -24,16 +24,30 @@ pub struct Held {
     macs: Vec<(String, String, String)>,
     passwords: BTreeMap<String, String>,
     all_ips: Vec<(String, String, u32)>,
+    /// Whether the entries show the VMs' root passwords (else `null`).
+    secrets: bool,
 }
 
 impl Held {
-    /// Reads what node `cn` holds.
-    pub fn read(tx: &Tx, cn: &str) -> Result<Held> {
+    /// A node the store holds nothing for.
+    pub fn empty(secrets: bool) -> Held {
+        Held {
+            secrets,
+            ..Held::default()
+        }
+    }
+
+    /// Reads what node `cn` holds; with `secrets`, its VMs' root passwords
+    /// too (one unsealing each: without them, the entries' `password` is
+    /// `null`).
+    pub fn read(tx: &Tx, cn: &str, secrets: bool) -> Result<Held> {
         let ips = tx.numbers(Kind::Ip, cn)?;
         let mut passwords = BTreeMap::new();
-        for (vm, _) in &ips {
-            if let Some(p) = tx.password(cn, vm)? {
-                passwords.insert(vm.clone(), p);
+        if secrets {
+            for (vm, _) in &ips {
+                if let Some(p) = tx.password(cn, vm)? {
+                    passwords.insert(vm.clone(), p);
+                }
             }
         }
         Ok(Held {
@@ -43,6 +57,7 @@ impl Held {
             all_ips: tx.space(Kind::Ip, cn)?,
             ips,
             passwords,
+            secrets,
         })
     }
 }
@@ -117,35 +132,42 @@ fn vm_entries(
     node: Option<&NodePlan>,
     held: &Held,
 ) -> Map<String, Value> {
-    let find =
-        |rows: &[(String, u32)], vm: &str| rows.iter().find(|(v, _)| v == vm).map(|(_, x)| *x);
+    let index =
+        |rows: &[(String, u32)]| -> BTreeMap<String, u32> { rows.iter().cloned().collect() };
+    let (ips, ssh, snmp) = (index(&held.ips), index(&held.ssh), index(&held.snmp));
+    let macs: BTreeMap<&str, &String> = held
+        .macs
+        .iter()
+        .filter(|(_, s, _)| s.is_empty())
+        .map(|(v, _, m)| (v.as_str(), m))
+        .collect();
+    let decls: BTreeMap<&str, _> = decl.vms.iter().map(|d| (d.name.as_str(), d)).collect();
     let mut names: Vec<String> = decl.vms.iter().map(|d| d.name.clone()).collect();
     names.extend(held.ips.iter().map(|(v, _)| v.clone()));
     names.sort();
     names.dedup();
     let mut vms = Map::new();
     for vm in names {
-        let d = decl.vms.iter().find(|d| d.name == vm);
+        let d = decls.get(vm.as_str()).copied();
         let plan = node.and_then(|n| n.vm(&vm));
-        let password = plan
-            .and_then(|p| p.password.clone())
-            .or_else(|| held.passwords.get(&vm).cloned());
+        let password = if held.secrets {
+            plan.and_then(|p| p.password.clone())
+                .or_else(|| held.passwords.get(&vm).cloned())
+        } else {
+            None
+        };
         let privilege = plan.and_then(|p| p.type_plan.privilege());
-        let mac = held
-            .macs
-            .iter()
-            .find(|(v, s, _)| v == &vm && s.is_empty())
-            .map(|(_, _, m)| m);
+        let mac = macs.get(vm.as_str());
         vms.insert(
             vm.clone(),
             json!({
                 "declared": d.is_some(),
                 "vt": d.map(|d| &d.vt),
-                "ip": find(&held.ips, &vm).map(|v| Ipv4Addr::from(v).to_string()),
+                "ip": ips.get(&vm).map(|v| Ipv4Addr::from(*v).to_string()),
                 "mac": mac,
                 "ssh_host": cn,
-                "ssh_port": find(&held.ssh, &vm),
-                "snmp_port": find(&held.snmp, &vm),
+                "ssh_port": ssh.get(&vm),
+                "snmp_port": snmp.get(&vm),
                 "ssh_username": "root",
                 "password": password,
                 "domains": plan.map_or_else(|| vec![vm.clone()], |p| p.domains.clone()),

@@ -44,6 +44,12 @@ NO_VOLUMES = {
 }
 
 
+#: What each verb does to a VM, as a refusal says it ("alice may not see VM web1").
+ACTS = {"vm": "see", "password": "read the root password of", "add_ssh_key": "add an ssh key to",
+        "link_dns": "link DNS names to", "storage": "change the storage of", "provision": "provision",
+        "destroy": "destroy"}
+
+
 class Api:
     """One call's view: the caller, the controller's pillar and registry
     (opened once, with the caller as the journal's who) and the runner
@@ -87,7 +93,8 @@ class Api:
 
     def inventory(self) -> dict[str, Any]:
         if self._inv is None:
-            self._inv = dict(self.registry.inventory())
+            # No password is unsealed for a listing (the password verb reads its one).
+            self._inv = dict(self.registry.inventory(secrets=False))
         return self._inv
 
     def record(self, kind: str, node: str, vm: str = "", what: str = "", after: str = "") -> None:
@@ -120,7 +127,7 @@ class Api:
             if row is not None:
                 owners = self.owners(row)
                 if not self.who.owns(owners):
-                    raise self.refuse(verb, f"{self.who.describe()} may not {verb.replace('_', ' ')} VM {vm}: it "
+                    raise self.refuse(verb, f"{self.who.describe()} may not {ACTS.get(verb, verb)} VM {vm}: it "
                                             f"belongs to {', '.join(owners) or 'the admins only'}; ask one of "
                                             "its owners or an admin", cn, vm)
                 return cn, vm, dict(row), owners
@@ -267,8 +274,8 @@ class Api:
         return ok(data)
 
     def password(self, name: Any, pubkey: Any = None) -> dict[str, Any]:
-        cn, vm, row, _ = self.find_vm(name, "password")
-        secret = row.get("password")
+        cn, vm, _, _ = self.find_vm(name, "password")
+        secret = ((self.registry.inventory(node=cn).get(cn) or {}).get("vms") or {}).get(vm, {}).get("password")
         if not secret:
             raise NotFound(f"VM {vm} on {cn} has no root password in the registry yet: provision it first")
         if pubkey is None or pubkey == "":
