@@ -32,6 +32,8 @@ import pytest
 import yaml
 
 from mccloud.orchestration import sls_root
+from tests.support import ldapserver
+from tests.support.api import ApiSetup
 from tests.support.net import bridge_up
 from tests.support.pillars import FLAGS
 from tests.support.postgres import Postgres
@@ -263,11 +265,49 @@ def running_minion(master: Any, node: str, cloud_root: Path, **more: Any) -> Ite
         yield factory
 
 
+@pytest.fixture(scope="session")
+def slapd() -> Iterator[Any]:
+    """The LDAP server of the API's users (:mod:`tests.support.ldapserver`),
+    or None where slapd or python-ldap is missing (the API's tests then
+    fail, saying what to install; the others run)."""
+    if ldapserver.available():
+        yield None
+        return
+    server = ldapserver.server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def api_setup(slapd: Any, tmp_path_factory: pytest.TempPathFactory) -> ApiSetup | None:
+    """The API's ports, TLS certificate and master options
+    (:mod:`tests.support.api`): in the master's configuration from the
+    start, they cost the other tests nothing (salt-api starts only for the
+    API's tests)."""
+    if slapd is None:
+        return None
+    return ApiSetup(tmp_path_factory.mktemp("api"), ldap_uri=slapd.ldap_uri)
+
+
 @pytest.fixture(scope="package")
 def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge: str, test_states: Path,
-                mastersalt_factory: Any) -> Iterator[Any]:
-    with running_master(salt_factories, "mccloud-master", NODE, cloud_root, test_states, mastersalt_factory) as m:
+                mastersalt_factory: Any, api_setup: ApiSetup | None) -> Iterator[Any]:
+    api = api_setup.master_overrides() if api_setup else {}
+    with running_master(salt_factories, "mccloud-master", NODE, cloud_root, test_states, mastersalt_factory,
+                        **api) as m:
         yield m
+
+
+@pytest.fixture(scope="package")
+def salt_api(salt_master: Any, api_setup: ApiSetup | None) -> Iterator[Any]:
+    """salt-api on the package's master: rest_mccloud (TLS) and
+    rest_cherrypy (plain HTTP), both on 127.0.0.1."""
+    if api_setup is None:
+        pytest.fail(f"the API's tests need an LDAP server: {ldapserver.available()}")
+    factory = salt_master.salt_api_daemon()
+    factory.check_ports = [api_setup.tls_port, api_setup.plain_port]
+    with factory.started(start_timeout=60):
+        yield factory
 
 
 @pytest.fixture(scope="package")
