@@ -43,6 +43,9 @@ pub const KINDS: &[&str] = &[
     "secrets_rekeyed",
     "dns_publish",
     "dns_remove",
+    "api_call",
+    "api_refused",
+    "password_read",
 ];
 
 /// The kinds that end a run whose duration the metrics show, with the run

@@ -182,6 +182,7 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     ``secret_created``, ``secret_replaced``, ``secret_forgotten``,
     ``destroyed``, ``provisioned``, ``moved``, ``placed``, ``key_seeded``,
     ``key_deleted``, ``repaired``, ``dns_publish``, ``dns_remove``,
+    ``api_call``, ``api_refused``, ``password_read``,
     ``provision_finished``,
     ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
     ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``), ``since``

@@ -1,0 +1,265 @@
+"""The API's logic without Salt (``mccloud.api``): the envelope, who the
+caller is (groups by map, the controller's local admin, LDAP without a
+service account), ownership on a real registry (a VM's own owners, its
+node's, refusals journaled), sealed passwords, ssh keys checked, jobs
+(a real worker process: running, succeeded, failed, lost)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mccloud
+from mccloud import saltsupport
+from mccloud.api import envelope, identity, jobs, seal, service, sshkey, worker
+from tests.support.pillars import FLAGS
+
+CN = "node1.test"
+OTHER = "node2.test"
+ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb1QvVfGd2N4u3Xy1kTfW3P6m1x0v6c7b9Yk2Jq0Rz8 alice@laptop"
+
+
+def pillar() -> dict[str, Any]:
+    return {
+        **FLAGS,
+        "makina-states.cloud.lxc.defaults.network": "10.9.0.0",
+        "makina-states.cloud.lxc.defaults.netmask": "24",
+        "makina-states.cloud.lxc.defaults.gateway": "10.9.0.1",
+        f"makina-states.cloud.lxc.vms.{CN}": {"a1.test": {"owners": ["teama"]}, "a2.test": {"owners": "teama"},
+                                               "b1.test": {"owners": ["teamb"]}, "n1.test": {}},
+        f"makina-states.cloud.lxc.vms.{OTHER}": {"x1.test": {}},
+        f"makina-states.cloud.compute_node.conf.{CN}": {"owners": ["ops"]},
+    }
+
+
+OPTS = {"user": "root", "mccloud_api": {"groups": "map", "admin_groups": ["cloud-admins"],
+                                        "map": {"alice": ["teama"], "bob": ["teamb"], "carol": ["cloud-admins"],
+                                                "olga": ["ops"]}}}
+
+
+def api_opts(tmp_path: Path) -> dict[str, Any]:
+    """A master's options for the API (its store in ``tmp_path``)."""
+    return {**OPTS, "cachedir": str(tmp_path / "cache"), "mccloud_store_dir": str(tmp_path / "store"),
+            "__role": "master", "id": "ctl_master"}
+
+
+@pytest.fixture
+def reg(tmp_path: Path) -> mccloud.Registry:
+    ctx = {"minion_id": "ctl", "store_key": saltsupport.store_key(api_opts(tmp_path))}
+    r = mccloud.Registry.open(ctx, pillar(), str(tmp_path / "store"), caller="test", controller=True)
+    r.target_settings(CN)
+    r.target_settings(OTHER)
+    return r
+
+
+def api(tmp_path: Path, reg: mccloud.Registry, user: str, **env: str) -> service.Api:
+    """The API as the runner makes it: its own registry (the same store as
+    ``reg``), opened with the caller's name."""
+    return service.Api(api_opts(tmp_path), user, pillar=pillar(), environ=env)
+
+
+def call(tmp_path: Path, reg: mccloud.Registry, user: str, verb: str, **kw: Any) -> dict[str, Any]:
+    try:
+        return getattr(api(tmp_path, reg, user), verb)(**kw)  # type: ignore[no-any-return]
+    except envelope.ApiError as exc:
+        return envelope.failure(exc)
+
+
+def test_envelopes() -> None:
+    assert envelope.ok([1]) == {"ok": True, "status": 200, "data": [1]}
+    assert envelope.started("j") == {"ok": True, "status": 202, "data": {"job": "j"}}
+    assert envelope.failure(envelope.Forbidden("no")) == {"ok": False, "status": 403, "error": "forbidden",
+                                                          "reason": "no"}
+    assert envelope.failure(envelope.Unsupported("x"))["error"] == "unsupported"
+    assert envelope.failure(envelope.Conflict("x"))["status"] == 409
+
+
+def test_identity_sources_and_the_local_admin() -> None:
+    alice = identity.resolve(OPTS, "alice")
+    assert (alice.groups, alice.admin, alice.local) == (("teama",), False, False)
+    assert alice.caller() == "salt-api (alice; groups teama)"
+    assert identity.resolve(OPTS, "carol").admin
+    assert identity.resolve(OPTS, "nobody").groups == ()
+    root = identity.resolve(OPTS, "root", environ={})
+    assert root.admin and root.local
+    # sudo salt-run on the controller: Salt names the user sudo_<name>; only this process's sudo counts.
+    assert identity.resolve(OPTS, "sudo_alice", environ={"SUDO_USER": "alice"}).local
+    assert not identity.resolve(OPTS, "sudo_alice", environ={}).admin
+    with pytest.raises(envelope.ApiError, match="auth.ldap.binddn and auth.ldap.bindpw"):
+        identity.resolve({"mccloud_api": {"groups": "ldap"}}, "alice")
+    with pytest.raises(envelope.ApiError, match="auth.ldap.binddn"):  # a per-user bind DN is no service account
+        identity.resolve({"mccloud_api": {"groups": "ldap"}, "auth.ldap.binddn": "uid={{ username }},dc=x",
+                          "auth.ldap.bindpw": "x"}, "alice")
+    with pytest.raises(envelope.BadRequest, match="mccloud_api:groups"):
+        identity.resolve({"mccloud_api": {"groups": "kerberos"}}, "alice")
+    with pytest.raises(envelope.ApiError, match="without an authenticated user"):
+        identity.resolve(OPTS, None)
+    assert identity.resolve({"mccloud_api": {"groups": "unix"}}, "root-not-a-user-here").groups == ()
+
+
+def test_users_see_their_groups_vms_and_are_refused_others(tmp_path: Path, reg: mccloud.Registry) -> None:
+    rows = call(tmp_path, reg, "alice", "vms")
+    assert rows["ok"] and [v["name"] for v in rows["data"]] == ["a1.test", "a2.test"]
+    a1 = rows["data"][0]
+    assert a1["ssh"]["command"] == f"ssh -p {a1['ssh']['port']} root@{CN}" and a1["owners"] == ["teama"]
+    assert "password" not in json.dumps(rows)
+    # Another's VM: 403 naming the user, the VM and its owners; unknown: 404.
+    refused = call(tmp_path, reg, "alice", "vm", name="b1.test")
+    assert refused["status"] == 403 and "alice" in refused["reason"] and "b1.test" in refused["reason"] \
+        and "teamb" in refused["reason"], refused
+    assert call(tmp_path, reg, "alice", "vm", name="zz.test")["status"] == 404
+    assert call(tmp_path, reg, "alice", "destroy", name="b1.test")["status"] == 403
+    assert call(tmp_path, reg, "alice", "vms", owner="teamb")["status"] == 403
+    assert call(tmp_path, reg, "alice", "vms", node=OTHER)["status"] == 403
+    assert call(tmp_path, reg, "alice", "vms", node="nowhere")["status"] == 404
+    # A VM without owners of its own has its node's; a node without any, admins only.
+    assert [v["name"] for v in call(tmp_path, reg, "olga", "vms")["data"]] == ["n1.test"]
+    assert [v["name"] for v in call(tmp_path, reg, "carol", "vms")["data"]] == \
+        ["a1.test", "a2.test", "b1.test", "n1.test", "x1.test"]
+    assert call(tmp_path, reg, "alice", "vm", name="x1.test")["reason"].endswith("ask one of its owners or an admin")
+    # Nodes: the node of one's VMs, with the count of one's VMs on it.
+    nodes = call(tmp_path, reg, "alice", "nodes")["data"]
+    assert [(n["name"], n["vms"], n["owners"]) for n in nodes] == [(CN, 2, ["ops"])]
+    assert nodes[0]["capacity"]["ips"]["used"] == 4 and nodes[0]["capacity"]["ips"]["free"] > 0
+    assert call(tmp_path, reg, "alice", "node", name=CN)["data"]["vm_names"] == ["a1.test", "a2.test"]
+    assert call(tmp_path, reg, "alice", "node", name=OTHER)["status"] == 403
+    # Refusals are journaled with the user and groups.
+    entry = reg.audit(kind="api_refused", vm="b1.test")[0]
+    assert entry["caller"] == "salt-api (alice; groups teama)" and "b1.test" in json.dumps(entry)
+    who = call(tmp_path, reg, "alice", "whoami")["data"]
+    assert who["user"] == "alice" and "link_node" not in who["verbs"] and "vms" in who["verbs"]
+    assert "link_node" in call(tmp_path, reg, "carol", "whoami")["data"]["verbs"]
+    assert call(tmp_path, reg, "alice", "link_node", name="n9", ip="192.0.2.9")["status"] == 403
+    assert call(tmp_path, reg, "alice", "unlink_node", name=CN)["status"] == 403
+
+
+def test_password_is_sealed_and_audited(tmp_path: Path, reg: mccloud.Registry) -> None:
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    spki = base64.b64encode(key.public_key().public_bytes(serialization.Encoding.DER,
+                                                          serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
+    assert call(tmp_path, reg, "alice", "password", name="a1.test")["status"] == 400
+    ret = call(tmp_path, reg, "alice", "password", name="a1.test", pubkey=spki)
+    assert ret["ok"] and "password" not in ret["data"], ret
+    clear = key.decrypt(base64.b64decode(ret["data"]["sealed"]),
+                        padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA256()), algorithm=hashes.SHA256(),
+                                     label=None)).decode()
+    assert clear == reg.find_password(CN, "a1.test")
+    assert call(tmp_path, reg, "bob", "password", name="a1.test", pubkey=spki)["status"] == 403
+    assert call(tmp_path, reg, "root", "password", name="a1.test")["data"]["password"] == clear
+    entries = reg.audit(kind="password_read", vm="a1.test")
+    assert sorted((e["caller"].split(" (")[0], e["after"]["root password"]) for e in entries) == \
+        [("salt-api", "sealed"), ("salt-run mc_cloud_api", "clear (local admin)")], entries
+    assert clear not in json.dumps(reg.audit())
+    small = rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()
+    pem = small.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    with pytest.raises(envelope.BadRequest, match="1024-bit"):
+        seal.seal("x", pem)
+    with pytest.raises(envelope.BadRequest, match="not an RSA public key"):
+        seal.seal("x", "bm90IGEga2V5")
+
+
+def test_ssh_keys_are_checked() -> None:
+    good = sshkey.parse(ED25519)
+    assert good.type == "ssh-ed25519" and good.comment == "alice@laptop" and good.fingerprint.startswith("SHA256:")
+    for bad, why in [
+        ('command="rm -rf /" ' + ED25519, "must start with its type"),
+        (ED25519 + "\nssh-ed25519 AAAA", "more than one line"),
+        ("ssh-ed25519 !!!", "not valid base64"),
+        ("ssh-rsa " + ED25519.split()[1], "its data is a 'ssh-ed25519'"),
+        (ED25519.rsplit(" ", 1)[0] + " bad;comment", "comment"),
+        ("", "empty"),
+    ]:
+        with pytest.raises(envelope.BadRequest, match=why):
+            sshkey.parse(bad)
+    assert sshkey.check_user("deploy") == "deploy"
+    with pytest.raises(envelope.BadRequest):
+        sshkey.check_user("root; rm")
+
+
+def test_storage_names_the_backing(tmp_path: Path, reg: mccloud.Registry) -> None:
+    listed = call(tmp_path, reg, "alice", "storage", name="a1.test")
+    assert listed["data"]["backing"] == "dir" and listed["data"]["volumes"][0]["size"] == "10g", listed
+    added = call(tmp_path, reg, "alice", "storage", name="a1.test", action="add", size="5g")
+    assert added["status"] == 501 and "dir" in added["reason"] and "lvm" in added["reason"], added
+    assert call(tmp_path, reg, "alice", "storage", name="a1.test", action="grow")["status"] == 400
+
+
+def test_a_pillar_declared_vm_gets_its_dns_names_in_the_pillar(tmp_path: Path, reg: mccloud.Registry) -> None:
+    ret = call(tmp_path, reg, "alice", "link_dns", name="a1.test", dns=["www.a1.test"])
+    assert ret["status"] in (409, 501) and "pillar" in ret["reason"], ret
+    assert call(tmp_path, reg, "alice", "link_dns", name="a1.test", dns=["not a name"])["status"] == 400
+
+
+def fake_salt_run(tmp_path: Path, body: str) -> list[str]:
+    script = tmp_path / "fake_salt_run.py"
+    script.write_text(body)
+    return [sys.executable, str(script)]
+
+
+def wait_done(opts: dict[str, Any], job_id: str, secs: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        job = jobs.read(opts, job_id)
+        assert job is not None
+        if job["state"] != "running":
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still running")
+
+
+def test_jobs_run_detached_and_report_their_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opts = {"cachedir": str(tmp_path / "cache"), "config_dir": str(tmp_path)}
+    ok_run = fake_salt_run(tmp_path, "import json, sys\n"
+                           "print(json.dumps('[mc_cloud_vm] a1: spawn'))\n"
+                           "print(json.dumps({'result': True, 'comment': 'done', 'password': 'hunter2'}, indent=1))\n")
+    monkeypatch.setattr(jobs, "salt_run_command", lambda o, fun, args: ok_run)
+    job_id = jobs.start(opts, "provision", "a1.test", CN, ["teama"], "alice", [["mc_cloud_vm.provision", "a1.test"]])
+    job = wait_done(opts, job_id)
+    assert job["state"] == "succeeded" and job["user"] == "alice" and job["owners"] == ["teama"], job
+    texts = [m["text"] for m in job["messages"]]
+    assert "[mc_cloud_vm] a1: spawn" in texts and texts[0] == "salt-run mc_cloud_vm.provision a1.test", texts
+    assert job["result"]["runs"][0]["return"] == {"result": True, "comment": "done", "password": "<hidden>"}
+    assert "hunter2" not in json.dumps(job)
+
+    failing = fake_salt_run(tmp_path, "import json\nprint(json.dumps({'result': False, 'comment': 'no room'}))\n")
+    monkeypatch.setattr(jobs, "salt_run_command", lambda o, fun, args: failing)
+    job = wait_done(opts, jobs.start(opts, "destroy", "a1.test", CN, [], "bob", [["x"], ["never"]]))
+    assert job["state"] == "failed" and len(job["result"]["runs"]) == 1, job
+    assert job["messages"][-1]["text"] == "x: failed: no room"
+
+    slow = fake_salt_run(tmp_path, "import time\ntime.sleep(30)\n")
+    monkeypatch.setattr(jobs, "salt_run_command", lambda o, fun, args: slow)
+    job_id = jobs.start(opts, "provision", "a2.test", CN, [], "alice", [["slow"]])
+    assert jobs.read(opts, job_id)["state"] == "running"  # type: ignore[index]
+    pid = int((jobs.root(opts) / job_id / "pid").read_text().split()[0])
+    os.killpg(pid, 9)
+    deadline = time.monotonic() + 10
+    while jobs.read(opts, job_id)["state"] == "running" and time.monotonic() < deadline:  # type: ignore[index]
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap it: this test started it
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    assert jobs.read(opts, job_id)["state"] == "lost"  # type: ignore[index]
+    assert jobs.read(opts, "../etc") is None and jobs.ids(opts)[0] == job_id
+
+
+def test_worker_reads_salt_run_output_as_it_comes() -> None:
+    out = ['"[x] one"\n', '{"message": "two"}\n', "not json\n", "{\n", ' "result": true\n', "}\n"]
+    assert list(worker.documents(iter(out))) == ["[x] one", {"message": "two"}, "not json", {"result": True}]
+
+
+def test_the_worker_runs_as_a_module(tmp_path: Path) -> None:
+    ret = subprocess.run([sys.executable, "-m", "mccloud.api.worker"], capture_output=True, text=True)
+    assert ret.returncode == 2 and "usage" in ret.stderr
