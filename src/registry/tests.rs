@@ -456,6 +456,35 @@ fn roots_subordinate_ids_cover_what_the_node_needs() {
 }
 
 #[test]
+fn the_inventory_shows_the_owners_of_every_vm_and_node() {
+    let vms = json!({"a.test": {"owners": "teama"}, "b.test": {}});
+    let mut p = pillar(&Pools::small(), &[CN, CN2], &vms);
+    p.insert(
+        format!("{COMPUTE_NODE}.conf.{CN2}.owners"),
+        json!(["teamb"]),
+    );
+    p.insert("makina-states.cloud.owners".into(), json!(["ops"]));
+    let (_dir, reg) = open(p);
+    reg.target_settings(CN, &[]).unwrap();
+    let inv = reg.inventory().unwrap();
+    assert_eq!(inv[CN]["owners"], json!(["ops"]));
+    assert_eq!(inv[CN]["vms"]["a.test"]["owners"], json!(["teama"]));
+    assert_eq!(inv[CN]["vms"]["b.test"]["owners"], json!(["ops"]));
+    assert_eq!(inv[CN2]["owners"], json!(["teamb"]));
+    assert_eq!(inv[CN2]["vms"]["a.test"]["owners"], json!(["teama"]));
+    assert_eq!(inv[CN2]["vms"]["b.test"]["owners"], json!(["teamb"]));
+    // a node whose owners do not read: none (admins only), and why
+    let mut p = pillar(&Pools::small(), &[CN], &vms);
+    p.insert(format!("{COMPUTE_NODE}.conf.{CN}.owners"), json!([1]));
+    let (_dir, reg) = open(p);
+    let inv = reg.inventory().unwrap();
+    assert_eq!(inv[CN]["owners"], json!([]));
+    assert_eq!(inv[CN]["vms"]["b.test"]["owners"], json!([]));
+    let e = inv[CN]["error"].as_str().unwrap();
+    assert!(e.contains(&format!("owners of compute node {CN}")), "{e}");
+}
+
+#[test]
 fn the_inventory_and_the_metrics_show_each_vms_privilege() {
     let vms = json!({"a.test": {"profile_type": "overlayfs", "privileged": true},
                      "b.test": {}, "c.test": {}});

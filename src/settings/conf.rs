@@ -174,6 +174,9 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
             "firewall_driver" => {
                 driver_value(&what(k), v)?;
             }
+            super::owners::OWNERS => {
+                super::owners::owners_value(&what(k), v)?;
+            }
             "haproxy_service" => {
                 if !v.is_boolean() {
                     return Err(Error::invalid(format!(

@@ -21,6 +21,7 @@ pub mod declared;
 pub mod dns;
 pub mod lxc;
 pub mod node;
+pub mod owners;
 pub mod placement;
 pub mod saltify;
 pub mod types;
@@ -475,6 +476,8 @@ fn check_cloud(s: &Value) -> Result<()> {
     if let Some(v) = text("master") {
         checks::host(&what("master"), v)?;
     }
+    let owners = s.get(owners::OWNERS).unwrap_or(&Value::Null);
+    owners::owners_value(&format!("pillar value {}", what(owners::OWNERS)), owners)?;
     if let Some(v) = text("ssh_gateway_user") {
         checks::user(&what("ssh_gateway_user"), v)?;
     }

@@ -288,6 +288,8 @@ impl Config {
         let check =
             |at: &dyn Fn(&str) -> String| check_vm_values(s, at).and_then(|()| driver.check(s, at));
         check(&|_| String::new()).or_else(|_| check(at))?;
+        let owners = d.pillar.get(super::owners::OWNERS).unwrap_or(&Value::Null);
+        super::owners::owners_value(&at(super::owners::OWNERS), owners)?;
         if let Some(script) = d.pillar.get("script").and_then(Value::as_str) {
             self.check_script(&at("script"), script, self.cloud_ref()?)?;
         }

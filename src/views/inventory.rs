@@ -12,7 +12,7 @@ use crate::drivers::DEFAULT_TYPE;
 use crate::error::Result;
 use crate::pillar::merge::map;
 use crate::pools::Pool;
-use crate::settings::{Config, NodeDecl, NodePlan};
+use crate::settings::{owners, Config, NodeDecl, NodePlan};
 use crate::store::Tx;
 
 /// What the store holds for one node.
@@ -64,6 +64,12 @@ pub fn node(config: &Config, cn: &str, held: Held) -> Result<Value> {
     let (node, error) = plan_of(config, cn, &decl, declared.contains_key(cn));
     let mut vms = vm_entries(cn, &decl, node.as_deref(), &held);
     add_limits(config, cn, node.as_deref(), &mut vms);
+    let (owners, owners_error) = node_owners(config, cn, node.as_deref());
+    add_owners(cn, &decl, &owners, &mut vms);
+    let error = match (error, owners_error) {
+        (Some(e), _) => Some(e),
+        (None, e) => e,
+    };
     let free = node
         .as_deref()
         .map(|n| free_room(n, &held))
@@ -77,6 +83,7 @@ pub fn node(config: &Config, cn: &str, held: Held) -> Result<Value> {
         ("virt_types", json!(types)),
         ("vms", json!(vms)),
         ("free", json!(free)),
+        ("owners", json!(owners)),
     ]);
     if let Some(e) = error {
         entry.insert("error".into(), json!(e));
@@ -166,6 +173,48 @@ fn add_limits(config: &Config, cn: &str, node: Option<&NodePlan>, vms: &mut Map<
                 m.remove("cgroup");
             }
             e.insert("limits".into(), l);
+        }
+    }
+}
+
+/// The owners of node `cn` (its own, else the cloud's; see
+/// [`crate::settings::owners`]), from its plan when it has one. When they
+/// do not read, none (admins only) and why.
+fn node_owners(
+    config: &Config,
+    cn: &str,
+    node: Option<&NodePlan>,
+) -> (Vec<String>, Option<String>) {
+    let owners = match node {
+        Some(n) => config.node_owners_of(cn, &n.conf),
+        None => config.node_owners(cn),
+    };
+    match owners {
+        Ok(o) => (o, None),
+        Err(e) => (vec![], Some(e.to_string())),
+    }
+}
+
+/// Adds each VM's `owners` to its entry: its own (as declared in `decl`),
+/// else its node's (`node_owners`). A VM whose own owners do not read
+/// (its node's declaration is broken, and says why) has none: admins only.
+fn add_owners(cn: &str, decl: &NodeDecl, node_owners: &[String], vms: &mut Map<String, Value>) {
+    for (vm, entry) in vms.iter_mut() {
+        let own = decl.vms.iter().find(|d| &d.name == vm).map(|d| {
+            let what = format!(
+                "owners of VM {vm} on compute node {cn} (pillar key {})",
+                d.key
+            );
+            let v = d.pillar.get(owners::OWNERS).unwrap_or(&Value::Null);
+            owners::owners_value(&what, v)
+        });
+        let resolved = match own {
+            Some(Ok(Some(o))) => o,
+            Some(Err(_)) => vec![],
+            Some(Ok(None)) | None => node_owners.to_vec(),
+        };
+        if let Value::Object(e) = entry {
+            e.insert("owners".into(), json!(resolved));
         }
     }
 }

@@ -169,6 +169,21 @@ def test_target_settings_and_inventory_shape(tmp_path: Path) -> None:
     assert len(node["vms"]["a.vm"]["password"]) == 32
 
 
+def test_owners_resolve_in_the_inventory_and_bad_ones_name_their_key(tmp_path: Path) -> None:
+    reg = registry(tmp_path, {"a.vm": {"owners": "teama"}, "b.vm": {}},
+                   **{"makina-states.cloud": {"owners": ["ops"]}})
+    node = reg.inventory()[CN]
+    assert node["owners"] == ["ops"]
+    assert node["vms"]["a.vm"]["owners"] == ["teama"]
+    assert node["vms"]["b.vm"]["owners"] == ["ops"]
+    bad = registry(tmp_path, {"a.vm": {"owners": [""]}})
+    with pytest.raises(InvalidInputError, match=r"owners of VM a.vm on compute node .*\[0\] is an empty"):
+        bad.vm_settings(CN, "a.vm")
+    bad = registry(tmp_path, {}, **{f"makina-states.cloud.compute_node.conf.{CN}.owners": 3})
+    with pytest.raises(InvalidInputError, match=f"owners of compute node {CN}.* is 3: give a list"):
+        bad.target_settings(CN)
+
+
 def test_destroy_frees_and_retires(tmp_path: Path) -> None:
     reg = registry(tmp_path, {"a.vm": {}, "b.vm": {}})
     first = reg.vm_settings(CN, "a.vm")
