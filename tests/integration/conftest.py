@@ -364,3 +364,47 @@ class Cloud:
 
     def grain(self, name: str) -> Any:
         return self.call_cli.run("grains.get", name).data
+
+
+#: The API's tests: nsbox guests declared in the pillar with their owners
+#: (``a*`` of teama, ``b1`` of teamb) on the node, which teama and teamb
+#: both own (they may create VMs there).
+API_VMS = {"a1.teama.lan": ["teama"], "a2.teama.lan": ["teama"], "b1.teamb.lan": ["teamb"]}
+
+
+def api_pillar(cloud: Cloud) -> dict[str, Any]:
+    etc = cloud.root / "etc"
+    return {
+        "makina-states.cloud.compute_node.conf." + cloud.node: {
+            "bind_address": "127.0.0.1", "http_port": 18084, "https_port": 18447,
+            "ssl_certs_dir": str(etc / "ssl" / "api-certs"), "haproxy_config": str(etc / "haproxy" / "api.cfg"),
+            "haproxy_service": False, "haproxy_pidfile": str(etc / "haproxy-api.pid"),
+            "hosts_file": str(etc / "hosts"), "sysctl_file": str(etc / "sysctl-mccloud.conf"),
+            "firewall_chain": CHAIN, "owners": ["teama", "teamb"],
+        },
+        f"makina-states.cloud.nsbox.vms.{cloud.node}": {vm: {"owners": o} for vm, o in API_VMS.items()},
+        "makina-states.cloud.nsbox.defaults.network": f"{NET}.0",
+        "makina-states.cloud.nsbox.defaults.netmask": "24",
+        "makina-states.cloud.nsbox.defaults.gateway": f"{NET}.1",
+        "makina-states.cloud.nsbox.defaults.bridge": cloud.bridge,
+    }
+
+
+@pytest.fixture(scope="module")
+def api_cloud(cloud: Cloud, salt_api: Any) -> Iterator[Cloud]:
+    """The cloud of the API's tests (:func:`api_pillar`) with salt-api up;
+    afterwards, every VM the module provisioned (or declared through the
+    API) is destroyed and the node's proxy stopped."""
+    cloud.set_vms({}, **api_pillar(cloud))
+    # The controller's ssh key pair, which a provision installs in the guests.
+    rc, data, out = cloud.run("mc_cloud_controller.deploy")
+    assert rc == 0 and data and data["result"] is True, out
+    yield cloud
+    rc, inv, _ = cloud.run("mc_cloud_api.vms")
+    for row in (inv or {}).get("data") or []:
+        if row["state"] != "declared":
+            cloud.run("mc_cloud_vm.destroy", row["name"])
+    pid = cloud.root / "etc" / "haproxy-api.pid"
+    if pid.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid.read_text().split()[0]), 15)
