@@ -289,12 +289,35 @@ def api_setup(slapd: Any, tmp_path_factory: pytest.TempPathFactory) -> ApiSetup 
     return ApiSetup(tmp_path_factory.mktemp("api"), ldap_uri=slapd.ldap_uri)
 
 
+#: The API's test users (eauth ``file``, ``salt-run -a file``): name, password, groups.
+API_USERS = {"alice": ("alice-pw", ["teama"]), "bob": ("bob-pw", ["teamb"]), "carol": ("carol-pw", ["cloud-admins"])}
+
+
+def api_auth(cloud_root: Path) -> dict[str, Any]:
+    """The master options of the API's tests: eauth ``file`` for
+    :data:`API_USERS`, allowed the ``mc_cloud_api`` runner only, their
+    groups by ``mccloud_api``'s map."""
+    users = cloud_root / "etc" / "api-users"
+    users.write_text("".join(f"{u}:{pw}\n" for u, (pw, _) in API_USERS.items()))
+    users.chmod(0o600)
+    return {
+        "external_auth": {"file": {"^filename": str(users), "^filetype": "text",
+                                   **{u: ["@mc_cloud_api"] for u in API_USERS}}},
+        "mccloud_api": {"groups": "map", "map": {u: g for u, (_, g) in API_USERS.items()},
+                        "admin_groups": ["cloud-admins"]},
+    }
+
+
 @pytest.fixture(scope="package")
 def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge: str, test_states: Path,
                 mastersalt_factory: Any, api_setup: ApiSetup | None) -> Iterator[Any]:
-    api = api_setup.master_overrides() if api_setup else {}
+    auth = api_auth(cloud_root)
+    if api_setup is not None:
+        # LDAP gives the file users the same groups as api_auth's map.
+        api = api_setup.master_overrides()
+        auth = {**api, "external_auth": {**auth["external_auth"], **api["external_auth"]}}
     with running_master(salt_factories, "mccloud-master", NODE, cloud_root, test_states, mastersalt_factory,
-                        **api) as m:
+                        **auth) as m:
         yield m
 
 

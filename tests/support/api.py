@@ -79,7 +79,7 @@ class ApiSetup:
                           "app": web.page_path(), "app_path": web.APP_PATH, "thread_pool": 8},
             "rest_cherrypy": {"host": HOST, "port": self.plain_port, "disable_ssl": True,
                               "app": web.page_path(), "app_path": web.APP_PATH, "thread_pool": 8},
-            "external_auth": {"ldap": {"cloud-users%": user_acl, "cloud-admins%": ["@mc_cloud_api"]}},
+            "external_auth": {"ldap": {"teama%": user_acl, "teamb%": user_acl, "cloud-admins%": ["@mc_cloud_api"]}},
             "mccloud_api": {"groups": "ldap", "admin_groups": ["cloud-admins"]},
             **ldapserver.master_config(self.ldap_uri),
         }

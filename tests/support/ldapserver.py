@@ -7,8 +7,9 @@ service account the master binds as to search both (``auth.ldap.binddn``).
 
     alice  (teama)       bob  (teamb)       carol  (cloud-admins)
 
-Each user's password is :data:`PASSWORD`; every one of them is also in
-``cloud-users``, the group the ACL of the API's plain users names.
+Each user's password is :data:`PASSWORD`. The groups are those of the
+integration master's ``file`` users (``API_USERS``): with ``mccloud_api``
+resolving groups through LDAP, both kinds of users get the same ones.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ SUFFIX = "dc=mccloud,dc=test"
 SERVICE_DN = f"cn=mccloud-api,{SUFFIX}"
 SERVICE_PW = "service-secret"
 PASSWORD = "s3cret-pw"
-#: user -> its groups (besides cloud-users, which every user is in).
+#: user -> its groups.
 USERS = {"alice": ["teama"], "bob": ["teamb"], "carol": ["cloud-admins"]}
 
 
@@ -55,7 +56,7 @@ userPassword: {PASSWORD}
 """
         for i, u in enumerate(USERS)
     )
-    groups: dict[str, list[str]] = {"cloud-users": list(USERS)}
+    groups: dict[str, list[str]] = {}
     for u, gs in USERS.items():
         for g in gs:
             groups.setdefault(g, []).append(u)

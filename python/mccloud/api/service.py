@@ -544,8 +544,9 @@ class Api:
 
 def call(verb: str, opts: Mapping[str, Any], user: Any, functions: Mapping[str, Callable[..., Any]] | None,
          context: Any = None, **kwargs: Any) -> dict[str, Any]:
-    """Runs ``verb`` for ``user``; always an envelope. A failure sets
-    ``context["retcode"] = 1`` (``salt-run`` exits non-zero)."""
+    """Runs ``verb`` for ``user``; always an envelope. A failure also
+    carries ``"retcode": 1`` and sets ``context["retcode"] = 1``
+    (``salt-run`` exits non-zero)."""
     try:
         api = Api(opts, user, functions)
         answer = getattr(api, verb)(**kwargs)
@@ -557,9 +558,13 @@ def call(verb: str, opts: Mapping[str, Any], user: Any, functions: Mapping[str, 
         answer = failure(BadRequest(str(exc)))
     except mccloud.MccloudError as exc:
         answer = failure(ApiError(f"the registry failed: {exc}", 409))
-    if not answer.get("ok") and context is not None:
-        try:
-            context["retcode"] = 1
-        except Exception:  # outside Salt's loader
-            pass
+    if not answer.get("ok"):
+        # salt-run's exit code is the return's retcode; full returns say
+        # success from the context's.
+        answer["retcode"] = 1
+        if context is not None:
+            try:
+                context["retcode"] = 1
+            except Exception:  # outside Salt's loader
+                pass
     return answer

@@ -22,8 +22,9 @@ def _call(verb, kwargs, **given):
     stray = sorted(k for k in kwargs if not str(k).startswith("__"))
     if stray:
         __context__["retcode"] = 1
-        return _failure(_BadRequest(f"mc_cloud_api.{verb}: unexpected argument {', '.join(stray)}; it takes "
-                                    f"{', '.join(given) or 'no argument'}"))
+        why = (f"mc_cloud_api.{verb}: unexpected argument {', '.join(stray)}; it takes "
+               f"{', '.join(given) or 'no argument'}")
+        return {**_failure(_BadRequest(why)), "retcode": 1}
     return _service.call(verb, __opts__, globals().get("__user__"), __salt__, __context__, **given)
 
 
