@@ -91,6 +91,8 @@ COVERED: list[tuple[str, str, str]] = [
         ("mc_cloud_vm.provision", "test_e2e.py"), ("mc_cloud_saltify.saltify", "test_e2e.py"),
         ("mc_cloud_vm.destroy", "test_e2e.py"), ("mc_cloud_vm.orchestrate", "test_e2e.py"),
         ("mc_cloud_controller.orchestrate", "test_runners.py"), ("mc_cloud.drift", "test_e2e.py"))),
+    # The API's verbs, called by name as root and as eauth users.
+    (r"mastersalt-run mc_cloud_api\.", "tests/integration/test_api_runner.py", 'f"mc_cloud_api.{verb}"'),
 ]
 
 
