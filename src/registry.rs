@@ -625,6 +625,13 @@ impl Registry {
     pub fn drift(&self, target: Option<&str>) -> Result<Value> {
         let checks = self.check_nodes(target)?;
         let mut findings = views::drift::unplaced(&self.config);
+        let node = |v: Option<&Value>| v.and_then(|n| n.get("node")?.as_str()).map(str::to_owned);
+        findings.extend(self.shadowed()?.into_iter().filter(|f| {
+            target.is_none_or(|cn| {
+                node(Some(f)).as_deref() == Some(cn)
+                    || node(f.get("expected")).as_deref() == Some(cn)
+            })
+        }));
         let mut errors = Map::new();
         let mut nodes = vec![];
         for c in checks {
@@ -957,6 +964,7 @@ struct NodeCheck {
     error: Option<String>,
 }
 
+pub mod declare;
 mod defaults;
 mod dns;
 #[cfg(test)]

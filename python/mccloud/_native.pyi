@@ -79,6 +79,12 @@ class Registry:
     def prune_journal(self, before: str) -> int: ...
     def record(self, kind: str, node: str, vm: str = "", what: str = "", before: str = "",
                after: str = "") -> None: ...
+    def declare_vm(self, cn: str, vm: str, vt: str, settings: Mapping[str, Any], by: str) -> None: ...
+    def undeclare_vm(self, vm: str, by: str) -> bool: ...
+    def declare_node(self, cn: str, settings: Mapping[str, Any], by: str) -> None: ...
+    def undeclare_node(self, cn: str, by: str) -> bool: ...
+    def declarations(self) -> Declarations: ...
+    def api_pillar(self) -> ApiPillar: ...
     def dns_plan(self, cn: str | None = None) -> DnsPlan: ...
     def dns_owned(self, cn: str | None = None, vm: str | None = None,
                   zone: str | None = None) -> list[DnsRecord]: ...
@@ -229,3 +235,29 @@ class DnsPlan(TypedDict):
     records: list[DnsRecord]
     outside: list[DnsOutside]
     conflicts: list[DnsConflict]
+
+@type_check_only
+class DeclaredVm(TypedDict):
+    node: str
+    vm: str
+    vt: str
+    settings: dict[str, Any]
+    by: str
+    at: str
+
+@type_check_only
+class DeclaredNode(TypedDict):
+    node: str
+    settings: dict[str, Any]
+    by: str
+    at: str
+
+@type_check_only
+class Declarations(TypedDict):
+    vms: list[DeclaredVm]
+    nodes: list[DeclaredNode]
+
+@type_check_only
+class ApiPillar(TypedDict):
+    keys: dict[str, Any]
+    errors: list[str]

@@ -64,6 +64,19 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
+/// A mapping argument `what` as plain JSON, or ``InvalidInputError``.
+fn settings_map(
+    what: &str,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<serde_json::Map<String, serde_json::Value>> {
+    match input::plain(what, obj).map_err(InvalidInputError::new_err)? {
+        serde_json::Value::Object(m) => Ok(m),
+        _ => Err(InvalidInputError::new_err(format!(
+            "{what} must be a mapping of settings"
+        ))),
+    }
+}
+
 fn out<T: serde::Serialize>(py: Python<'_>, r: crate::Result<T>) -> PyResult<Py<PyAny>> {
     let v = r.map_err(to_py)?;
     Ok(pythonize(py, &v)
@@ -582,6 +595,74 @@ impl Registry {
     ) -> PyResult<()> {
         py.detach(|| self.inner.record(kind, node, vm, what, before, after))
             .map_err(to_py)
+    }
+
+    /// Declares VM `vm` of type `vt` on compute node `cn` with `settings`
+    /// (its pillar mapping) through the API, as `by`; journaled
+    /// ``declared``. Refused (``InvalidInputError``) when the pillar files
+    /// declare the VM, the store declares it on another node, or its
+    /// settings fail a pillar declaration's checks (naming the key);
+    /// ``NotFoundError`` when `cn` is not a compute node.
+    fn declare_vm(
+        &self,
+        py: Python<'_>,
+        cn: &str,
+        vm: &str,
+        vt: &str,
+        settings: &Bound<'_, PyAny>,
+        by: &str,
+    ) -> PyResult<()> {
+        let settings = settings_map("settings", settings)?;
+        py.detach(|| self.inner.declare_vm(cn, vm, vt, &settings, by))
+            .map_err(to_py)
+    }
+
+    /// Forgets the API's declaration of VM `vm`; journaled
+    /// ``undeclared``. Whether there was one.
+    fn undeclare_vm(&self, py: Python<'_>, vm: &str, by: &str) -> PyResult<bool> {
+        py.detach(|| self.inner.undeclare_vm(vm, by)).map_err(to_py)
+    }
+
+    /// Declares compute node `cn` through the API (a saltify target and a
+    /// compute node: `settings` such as ``ip``, ``ssh_username``,
+    /// ``owners``, ``vt``), as `by`; journaled ``declared``.
+    fn declare_node(
+        &self,
+        py: Python<'_>,
+        cn: &str,
+        settings: &Bound<'_, PyAny>,
+        by: &str,
+    ) -> PyResult<()> {
+        let settings = settings_map("settings", settings)?;
+        py.detach(|| self.inner.declare_node(cn, &settings, by))
+            .map_err(to_py)
+    }
+
+    /// Forgets the API's declaration of compute node `cn` (refused while
+    /// VMs declared or held there remain); whether there was one.
+    fn undeclare_node(&self, py: Python<'_>, cn: &str, by: &str) -> PyResult<bool> {
+        py.detach(|| self.inner.undeclare_node(cn, by))
+            .map_err(to_py)
+    }
+
+    /// The declarations made through the API: ``{"vms": [{node, vm, vt,
+    /// settings, by, at}], "nodes": [{node, settings, by, at}]}``.
+    fn declarations(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.declarations());
+        out(py, r)
+    }
+
+    /// The flat pillar keys the API's declarations add to this registry's
+    /// pillar (what the ``mccloud`` ext_pillar returns; the pillar's own
+    /// declarations win) under ``keys``, and under ``errors`` those left
+    /// out, with why. Reads only.
+    fn api_pillar(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| {
+            self.inner
+                .api_pillar()
+                .map(|p| serde_json::json!({"keys": p.keys, "errors": p.errors}))
+        });
+        out(py, r)
     }
 
     /// The registry's figures in the Prometheus text format.

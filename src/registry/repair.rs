@@ -571,6 +571,11 @@ fn manual_plan(kind: &str, at: &str, vm: &str) -> String {
             "{vm} is declared without a node and is not placed: fix what the finding says \
              (mastersalt-run mc_cloud.place {vm} explain=True); the store keeps where it was placed"
         ),
+        "declaration_shadowed" => format!(
+            "{} is declared both in the pillar files and through the API, differently: the files win; \
+             keep one declaration (the finding says which keys)",
+            if vm.is_empty() { at } else { vm }
+        ),
         "missing_minion_key" => format!(
             "provision {vm} again (mastersalt-run mc_cloud_vm.provision, or mc_cloud_saltify.saltify for a \
              target): its minion needs a new key on the {at} master"

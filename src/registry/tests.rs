@@ -16,6 +16,7 @@ use crate::drivers::lxc::LXC;
 use crate::pools::mac;
 use crate::settings::{Context, COMPUTE_NODE};
 
+mod declare;
 mod session;
 mod tallies;
 
@@ -146,6 +147,7 @@ fn dump(reg: &Registry) -> Vec<String> {
         "changes",
         "last_runs",
         "dns_records",
+        "declarations",
     ] {
         let mut st = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
         let columns = st.column_count();

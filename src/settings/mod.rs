@@ -118,6 +118,25 @@ impl Config {
         c
     }
 
+    /// The same configuration (its placements too) over its pillar with
+    /// the flat keys `keys` added: a key the pillar has already is merged
+    /// with it, the pillar's values winning (see
+    /// [`crate::registry::declare`]).
+    pub fn with_keys(&self, keys: &Map<String, Value>) -> Self {
+        let mut pillar = self.pillar.clone();
+        for (k, v) in keys {
+            let mut merged = v.clone();
+            if let Some(files) = pillar.get(k).filter(|f| !f.is_null()) {
+                crate::pillar::merge::deep_merge(&mut merged, files);
+            }
+            pillar.insert(k.clone(), merged);
+        }
+        let mut c = Config::new(self.ctx.clone(), pillar);
+        c.placements = self.placements.clone();
+        c.unplaced = self.unplaced.clone();
+        c
+    }
+
     /// The VMs declared without a node that are not placed, with why.
     pub fn unplaced(&self) -> &BTreeMap<String, String> {
         &self.unplaced

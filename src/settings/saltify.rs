@@ -55,6 +55,12 @@ impl Config {
             .unwrap_or_default()
     }
 
+    /// The declaration of saltify target `name` as the pillar gives it
+    /// (its own mapping), if the pillar declares it.
+    pub(crate) fn saltify_target_own(&self, name: &str) -> Result<Option<Value>> {
+        Ok(self.saltify_merged()?.1.get(name).cloned())
+    }
+
     /// `mc_cloud_saltify.settings_for_target(name)`. A target may be a
     /// compute node (made a minion before it hosts VMs), never a VM nor the
     /// controller: their keys are theirs.

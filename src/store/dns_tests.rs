@@ -163,7 +163,7 @@ fn a_version_5_store_gains_the_dns_table() {
         (r.schema_version, r.rows["dns_records"]),
         (SCHEMA_VERSION, 0)
     );
-    assert_eq!(SCHEMA_VERSION, 6);
+    const { assert!(SCHEMA_VERSION >= 6) };
     s.write(|tx| tx.publish_dns(&records()[0])).unwrap();
     assert_eq!(
         s.read(|tx| tx.dns_records(None, None, None)).unwrap(),

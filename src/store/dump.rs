@@ -109,6 +109,18 @@ pub const TABLES: &[(&str, &[(&str, Col)])] = &[
             ("at", Col::Text),
         ],
     ),
+    (
+        "declarations",
+        &[
+            ("kind", Col::Text),
+            ("name", Col::Text),
+            ("cn", Col::Text),
+            ("vt", Col::Text),
+            ("settings", Col::Text),
+            ("declared_by", Col::Text),
+            ("at", Col::Text),
+        ],
+    ),
 ];
 
 /// `SELECT <every column> FROM <table>`.

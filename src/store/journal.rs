@@ -46,6 +46,8 @@ pub const KINDS: &[&str] = &[
     "api_call",
     "api_refused",
     "password_read",
+    "declared",
+    "undeclared",
 ];
 
 /// The kinds that end a run whose duration the metrics show, with the run

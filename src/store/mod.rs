@@ -11,6 +11,8 @@ use crate::dns::{RType, Record};
 use crate::error::Result;
 
 #[cfg(test)]
+mod declarations_tests;
+#[cfg(test)]
 mod dns_tests;
 pub mod dump;
 pub mod journal;
@@ -447,6 +449,62 @@ pub trait TxOps {
         ))
     }
 
+    /// The declarations made through the API (see [`Declaration`]),
+    /// sorted by kind and name.
+    fn declarations(&self) -> Result<Vec<Declaration>>;
+
+    /// Primitive of [`TxOps::declare`]: stores `d` (replacing the
+    /// declaration of the same kind and name).
+    fn put_declaration_row(&self, d: &Declaration) -> Result<()>;
+
+    /// Primitive of [`TxOps::undeclare`]: forgets the declaration of
+    /// `kind` and `name`; whether there was one.
+    fn remove_declaration_row(&self, kind: &str, name: &str) -> Result<bool>;
+
+    /// The declaration of `kind` (`vm` or `node`) and `name`, if any.
+    fn declaration(&self, kind: &str, name: &str) -> Result<Option<Declaration>> {
+        Ok(self
+            .declarations()?
+            .into_iter()
+            .find(|d| d.kind == kind && d.name == name))
+    }
+
+    /// Records declaration `d`; journaled as `declared` (what it replaced
+    /// before, what it declares after) unless the store held it as it is.
+    fn declare(&self, d: &Declaration) -> Result<()> {
+        let before = self.declaration(&d.kind, &d.name)?;
+        if before.as_ref().is_some_and(|b| b.same_as(d)) {
+            return Ok(());
+        }
+        self.put_declaration_row(d)?;
+        self.note(journal::Change::new(
+            "declared",
+            &d.cn,
+            d.vm(),
+            &d.what(),
+            before.as_ref().map(Declaration::shown),
+            Some(d.shown()),
+        ))
+    }
+
+    /// Forgets the declaration of `kind` and `name` (`by` asks); journaled
+    /// as `undeclared` when the store held it. The declaration forgotten.
+    fn undeclare(&self, kind: &str, name: &str, by: &str) -> Result<Option<Declaration>> {
+        let Some(before) = self.declaration(kind, name)? else {
+            return Ok(None);
+        };
+        self.remove_declaration_row(kind, name)?;
+        self.note(journal::Change::new(
+            "undeclared",
+            &before.cn,
+            before.vm(),
+            &before.what(),
+            Some(before.shown()),
+            Some(serde_json::json!({"by": by})),
+        ))?;
+        Ok(Some(before))
+    }
+
     /// Forgets that the record of the key of `r` was published; journaled
     /// as `dns_remove` under its owner when the store held it. Whether it
     /// did.
@@ -470,6 +528,95 @@ pub trait TxOps {
 /// What the journal shows of a DNS record beside its name, type and data.
 fn dns_shown(r: &Record) -> serde_json::Value {
     serde_json::json!({"zone": r.zone, "ttl": r.ttl})
+}
+
+/// A VM or compute node declared through the API (table `declarations`,
+/// schema version 7): what the `mccloud` ext_pillar adds to the pillar
+/// files (which win on conflict).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    /// `vm` or `node`.
+    pub kind: String,
+    /// The VM's or the node's id.
+    pub name: String,
+    /// The compute node (the node itself for a node).
+    pub cn: String,
+    /// The VM's virtualisation type (empty for a node).
+    pub vt: String,
+    /// Its settings, a JSON mapping (never a secret: refused when
+    /// declared).
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Who declared it (the API's user).
+    pub by: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
+}
+
+impl Declaration {
+    /// The VM it declares (empty for a node), as the journal names it.
+    pub fn vm(&self) -> &str {
+        if self.kind == "vm" {
+            &self.name
+        } else {
+            ""
+        }
+    }
+
+    /// What the journal says it is about.
+    fn what(&self) -> String {
+        if self.kind == "vm" {
+            format!("declaration of {} VM {}", self.vt, self.name)
+        } else {
+            format!("declaration of compute node {}", self.name)
+        }
+    }
+
+    /// What the journal shows of it.
+    fn shown(&self) -> serde_json::Value {
+        serde_json::json!({"node": self.cn, "vt": self.vt, "settings": self.settings, "by": self.by})
+    }
+
+    /// Whether it declares what `other` does (whoever declared it, and
+    /// whenever).
+    pub fn same_as(&self, other: &Declaration) -> bool {
+        (&self.kind, &self.name, &self.cn, &self.vt, &self.settings)
+            == (
+                &other.kind,
+                &other.name,
+                &other.cn,
+                &other.vt,
+                &other.settings,
+            )
+    }
+
+    /// Its settings as stored (JSON text).
+    pub(crate) fn settings_text(&self) -> String {
+        serde_json::Value::Object(self.settings.clone()).to_string()
+    }
+}
+
+/// A declaration as a row of `declarations` holds it (`path` names the
+/// store in errors): kind, name, cn, vt, settings, declared_by, at.
+pub(crate) fn declaration_row(path: &Path, cols: [String; 7]) -> Result<Declaration> {
+    let [kind, name, cn, vt, settings, by, at] = cols;
+    let Ok(serde_json::Value::Object(settings)) = serde_json::from_str(&settings) else {
+        return Err(crate::Error::store(
+            path,
+            format!(
+                "table declarations holds settings that are not a JSON mapping for {kind} {name}: \
+                 restore the store from a backup"
+            ),
+        ));
+    };
+    Ok(Declaration {
+        kind,
+        name,
+        cn,
+        vt,
+        settings,
+        by,
+        at,
+    })
 }
 
 /// A DNS record as a row of `dns_records` holds it (`path` names the

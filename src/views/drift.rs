@@ -17,7 +17,7 @@ use crate::store::Tx;
 
 /// The kinds of finding, each with what it means (`mc_cloud.drift`'s
 /// documentation lists them).
-pub const KINDS: [(&str, &str); 8] = [
+pub const KINDS: [(&str, &str); 9] = [
     (
         "undeclared_vm",
         "the store holds values for a VM the node no longer declares",
@@ -49,6 +49,10 @@ pub const KINDS: [(&str, &str); 8] = [
     (
         "declared_mac_not_held",
         "a VM interface holds another MAC than the one it declares",
+    ),
+    (
+        "declaration_shadowed",
+        "the pillar files declare a VM or node the API also declares, differently: the files win",
     ),
 ];
 

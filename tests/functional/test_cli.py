@@ -317,7 +317,7 @@ def test_store_backup_and_check_commands(salt_env: SaltEnv, tmp_path: Any) -> No
     check = subprocess.run(["mccloud", "store", "check", "-o", "json"], capture_output=True, text=True, env=env)
     assert check.returncode == 0, check.stderr
     report = json.loads(check.stdout)
-    assert report["integrity"] == "ok" and report["schema_version"] == 6 and len(report["identity"]) == 32
+    assert report["integrity"] == "ok" and report["schema_version"] == 7 and len(report["identity"]) == 32
     assert report["path"] == str(salt_env.store_file)
     dest = tmp_path / "backup.sqlite"
     backup = subprocess.run(["mccloud", "store", "backup", str(dest)], capture_output=True, text=True, env=env)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 import yaml
 
 from tests.support import postgres
@@ -88,3 +89,32 @@ def test_the_command_line_reads_the_shared_registry(server: Postgres, tmp_path: 
     out = p.stdout + p.stderr
     assert p.returncode == 0 and SECRET not in out and "Traceback" not in out, out
     assert json.loads(p.stdout)["integrity"] == "ok"
+
+
+def test_declarations_made_through_the_api_are_shared_by_the_controllers(server: Postgres, tmp_path: Path) -> None:
+    """The ``declarations`` table (schema 7) on PostgreSQL: a VM declared
+    by one controller is seen by another, refused on another node, and
+    forgotten once; the table is the store's own and an older database
+    gains it."""
+    import mccloud
+
+    info = server.conninfo("declared", password=SECRET)
+    files = {f"makina-states.cloud.lxc.vms.{CN}": {}, "makina-states.cloud.lxc.vms.cn2.example.net": {}}
+
+    def registry(name: str) -> mccloud.Registry:
+        ctx = {"minion_id": name, "store_key": str(tmp_path / "store.key")}
+        return mccloud.Registry(mccloud.Config(ctx, files), info, f"salt-api ({name})")
+
+    one, two = registry("c1"), registry("c2")
+    one.declare_vm(CN, "api.example.net", "lxc", {"owners": ["teama"]}, "alice")
+    assert [v["vm"] for v in two.declarations()["vms"]] == ["api.example.net"]
+    with pytest.raises(mccloud.InvalidInputError, match=f"declared through the API on compute node {CN} .by alice"):
+        two.declare_vm("cn2.example.net", "api.example.net", "lxc", {}, "bob")
+    assert server.psql("declared", "SELECT kind, name, cn, declared_by FROM mccloud.declarations") == [
+        ["vm", "api.example.net", CN, "alice"]]
+    assert two.undeclare_vm("api.example.net", "bob") and not one.undeclare_vm("api.example.net", "bob")
+    assert [e["caller"] for e in one.audit(kind="undeclared")] == ["salt-api (c2)"]
+    server.psql("declared", "DROP TABLE mccloud.declarations")
+    again = registry("c3")
+    assert again.declarations() == {"vms": [], "nodes": []}
+    assert again.check()["rows"]["declarations"] == 0

@@ -184,6 +184,37 @@ def test_owners_resolve_in_the_inventory_and_bad_ones_name_their_key(tmp_path: P
         bad.target_settings(CN)
 
 
+def test_declarations_through_the_binding(tmp_path: Path) -> None:
+    files = {f"makina-states.cloud.lxc.vms.{CN}": {"a.vm": {}}}
+    reg = mccloud.Registry(mccloud.Config(CTX, files), str(tmp_path / "store"), "salt-api (alice; groups teama)")
+    reg.declare_vm(CN, "api.vm", "lxc", {"owners": ["teama"]}, "alice")
+    reg.declare_node("n1.example.net", {"ip": "192.0.2.9", "owners": "teamb"}, "carol")
+    d = reg.declarations()
+    assert [(v["node"], v["vm"], v["vt"], v["settings"], v["by"]) for v in d["vms"]] == [
+        (CN, "api.vm", "lxc", {"owners": ["teama"]}, "alice")]
+    assert [(n["node"], n["settings"], n["by"]) for n in d["nodes"]] == [
+        ("n1.example.net", {"ip": "192.0.2.9", "owners": ["teamb"], "vt": "lxc"}, "carol")]
+    served = reg.api_pillar()
+    assert served["errors"] == []
+    assert served["keys"][f"makina-states.cloud.lxc.vms.{CN}"] == {"api.vm": {"owners": ["teama"]}}
+    assert served["keys"]["makina-states.cloud.saltify.targets.n1.example.net"] == {"ip": "192.0.2.9"}
+    with pytest.raises(InvalidInputError, match=r"VM a.vm is declared in the pillar files .*pillar key"):
+        reg.declare_vm(CN, "a.vm", "lxc", {}, "alice")
+    with pytest.raises(InvalidInputError, match="ip of VM b.vm"):
+        reg.declare_vm(CN, "b.vm", "lxc", {"ip": "not-an-ip"}, "alice")
+    with pytest.raises(InvalidInputError, match="settings must be a mapping"):
+        reg.declare_vm(CN, "b.vm", "lxc", ["x"], "alice")  # type: ignore[arg-type]
+    with pytest.raises(NotFoundError, match="compute node nowhere is not declared"):
+        reg.declare_vm("nowhere", "b.vm", "lxc", {}, "alice")
+    entries = reg.audit(kind="declared")
+    assert {(e["node"], e["vm"], e["caller"]) for e in entries} == {
+        (CN, "api.vm", "salt-api (alice; groups teama)"), ("n1.example.net", "", "salt-api (alice; groups teama)")}
+    assert reg.undeclare_vm("api.vm", "alice") is True
+    assert reg.undeclare_node("n1.example.net", "carol") is True
+    assert reg.declarations() == {"vms": [], "nodes": []}
+    assert len(reg.audit(kind="undeclared")) == 2
+
+
 def test_destroy_frees_and_retires(tmp_path: Path) -> None:
     reg = registry(tmp_path, {"a.vm": {}, "b.vm": {}})
     first = reg.vm_settings(CN, "a.vm")

@@ -12,8 +12,15 @@ hierarchy each node reports (grain ``mccloud_cgroup``, from the master's
 minion data cache, and the minion's own grains) as
 ``makina-states.cloud.compute_node.cgroup.<node>``: the registry writes a
 container's limits for that hierarchy only (see :func:`node_cgroups`).
+It receives as well the VMs and compute nodes declared through the API
+(``mc_cloud_api``, kept in the store's ``declarations`` table) that the
+pillar files do not declare, as flat keys (see :func:`api_declarations`):
+the files win on conflict, and ``mc_cloud.drift`` reports the conflict
+(``declaration_shadowed``). The store is read, never written; when it
+cannot be read, the log says why and the rest of the pillar is served.
 
-Master configuration:
+Master configuration (``ext_pillar_first`` left false, its default: this
+pillar must see what the files declare):
 
 .. code-block:: yaml
 
@@ -23,13 +30,17 @@ Master configuration:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import mccloud
 from mccloud import saltcompat as _saltcompat
 from mccloud import saltsupport as _saltsupport
 from mccloud.orchestration import private as _private
 
 __virtualname__ = "mccloud"
+
+log = logging.getLogger(__name__)
 
 
 def __virtual__() -> str:
@@ -59,16 +70,46 @@ def declares_cloud(pillar: Any) -> bool:
         isinstance(k, str) and (k == "makina-states" or k.startswith(_saltsupport.PILLAR_PREFIX)) for k in pillar)
 
 
+def api_declarations(opts: Any, minion_id: str, pillar: dict[str, Any]) -> dict[str, Any]:
+    """The flat pillar keys the declarations made through the API add to
+    ``pillar`` (the files' pillar of ``minion_id``): the VMs as
+    ``makina-states.cloud.<vt>.vms.<cn>: {<vm>: settings}``, a node as its
+    saltify target (``makina-states.cloud.saltify.targets.<cn>``), its VM
+    type (``makina-states.cloud.<vt>.vms.<cn>: {}``) and its owners
+    (``makina-states.cloud.compute_node.conf.<cn>: {owners: [...]}``);
+    nothing the files declare (see ``Registry.api_pillar``). The store of
+    the master's configuration is opened as the runners open it, to read
+    only (no placement). A store that cannot be read, or a pillar the core
+    refuses, adds nothing: the log says why (a pillar error would fail
+    every state run of the controller)."""
+    try:
+        registry = _saltsupport.open_registry(opts, pillar, via="ext_pillar", place="declared")
+        served = registry.api_pillar()
+    except mccloud.MccloudError as e:
+        log.error("mccloud ext_pillar: the declarations made through the API are left out of the pillar of %s: "
+                  "%s", minion_id, e)
+        return {}
+    except Exception as e:  # noqa: BLE001 - the rest of the pillar is served without them
+        log.error("mccloud ext_pillar: the declarations made through the API are left out of the pillar of %s: "
+                  "%s: %s", minion_id, type(e).__name__, e)
+        return {}
+    for why in served["errors"]:
+        log.warning("mccloud ext_pillar (pillar of %s): %s", minion_id, why)
+    return served["keys"]
+
+
 def ext_pillar(minion_id: str, pillar: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """``{mccloud_private: {token: data}}`` for the deposits addressed to
     ``minion_id`` (nothing when there are none); for a minion whose pillar
     declares the cloud, the nodes' cgroup hierarchies too (see
     :func:`node_cgroups`; the minion's own grain counts, the cache holding
-    its grains only once this pillar is compiled)."""
+    its grains only once this pillar is compiled) and the declarations made
+    through the API the files do not make (see :func:`api_declarations`)."""
     opts = __opts__  # type: ignore[name-defined]  # noqa: F821
     found = _private.collect(opts, str(minion_id))
     out: dict[str, Any] = {_private.PILLAR_KEY: found} if found else {}
     if declares_cloud(pillar):
+        out.update(api_declarations(opts, str(minion_id), pillar))
         out.update(node_cgroups(opts))
         own = (opts.get("grains") or {}).get("mccloud_cgroup")
         if isinstance(own, str) and own:

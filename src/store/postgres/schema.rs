@@ -19,6 +19,7 @@ pub(super) const TABLES: &[&str] = &[
     "last_runs",
     "shared_files",
     "dns_records",
+    "declarations",
 ];
 
 /// Its indexes (beside those of its keys).
@@ -74,6 +75,10 @@ CREATE TABLE IF NOT EXISTS {s}.dns_records(
     ttl BIGINT NOT NULL, cn TEXT NOT NULL, vm TEXT NOT NULL, at TEXT NOT NULL,
     PRIMARY KEY(zone, name, type, data));
 CREATE INDEX IF NOT EXISTS dns_records_by_owner ON {s}.dns_records(cn, vm);
+CREATE TABLE IF NOT EXISTS {s}.declarations(
+    kind TEXT NOT NULL, name TEXT NOT NULL, cn TEXT NOT NULL, vt TEXT NOT NULL,
+    settings TEXT NOT NULL, declared_by TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY(kind, name));
 CREATE OR REPLACE FUNCTION {s}.mccloud_apply_v3(changes TEXT) RETURNS void LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $apply$
 DECLARE c jsonb := changes::jsonb;

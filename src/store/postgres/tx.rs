@@ -19,7 +19,9 @@ use crate::error::{Error, Result};
 use crate::store::dump::{Col, Dump, Field, TABLES};
 use crate::store::journal::{self, LastRun};
 use crate::store::secrets::Keys;
-use crate::store::{dns_row, space_of, MacOwner, NumberOwner, Secret, TxOps};
+use crate::store::{
+    declaration_row, dns_row, space_of, Declaration, MacOwner, NumberOwner, Secret, TxOps,
+};
 
 /// A transaction of the PostgreSQL store: what it reads is remembered
 /// and what it writes is written in one statement before the commit (see
@@ -890,6 +892,59 @@ impl TxOps for PgTx<'_> {
             ],
         )?;
         Ok(())
+    }
+
+    fn declarations(&self) -> Result<Vec<Declaration>> {
+        self.write_changes()?;
+        let rows = self.query(
+            "SELECT kind, name, cn, vt, settings, declared_by, at FROM {s}.declarations
+             ORDER BY kind COLLATE \"C\", name COLLATE \"C\"",
+            &[],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let cols = [
+                    self.col(r, 0)?,
+                    self.col(r, 1)?,
+                    self.col(r, 2)?,
+                    self.col(r, 3)?,
+                    self.col(r, 4)?,
+                    self.col(r, 5)?,
+                    self.col(r, 6)?,
+                ];
+                declaration_row(self.label, cols)
+            })
+            .collect()
+    }
+
+    fn put_declaration_row(&self, d: &Declaration) -> Result<()> {
+        self.write_changes()?;
+        self.exec(
+            "INSERT INTO {s}.declarations(kind, name, cn, vt, settings, declared_by, at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT(kind, name) DO UPDATE
+             SET cn = excluded.cn, vt = excluded.vt, settings = excluded.settings,
+                 declared_by = excluded.declared_by, at = excluded.at",
+            &[
+                &d.kind,
+                &d.name,
+                &d.cn,
+                &d.vt,
+                &d.settings_text(),
+                &d.by,
+                &d.at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn remove_declaration_row(&self, kind: &str, name: &str) -> Result<bool> {
+        self.write_changes()?;
+        let n = self.exec(
+            "DELETE FROM {s}.declarations WHERE kind = $1 AND name = $2",
+            &[&kind, &name],
+        )?;
+        Ok(n > 0)
     }
 
     fn remove_dns_row(&self, r: &Record) -> Result<bool> {

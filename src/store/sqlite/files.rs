@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use super::schema::{DNS, JOURNAL, SCHEMA, TALLIES};
+use super::schema::{DECLARATIONS, DNS, JOURNAL, SCHEMA, TALLIES};
 use super::{BUSY_TIMEOUT, FILE_NAME, FORMAT, SCHEMA_VERSION};
 use crate::error::{Error, Result, StoreFailure};
 
@@ -285,7 +285,7 @@ pub(crate) fn create(dir: &Path, path: &Path) -> Result<()> {
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA journal_mode=DELETE;")
             .at(path)?;
         conn.execute_batch(&format!(
-            "BEGIN; {SCHEMA} {JOURNAL} {TALLIES} {DNS} INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('identity', '{}');
+            "BEGIN; {SCHEMA} {JOURNAL} {TALLIES} {DNS} {DECLARATIONS} INSERT INTO meta(key, value) VALUES ('format', '{FORMAT}'), ('identity', '{}');
              PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;",
             new_identity()?
         ))

@@ -36,7 +36,7 @@ pub use files::wal_path;
 use files::{
     connect, create, file_id, inspect, io_err, new_identity, same_files, sync, write_backup, AtPath,
 };
-use schema::{DNS, JOURNAL, SCHEMA, TALLIES, UPGRADE_FROM_2};
+use schema::{DECLARATIONS, DNS, JOURNAL, SCHEMA, TALLIES, UPGRADE_FROM_2};
 pub use tx::SqliteTx;
 
 /// How long a process waits for another one holding the store's lock.
@@ -47,7 +47,7 @@ pub const FILE_NAME: &str = "registry.sqlite";
 /// The store's format, recorded in its identity record.
 pub const FORMAT: &str = "mccloud-registry";
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// An open store.
 #[derive(Debug)]
@@ -242,6 +242,7 @@ impl Store {
             }
             tx.conn.execute_batch(JOURNAL).at(tx.path)?;
             tx.conn.execute_batch(DNS).at(tx.path)?;
+            tx.conn.execute_batch(DECLARATIONS).at(tx.path)?;
             if v < 5 {
                 // Counted from the journal once; from here on, each
                 // transaction that writes the journal counts its entries.
@@ -450,7 +451,7 @@ impl Store {
         write_backup(dest, |conn| {
             let tx = conn.transaction().at(dest)?;
             tx.execute_batch(&format!(
-                "{SCHEMA} {JOURNAL} {TALLIES} {DNS} PRAGMA user_version = {SCHEMA_VERSION};"
+                "{SCHEMA} {JOURNAL} {TALLIES} {DNS} {DECLARATIONS} PRAGMA user_version = {SCHEMA_VERSION};"
             ))
             .at(dest)?;
             for (table, cols) in dump::TABLES {

@@ -56,6 +56,15 @@ CREATE TABLE IF NOT EXISTS dns_records(
     PRIMARY KEY(zone, name, type, data)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS dns_records_by_owner ON dns_records(cn, vm);
 ";
+/// The VMs and compute nodes declared through the API (schema version 7),
+/// see [`crate::store::Declaration`]: what the `mccloud` ext_pillar adds to
+/// the pillar files.
+pub(super) const DECLARATIONS: &str = "
+CREATE TABLE IF NOT EXISTS declarations(
+    kind TEXT NOT NULL, name TEXT NOT NULL, cn TEXT NOT NULL, vt TEXT NOT NULL,
+    settings TEXT NOT NULL, declared_by TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY(kind, name)) WITHOUT ROWID;
+";
 /// Version 2 stores (before additional IPs, shared port space, salts and
 /// the identity record) are upgraded in place.
 pub(super) const UPGRADE_FROM_2: &str = "

@@ -11,7 +11,10 @@ use crate::alloc::Kind;
 use crate::dns::Record;
 use crate::error::Result;
 use crate::store::secrets::Keys;
-use crate::store::{dns_row, journal, kinds_of, space_of, MacOwner, NumberOwner, Secret, TxOps};
+use crate::store::{
+    declaration_row, dns_row, journal, kinds_of, space_of, Declaration, MacOwner, NumberOwner,
+    Secret, TxOps,
+};
 
 /// Operations inside one transaction.
 pub struct SqliteTx<'a> {
@@ -694,6 +697,60 @@ impl TxOps for SqliteTx<'_> {
             })
             .at(self.path)?;
         Ok(())
+    }
+
+    fn declarations(&self) -> Result<Vec<Declaration>> {
+        let rows = self.rows(
+            "SELECT kind, name, cn, vt, settings, declared_by, at FROM declarations ORDER BY kind, name",
+            [],
+            |r| {
+                Ok([
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ])
+            },
+        )?;
+        rows.into_iter()
+            .map(|cols| declaration_row(self.path, cols))
+            .collect()
+    }
+
+    fn put_declaration_row(&self, d: &Declaration) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO declarations(kind, name, cn, vt, settings, declared_by, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT(kind, name) DO UPDATE
+                 SET cn = excluded.cn, vt = excluded.vt, settings = excluded.settings,
+                     declared_by = excluded.declared_by, at = excluded.at",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    d.kind,
+                    d.name,
+                    d.cn,
+                    d.vt,
+                    d.settings_text(),
+                    d.by,
+                    d.at
+                ])
+            })
+            .at(self.path)?;
+        Ok(())
+    }
+
+    fn remove_declaration_row(&self, kind: &str, name: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM declarations WHERE kind = ?1 AND name = ?2")
+            .and_then(|mut s| s.execute(params![kind, name]))
+            .at(self.path)?;
+        Ok(n > 0)
     }
 
     fn remove_dns_row(&self, r: &Record) -> Result<bool> {
