@@ -46,14 +46,15 @@ def browser(api_cloud: Any) -> Iterator[Any]:
 
 
 def wait(driver: Any, what: Callable[[Any], Any], secs: float = 30, why: str = "") -> Any:
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
     try:
         return WebDriverWait(driver, secs, poll_frequency=0.2).until(what)
-    except Exception:
+    except TimeoutException:
         driver.save_screenshot(str(SHOTS / "failed.png"))
         raise AssertionError(f"{why or what}: not within {secs:.0f} s; the page said: "
-                             f"{driver.find_element('id', 'error').text!r} (screenshot failed.png)") from None
+                             f"{text(driver, 'error')!r} (screenshot failed.png)") from None
 
 
 def shot(driver: Any, name: str) -> None:
@@ -66,6 +67,18 @@ def loaded(view: str) -> Callable[[Any], bool]:
         now = d.execute_script("const v = document.querySelector('#view > div'); return v && v.dataset.loaded;")
         return bool(now) and (now == view or now.startswith(view + "/"))
     return shown
+
+
+def text(driver: Any, element_id: str) -> str:
+    """The text of element ``element_id`` now ("" without it): read in the
+    page, since the job's card is replaced at each poll."""
+    return str(driver.execute_script(
+        "const e = document.getElementById(arguments[0]); return e ? e.textContent : '';", element_id))
+
+
+def ended(driver: Any) -> str | bool:
+    state = text(driver, "job-state")
+    return state not in ("", "running") and state
 
 
 def error_text(driver: Any) -> str:
@@ -116,10 +129,9 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     fill(form, name=NEW, node=NODE, owners="teama")
     press(form)
     wait(d, loaded("job"), why="the job page")
-    state = wait(d, lambda d: (s := d.find_element("id", "job-state").text) != "running" and s, secs=240,
-                 why="the provision's end")
+    state = wait(d, ended, secs=240, why="the provision's end")
     shot(d, "03-provision-job.png")
-    assert state == "succeeded", d.find_element("id", "job-messages").text
+    assert state == "succeeded", text(d, "job-messages")
 
     # Its card: the ssh line, and the password decrypted here.
     d.find_element("link text", f"Open {NEW}").click()
@@ -127,8 +139,7 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     ssh = d.find_element("id", "vm-ssh").text
     assert ssh.startswith("ssh -p ") and " root@" in ssh, ssh
     d.find_element("id", "password-button").click()
-    secret = wait(d, lambda d: d.find_elements("id", "password-value") and
-                  d.find_element("id", "password-value").text, why="the decrypted password")
+    secret = wait(d, lambda d: text(d, "password-value"), why="the decrypted password")
     assert len(secret) >= 8
     shot(d, "04-vm-card.png")
 
@@ -144,10 +155,9 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     press(d.find_element("id", "form-destroy"))
     d.switch_to.alert.accept()
     wait(d, loaded("job"), why="the destroy's job")
-    state = wait(d, lambda d: (s := d.find_element("id", "job-state").text) != "running" and s, secs=120,
-                 why="the destroy's end")
+    state = wait(d, ended, secs=120, why="the destroy's end")
     shot(d, "06-destroy-job.png")
-    assert state == "succeeded", d.find_element("id", "job-messages").text
+    assert state == "succeeded", text(d, "job-messages")
     d.find_element("css selector", "a[data-nav=inventory]").click()
     wait(d, loaded("inventory"), why="the inventory after the destroy")
     rows = {r.get_attribute("data-vm") for r in d.find_elements("css selector", "#vms tr[data-vm]")}
