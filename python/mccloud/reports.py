@@ -77,10 +77,18 @@ def _pairs(values: Mapping[str, Any] | None) -> str:
     return " ".join(f"{k}={v}" for k, v in (values or {}).items())
 
 
+def _found(finding: Row) -> str:
+    """What was found, then what to do when the finding says it
+    (``declaration_shadowed``)."""
+    found = as_text(finding["found"])
+    action = finding.get("action")
+    return f"{found}; {action}" if action else found
+
+
 DRIFT = Report(
-    "findings", ("node", "vm", "kind", "what", "expected", "found"), "no drift",
+    "findings", ("node", "vm", "kind", "what", "expected", "found", "action"), "no drift",
     ("NODE", "VM", "KIND", "EXPECTED", "FOUND"),
-    lambda f: [f["node"], f["vm"], f["kind"], as_text(f["expected"]), as_text(f["found"])])
+    lambda f: [f["node"], f["vm"], f["kind"], as_text(f["expected"]), _found(f)])
 REPAIR = Report(
     "steps", ("node", "vm", "kind", "action", "ready", "seen", "plan", "done"), "nothing to repair",
     ("NODE", "VM", "KIND", "ACTION", "SEEN", "READY", "DONE/PLAN"),

@@ -109,3 +109,29 @@ def test_drift_errors_are_clear(salt_env: SaltEnv, sample: dict[str, Any]) -> No
     p = mccloud(salt_env, "--output", "json")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "10.5.300.1" in json.loads(p.stdout)["errors"][CN], p.stdout
+
+
+def test_a_declaration_the_files_contradict_is_reported_with_what_to_do(
+        salt_env: SaltEnv, sample: dict[str, Any]) -> None:
+    """A VM declared through the API on the node, which the pillar files
+    then declare on another node: the files win, drift says what each says
+    and what to do (``declaration_shadowed``), in JSON and in the table."""
+    from mccloud import Config, Registry
+
+    pillar = {**sample, **FLAGS}
+    salt_env.set_pillar(pillar)
+    ctx = {"minion_id": "controller", "mastersalt": True, "store_key": os.environ["MCCLOUD_STORE_KEY"]}
+    api = Registry(Config(ctx, pillar), str(salt_env.store_dir), "salt-api (alice; groups teama)")
+    api.declare_vm(CN, "api.foo.com", "lxc", {"owners": ["teama"]}, "alice")
+    r = salt_env.run("mc_cloud.drift")
+    assert "declaration_shadowed" not in r.stdout and "Traceback" not in r.output, r.output
+    salt_env.set_pillar({**pillar, "makina-states.cloud.lxc.vms.other.local": {"api.foo.com": {"password": "pw-S3CRET"}}})
+    r = salt_env.run("mc_cloud.drift")
+    assert r.returncode != 0 and "Traceback" not in r.output, r.output
+    [f] = [f for f in json.loads(r.stdout)["findings"] if f["kind"] == "declaration_shadowed"]
+    assert (f["node"], f["vm"]) == (CN, "api.foo.com")
+    assert f["expected"]["node"] == "other.local" and f["found"]["node"] == CN and f["found"]["by"] == "alice"
+    assert "files win" in f["action"] and "pw-S3CRET" not in r.output
+    p = mccloud(salt_env)
+    assert p.returncode == 2 and "declaration_shadowed" in p.stdout and "keep one" in p.stdout, p.stdout + p.stderr
+    assert "pw-S3CRET" not in p.stdout + p.stderr

@@ -151,6 +151,31 @@ def test_destroy_is_one_job_and_frees_last(offline: Offline, jobs: Jobs) -> None
     assert failed.result is False and offline.registry.allocated(CN, "ip") == before
 
 
+def test_destroy_removes_the_vms_declaration_made_through_the_api(tmp_path: Path, jobs: Jobs) -> None:
+    Offline(tmp_path, PILLAR).registry.inner.declare_vm(CN, "api.example.net", "lxc", {"owners": ["teama"]}, "alice")
+    # the controller's pillar as the ext_pillar serves it, over the same store
+    served = Offline(tmp_path, PILLAR).registry.inner.api_pillar()["keys"][f"makina-states.cloud.lxc.vms.{CN}"]
+    api = Offline(tmp_path, {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": {**VMS, **served}})
+    reg = api.registry.inner
+    assert vm_provision(api.env, "api.example.net").result
+    jobs.fail[f"{LXC}.destroy"] = "busy"
+    failed = api.functions["mc_cloud_vm.destroy"]("api.example.net")
+    assert failed["result"] is False and "declaration" not in [s["name"] for s in failed["steps"]]
+    assert [v["vm"] for v in reg.declarations()["vms"]] == ["api.example.net"], "kept while the VM stays"
+    del jobs.fail[f"{LXC}.destroy"]
+    ret = api.functions["mc_cloud_vm.destroy"]("api.example.net")
+    assert ret["result"] is True, ret
+    assert ret["steps"][-1]["name"] == "declaration" and ret["changes"]["declaration"] == {"undeclared": "api.example.net"}
+    assert "freed" in ret["comment"] and ret["comment"].endswith("its declaration made through the API is removed")
+    assert reg.declarations()["vms"] == []
+    [entry] = reg.audit(kind="undeclared")
+    assert entry["vm"] == "api.example.net" and "salt-run mc_cloud_vm" in str(entry["after"]), entry
+    # a VM declared in the files only: no such step
+    assert vm_provision(api.env, "vm3.example.net").result
+    ret = api.functions["mc_cloud_vm.destroy"]("vm3.example.net")
+    assert ret["result"] is True and "declaration" not in [s["name"] for s in ret["steps"]]
+
+
 def test_orchestrate_runs_vms_in_parallel_within_the_bound(offline: Offline) -> None:
     bound, active, seen = 3, [0], [0]
     lock = threading.Lock()

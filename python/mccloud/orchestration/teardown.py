@@ -69,7 +69,10 @@ def destroy_data(env: Env, vm: str, cn: str, guest: Mapping[str, Any]) -> dict[s
 
 def destroy(env: Env, vm: str, target: str | None = None, vt: str | None = None) -> Outcome:
     """Destroys a VM with its driver's ``vm_destroy`` (the
-    type is the VM's declared one, or ``vt``)."""
+    type is the VM's declared one, or ``vt``); once it succeeded (its
+    allocations freed), the VM's declaration made through the API, if any,
+    is removed (step ``declaration``): the next deploy of the node would
+    otherwise provision it again."""
     cn = target or env.config.node_of(vm)
     vt = vt or env.vm_type(vm, cn)
     ret = driver_for(env.functions, vt).vm_destroy(vm, cn)
@@ -78,4 +81,26 @@ def destroy(env: Env, vm: str, target: str | None = None, vt: str | None = None)
         raise mccloud.NotFoundError(f"no driver destroys {vt} VMs ({fun} is not a runner): install the {vt} driver")
     out = Outcome(result=bool(ret.get("result")), comment=str(ret.get("comment", "")),
                   changes=dict(ret.get("changes") or {}), steps=list(ret.get("steps") or []))
+    if out.result:
+        forget_declaration(env, out, vm)
     return out
+
+
+def forget_declaration(env: Env, out: Outcome, vm: str) -> None:
+    """Removes the declaration of the destroyed ``vm`` made through the
+    API, and says so in ``out`` (nothing when it had none). A store that
+    refuses fails the step: the VM is gone, its declaration stays, and the
+    comment says how to forget it."""
+    by = saltsupport.caller(env.opts, f"salt-run {env.name}")
+    try:
+        removed = env.registry.undeclare_vm(vm, by)
+    except mccloud.MccloudError as e:
+        out.add("declaration", {"result": False, "changes": {}, "comment": (
+            f"VM {vm} is destroyed, but its declaration made through the API could not be removed ({e}): "
+            f"the next deploy of its node would provision it again; remove it once the store answers "
+            f"(Registry.undeclare_vm)")})
+        return
+    if removed:
+        out.add("declaration", {"result": True, "comment": f"the declaration of {vm} made through the API is removed",
+                                "changes": {"undeclared": vm}})
+        out.comment = f"{out.comment}; its declaration made through the API is removed".lstrip("; ")

@@ -65,7 +65,14 @@ def drift(target=None, nodes=False, **kwargs):
       not served), ``dns_extra`` (published by mccloud, no longer planned,
       still served) and ``dns_foreign`` (a name mccloud owns or plans,
       served otherwise: someone else changed it). Records mccloud neither
-      published nor plans are never reported.
+      published nor plans are never reported;
+    - ``declaration_shadowed``: the pillar files declare a VM (or a compute
+      node) that was also declared through the API (``mc_cloud_api``),
+      differently (another node, other settings): the files win.
+      ``expected`` is what the files say (their node, type, settings and
+      key; for a node, its saltify target or owners), ``found`` what the
+      API recorded (node, type, settings, who, when), ``action`` what to
+      do (keep one declaration).
 
     ``retcode`` is 0 when clean, 2 when there is drift (``salt-run`` exits
     non-zero), 1 when a node could not be checked (``errors`` says why).
