@@ -110,6 +110,14 @@ def test_users_see_and_act_on_their_vms_only(api: Cloud) -> None:
                             "mc_cloud_api.vm", MINE)
     assert last_json(ret.stdout)["status"] == 403 and "bob" in last_json(ret.stdout)["reason"], ret.stdout
 
+    # ssh keys go through the VM's own minion: an nsbox guest has none; a bad key is refused first.
+    key_line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb1QvVfGd2N4u3Xy1kTfW3P6m1x0v6c7b9Yk2Jq0Rz8 alice@laptop"
+    no_minion = as_user(cloud, "alice", "add_ssh_key", name=MINE, key=key_line)
+    assert no_minion["status"] == 409 and "not a minion" in no_minion["reason"], no_minion
+    assert as_user(cloud, "alice", "add_ssh_key", name=MINE, key='command="sh" ' + key_line)["status"] == 400
+    # DNS names of a VM the pillar files declare are added there.
+    assert as_user(cloud, "alice", "link_dns", name=MINE, dns="www.api.lan")["status"] in (409, 501)
+
     # Storage says what the guest's backing allows.
     assert as_user(cloud, "alice", "storage", name=MINE)["ok"]
     assert as_user(cloud, "alice", "storage", name=MINE, action="add", size="1g")["status"] == 501

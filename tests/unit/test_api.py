@@ -19,7 +19,7 @@ import pytest
 
 import mccloud
 from mccloud import saltsupport
-from mccloud.api import envelope, identity, jobs, seal, service, sshkey, worker
+from mccloud.api import declarations, envelope, identity, jobs, seal, service, sshkey, worker
 from tests.support.pillars import FLAGS
 
 CN = "node1.test"
@@ -98,6 +98,14 @@ def test_identity_sources_and_the_local_admin() -> None:
     with pytest.raises(envelope.ApiError, match="auth.ldap.binddn"):  # a per-user bind DN is no service account
         identity.resolve({"mccloud_api": {"groups": "ldap"}, "auth.ldap.binddn": "uid={{ username }},dc=x",
                           "auth.ldap.bindpw": "x"}, "alice")
+    # LDAP groups with a service account, the directory unreachable (or python-ldap missing): refused, saying why.
+    ldap_opts = {"mccloud_api": {"groups": "ldap"}, "auth.ldap.binddn": "cn=svc,dc=x", "auth.ldap.bindpw": "pw",
+                 "auth.ldap.uri": "ldap://127.0.0.1:9", "auth.ldap.basedn": "dc=x"}
+    with pytest.raises(envelope.ApiError) as refused:
+        identity.resolve(ldap_opts, "alice")
+    assert (refused.value.status, "LDAP" in refused.value.reason) == (403, True) or \
+        (refused.value.status, "python-ldap" in refused.value.reason) == (501, True), refused.value.reason
+    assert "pw" not in refused.value.reason.replace("python-ldap", "")
     with pytest.raises(envelope.BadRequest, match="mccloud_api:groups"):
         identity.resolve({"mccloud_api": {"groups": "kerberos"}}, "alice")
     with pytest.raises(envelope.ApiError, match="without an authenticated user"):
@@ -183,6 +191,9 @@ def test_ssh_keys_are_checked() -> None:
         with pytest.raises(envelope.BadRequest, match=why):
             sshkey.parse(bad)
     assert sshkey.check_user("deploy") == "deploy"
+    # The runner's entry point takes the verb's own user= (the caller is positional).
+    ret = service.call("add_ssh_key", OPTS, "alice", None, None, name="a1.test", key="bad", user="deploy")
+    assert (ret["status"], ret["retcode"]) == (400, 1) and "must start with its type" in ret["reason"], ret
     with pytest.raises(envelope.BadRequest):
         sshkey.check_user("root; rm")
 
@@ -263,3 +274,21 @@ def test_worker_reads_salt_run_output_as_it_comes() -> None:
 def test_the_worker_runs_as_a_module(tmp_path: Path) -> None:
     ret = subprocess.run([sys.executable, "-m", "mccloud.api.worker"], capture_output=True, text=True)
     assert ret.returncode == 2 and "usage" in ret.stderr
+
+
+def test_a_new_vm_is_declared_on_a_node_of_the_callers_groups(tmp_path: Path, reg: mccloud.Registry,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The job runs a stand-in, never a salt-run of this machine's configuration.
+    monkeypatch.setattr(jobs, "salt_run_command", lambda o, fun, args: fake_salt_run(tmp_path, "print('{}')\n"))
+    refused = call(tmp_path, reg, "alice", "provision", name="new.test", node=CN)
+    assert refused["status"] == 403 and "ops" in refused["reason"], refused
+    assert call(tmp_path, reg, "alice", "provision", name="new.test")["status"] == 400  # which node?
+    assert call(tmp_path, reg, "olga", "provision", name="new.test", node=CN, owners=["teamb"])["status"] == 403
+    assert call(tmp_path, reg, "alice", "provision", name="a1.test", image="other")["status"] == 409
+    ret = call(tmp_path, reg, "olga", "provision", name="new.test", node=CN, domains="new.test,www.new.test")
+    if declarations.available(reg):
+        assert ret["status"] == 202, ret
+        decl = declarations.vm_declaration(reg, "new.test")
+        assert decl is not None and decl["settings"]["owners"] == ["ops"], decl
+    else:  # a registry without declarations says what is missing
+        assert ret["status"] == 501 and "Registry.declare_vm" in ret["reason"], ret

@@ -121,7 +121,16 @@ def ldap_lookup(opts: Mapping[str, Any]) -> GroupLookup:
     def lookup(user: str) -> Sequence[str]:
         import salt.loader
 
-        found = salt.loader.auth(dict(opts))["ldap.groups"](user)
+        try:
+            groups = salt.loader.auth(dict(opts))["ldap.groups"]
+        except KeyError:
+            raise ApiError("master option mccloud_api:groups is ldap, but Salt's auth.ldap does not load on the "
+                           "master: install python-ldap in Salt's Python", 501) from None
+        try:
+            found = groups(user)
+        except Exception as exc:  # the directory down, a refused bind: the call cannot be authorised
+            raise ApiError(f"{user}'s groups could not be looked up in LDAP ({type(exc).__name__}: {exc}): the call "
+                           "is refused until the directory answers", 403) from None
         return [str(g) for g in found or []]
 
     return lookup

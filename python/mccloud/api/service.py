@@ -543,8 +543,10 @@ class Api:
 
 
 def call(verb: str, opts: Mapping[str, Any], user: Any, functions: Mapping[str, Callable[..., Any]] | None,
-         context: Any = None, **kwargs: Any) -> dict[str, Any]:
-    """Runs ``verb`` for ``user``; always an envelope. A failure also
+         context: Any = None, /, **kwargs: Any) -> dict[str, Any]:
+    """Runs ``verb`` for ``user`` with the verb's ``kwargs`` (the parameters
+    before them are positional only: verbs have arguments named ``user``);
+    always an envelope. A failure also
     carries ``"retcode": 1`` and sets ``context["retcode"] = 1``
     (``salt-run`` exits non-zero)."""
     try:
