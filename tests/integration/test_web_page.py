@@ -133,21 +133,26 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     shot(d, "03-provision-job.png")
     assert state == "succeeded", text(d, "job-messages")
 
-    # Its card: the ssh line, and the password decrypted here.
-    d.find_element("link text", f"Open {NEW}").click()
+    # In the inventory with its ssh line; its card: the password decrypted here.
+    d.find_element("css selector", "a[data-nav=inventory]").click()
+    wait(d, loaded("inventory"), why="the inventory with the new VM")
+    line = d.find_element("css selector", f"#vms tr[data-vm='{NEW}'] code.ssh").text
+    assert line.startswith("ssh -p "), line
+    shot(d, "04-inventory-with-vm.png")
+    d.find_element("css selector", f"#vms tr[data-vm='{NEW}']").click()
     wait(d, loaded(f"vm/{NEW}"), why="the VM's card")
     ssh = d.find_element("id", "vm-ssh").text
     assert ssh.startswith("ssh -p ") and " root@" in ssh, ssh
     d.find_element("id", "password-button").click()
     secret = wait(d, lambda d: text(d, "password-value"), why="the decrypted password")
     assert len(secret) >= 8
-    shot(d, "04-vm-card.png")
+    shot(d, "05-vm-card.png")
 
     # bob's VM, by its address: refused, with the reason.
     d.get(api_setup.tls_url + f"/mccloud#/vm/{B1}")
     reason = wait(d, lambda d: error_text(d), why="the refusal")
     assert "403" in reason and "alice" in reason and "teamb" in reason, reason
-    shot(d, "05-refused.png")
+    shot(d, "06-refused.png")
 
     # Destroyed through its card (the page asks first).
     d.get(api_setup.tls_url + f"/mccloud#/vm/{NEW}")
@@ -156,7 +161,7 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     d.switch_to.alert.accept()
     wait(d, loaded("job"), why="the destroy's job")
     state = wait(d, ended, secs=120, why="the destroy's end")
-    shot(d, "06-destroy-job.png")
+    shot(d, "07-destroy-job.png")
     assert state == "succeeded", text(d, "job-messages")
     d.find_element("css selector", "a[data-nav=inventory]").click()
     wait(d, loaded("inventory"), why="the inventory after the destroy")
