@@ -81,3 +81,32 @@ def test_loader_finds_rest_mccloud() -> None:
     assert "rest_mccloud.start" not in salt.loader.netapi(opts)
     opts[web.SECTION] = {"port": 8000, "disable_ssl": True}
     assert "rest_mccloud.start" in salt.loader.netapi(opts)
+
+
+def test_rest_mccloud_refuses_to_start_without_its_certificate(tmp_path: Path) -> None:
+    import salt.config
+
+    opts = salt.config.master_config("/dev/null")
+    opts[web.SECTION] = {"port": 8000, "host": "127.0.0.1"}
+    with pytest.raises(ValueError, match="ssl_crt and ssl_key not set"):
+        web.start(opts)
+    opts[web.SECTION].update(ssl_crt=str(tmp_path / "api.crt"), ssl_key=str(tmp_path / "api.key"))
+    with pytest.raises(FileNotFoundError, match=r"ssl_crt: no file .*api\.crt"):
+        web.start(opts)
+
+
+def test_rest_mccloud_serves_rest_cherrypy_with_its_own_options() -> None:
+    import salt.config
+
+    opts = salt.config.master_config("/dev/null")
+    opts[web.SECTION] = {"port": 8123, "host": "127.0.0.1", "disable_ssl": True, "app": web.page_path(),
+                         "app_path": web.APP_PATH}
+    root, apiopts, conf = web.app(opts)
+    assert apiopts["port"] == 8123 and conf["global"]["server.socket_host"] == "127.0.0.1"
+    # The two handlers that run lowstate answer the envelope's status; the rest is rest_cherrypy's.
+    from salt.netapi.rest_cherrypy import app as rest
+
+    assert isinstance(root.index, rest.LowDataAdapter) and type(root.index) is not rest.LowDataAdapter
+    assert isinstance(root.run, rest.Run) and type(root.run) is not rest.Run
+    assert type(root.login) is rest.Login
+    assert type(root.index).POST._cp_config == rest.LowDataAdapter.POST._cp_config
