@@ -19,6 +19,7 @@ import json
 import re
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -73,6 +74,35 @@ def follow(user: User, job: str, deadline: float = 240) -> dict[str, Any]:
             return dict(data)
         assert time.monotonic() < end, f"job {job} still running after {deadline:.0f} s: {data}"
         time.sleep(0.5)
+
+
+class EventBus:
+    """salt-api's ``GET /events`` read with ``user``'s token in a thread
+    (the master's whole event bus: Salt's eauth has no permission for it)."""
+
+    def __init__(self, setup: ApiSetup, user: User) -> None:
+        ctx = ssl.create_default_context(cafile=str(setup.crt))
+        self.conn = http.client.HTTPSConnection(HOST, setup.tls_port, context=ctx, timeout=30)
+        self.conn.request("GET", "/events", headers={"X-Auth-Token": user.token, "Accept": "text/event-stream"})
+        self.response = self.conn.getresponse()
+        assert self.response.status == 200, self.response.status
+        self.text: list[str] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            while line := self.response.readline():
+                self.text.append(line.decode(errors="replace"))
+        except (OSError, ValueError, AttributeError):  # closed under it
+            pass
+
+    def until(self, needle: str, secs: float = 20) -> str:
+        end = time.monotonic() + secs
+        while needle not in "".join(self.text) and time.monotonic() < end:
+            time.sleep(0.1)
+        self.conn.close()
+        return "".join(self.text)
 
 
 def keypair() -> tuple[Any, str]:
@@ -145,11 +175,15 @@ def test_provision_password_and_destroy(api: SimpleNamespace) -> None:
     assert "password" not in vm, vm
 
     key, spki = keypair()
+    bus = EventBus(api.setup, api.bob)  # another group's user, listening to the master's events
     sealed = env(alice.call("password", name=A1, pubkey=spki), 200)["data"]
     assert "password" not in sealed, sealed
     secret = key.decrypt(base64.b64decode(sealed["sealed"]),
                          padding.OAEP(mgf=padding.MGF1(hashes.SHA256()), algorithm=hashes.SHA256(), label=None))
     assert len(secret) >= 8, secret
+    # bob sees the answer go by on the bus (salt-api's /events): ciphertext only.
+    seen = bus.until(sealed["sealed"])
+    assert sealed["sealed"] in seen and secret.decode() not in seen, seen[-2000:]
     # Without a key of hers, the password does not travel (the event bus would carry it).
     assert "pubkey" in env(alice.call("password", name=A1), 400)["reason"]
 
