@@ -197,6 +197,30 @@ def accepted_keys(opts: Mapping[str, Any]) -> list[str]:
     return [str(m) for m in (keys.get("minions") or [])]
 
 
+# -- users and groups (the API's callers) -------------------------------------------
+
+
+def ldap_groups(opts: Mapping[str, Any]) -> Callable[[str], Any] | None:
+    """Salt's ``auth.ldap`` group lookup for the master of ``opts``
+    (``groups(user)``), or None when it does not load (no python-ldap)."""
+    import salt.loader
+
+    try:
+        return salt.loader.auth(dict(opts))["ldap.groups"]
+    except KeyError:
+        return None
+
+
+def unix_groups(user: str) -> list[str]:
+    """The Unix/NSS groups of ``user`` (what eauth ``pam`` sees); none for an unknown user."""
+    import salt.utils.user
+
+    try:
+        return [str(g) for g in salt.utils.user.get_group_list(user)]
+    except KeyError:
+        return []
+
+
 # -- talking to minions ----------------------------------------------------------
 
 

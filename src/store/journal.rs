@@ -43,11 +43,11 @@ pub const KINDS: &[&str] = &[
     "secrets_rekeyed",
     "dns_publish",
     "dns_remove",
+    "declared",
+    "undeclared",
     "api_call",
     "api_refused",
     "password_read",
-    "declared",
-    "undeclared",
 ];
 
 /// The kinds that end a run whose duration the metrics show, with the run

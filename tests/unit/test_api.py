@@ -62,8 +62,19 @@ def reg(tmp_path: Path) -> mccloud.Registry:
 
 def api(tmp_path: Path, reg: mccloud.Registry, user: str, **env: str) -> service.Api:
     """The API as the runner makes it: its own registry (the same store as
-    ``reg``), opened with the caller's name."""
-    return service.Api(api_opts(tmp_path), user, pillar=pillar(), environ=env)
+    ``reg``), opened with the caller's name, on the pillar the master serves."""
+    return service.Api(api_opts(tmp_path), user, pillar=served_pillar(reg), environ=env)
+
+
+def served_pillar(reg: mccloud.Registry) -> dict[str, Any]:
+    """The controller's pillar as the master compiles it: the files', with
+    what the ``mccloud`` ext_pillar adds from the API's declarations merged
+    in (Salt merges mappings key by key)."""
+    out = pillar()
+    for key, value in reg.api_pillar()["keys"].items():
+        old = out.get(key)
+        out[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
 
 
 def call(tmp_path: Path, reg: mccloud.Registry, user: str, verb: str, **kw: Any) -> dict[str, Any]:
@@ -126,6 +137,7 @@ def test_users_see_their_groups_vms_and_are_refused_others(tmp_path: Path, reg: 
     assert call(tmp_path, reg, "alice", "vm", name="zz.test")["status"] == 404
     assert call(tmp_path, reg, "alice", "destroy", name="b1.test")["status"] == 403
     assert call(tmp_path, reg, "alice", "vms", owner="teamb")["status"] == 403
+    assert [v["name"] for v in call(tmp_path, reg, "carol", "vms", owner="teamb")["data"]] == ["b1.test"]
     assert call(tmp_path, reg, "alice", "vms", node=OTHER)["status"] == 403
     assert call(tmp_path, reg, "alice", "vms", node="nowhere")["status"] == 404
     # A VM without owners of its own has its node's; a node without any, admins only.
@@ -286,9 +298,47 @@ def test_a_new_vm_is_declared_on_a_node_of_the_callers_groups(tmp_path: Path, re
     assert call(tmp_path, reg, "olga", "provision", name="new.test", node=CN, owners=["teamb"])["status"] == 403
     assert call(tmp_path, reg, "alice", "provision", name="a1.test", image="other")["status"] == 409
     ret = call(tmp_path, reg, "olga", "provision", name="new.test", node=CN, domains="new.test,www.new.test")
-    if declarations.available(reg):
-        assert ret["status"] == 202, ret
-        decl = declarations.vm_declaration(reg, "new.test")
-        assert decl is not None and decl["settings"]["owners"] == ["ops"], decl
-    else:  # a registry without declarations says what is missing
-        assert ret["status"] == 501 and "Registry.declare_vm" in ret["reason"], ret
+    assert ret["status"] == 202, ret
+    decl = declarations.vm_declaration(reg, "new.test")
+    assert decl is not None and (decl["node"], decl["vt"], decl["by"]) == (CN, "lxc", "olga"), decl
+    assert decl["settings"]["owners"] == ["ops"] and decl["settings"]["domains"] == ["new.test", "www.new.test"]
+    # A name the pillar files declare cannot be declared again through the API (on another node either).
+    assert call(tmp_path, reg, "carol", "provision", name="x1.test", node=CN)["status"] == 409
+    # Its job: the node's deploy, then the VM's provision.
+    job = jobs.read(api_opts(tmp_path), ret["data"]["job"])
+    assert job is not None and job["calls"] == [f"mc_cloud_compute_node.deploy {CN}", "mc_cloud_vm.provision new.test"]
+    assert (job["user"], job["owners"]) == ("olga", ["ops"]), job
+
+
+def test_dns_names_are_added_to_an_api_declaration(tmp_path: Path, reg: mccloud.Registry,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs, "salt_run_command", lambda o, fun, args: fake_salt_run(tmp_path, "print('{}')\n"))
+    assert call(tmp_path, reg, "olga", "provision", name="new.test", node=CN)["status"] == 202
+    wait_done(api_opts(tmp_path), jobs.ids(api_opts(tmp_path))[0])
+    ret = call(tmp_path, reg, "olga", "link_dns", name="new.test", dns="www.new.test")
+    assert ret["status"] == 202 and ret["data"]["added"] == ["www.new.test"], ret
+    assert "www.new.test" in ret["data"]["dns"]
+    decl = declarations.vm_declaration(reg, "new.test")
+    assert decl is not None and "www.new.test" in decl["settings"]["domains"], decl
+    job = jobs.read(api_opts(tmp_path), ret["data"]["job"])
+    assert job is not None and job["calls"][-1] == "mc_cloud_vm.provision new.test steps=reconfigure", job
+    assert call(tmp_path, reg, "alice", "link_dns", name="new.test", dns="x.new.test")["status"] == 403
+
+
+def test_nodes_are_linked_and_unlinked_by_admins(tmp_path: Path, reg: mccloud.Registry,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs, "salt_run_command", lambda o, fun, args: fake_salt_run(tmp_path, "print('{}')\n"))
+    assert call(tmp_path, reg, "carol", "link_node", name=CN, ip="192.0.2.1")["status"] == 409  # the files'
+    assert call(tmp_path, reg, "carol", "link_node", name="n3.test", ip="not-an-ip")["status"] == 400
+    ret = call(tmp_path, reg, "carol", "link_node", name="n3.test", ip="192.0.2.3", owners="teama")
+    assert ret["status"] == 202, ret
+    decl = declarations.node_declaration(reg, "n3.test")
+    assert decl is not None and decl["settings"]["ip"] == "192.0.2.3" and decl["by"] == "carol", decl
+    job = jobs.read(api_opts(tmp_path), ret["data"]["job"])
+    assert job is not None and job["calls"] == ["mc_cloud_saltify.saltify n3.test",
+                                                "mc_cloud_compute_node.deploy n3.test"], job
+    assert call(tmp_path, reg, "carol", "unlink_node", name=CN)["status"] == 409  # the files'
+    assert call(tmp_path, reg, "carol", "unlink_node", name="n9.test")["status"] == 404
+    assert call(tmp_path, reg, "carol", "unlink_node", name="n3.test")["data"] == {"name": "n3.test",
+                                                                                  "unlinked": True}
+    assert declarations.node_declaration(reg, "n3.test") is None

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from mccloud import saltcompat
 from mccloud.api.envelope import ApiError, BadRequest
 
 #: The master option holding the API's settings.
@@ -119,13 +120,10 @@ def ldap_lookup(opts: Mapping[str, Any]) -> GroupLookup:
                        "allowed to search the groups) or use groups: map", 501)
 
     def lookup(user: str) -> Sequence[str]:
-        import salt.loader
-
-        try:
-            groups = salt.loader.auth(dict(opts))["ldap.groups"]
-        except KeyError:
+        groups = saltcompat.ldap_groups(opts)
+        if groups is None:
             raise ApiError("master option mccloud_api:groups is ldap, but Salt's auth.ldap does not load on the "
-                           "master: install python-ldap in Salt's Python", 501) from None
+                           "master: install python-ldap in Salt's Python", 501)
         try:
             found = groups(user)
         except Exception as exc:  # the directory down, a refused bind: the call cannot be authorised
@@ -138,12 +136,7 @@ def ldap_lookup(opts: Mapping[str, Any]) -> GroupLookup:
 
 def unix_lookup(user: str) -> Sequence[str]:
     """The user's Unix/NSS groups (eauth ``pam``'s)."""
-    import salt.utils.user
-
-    try:
-        return [str(g) for g in salt.utils.user.get_group_list(user)]
-    except KeyError:
-        return []
+    return saltcompat.unix_groups(user)
 
 
 def resolve(opts: Mapping[str, Any], user: Any, lookup: GroupLookup | None = None,

@@ -44,15 +44,6 @@ NO_VOLUMES = {
 }
 
 
-def _pillar_owners(pillar: Mapping[str, Any], key: str, sub: str | None = None) -> list[str] | None:
-    value = pillar.get(key)
-    if sub is not None:
-        value = value.get(sub) if isinstance(value, Mapping) else None
-    if value is None:
-        return None
-    return string_list(value, key + (f".{sub}" if sub else ""))
-
-
 class Api:
     """One call's view: the caller, the controller's pillar and registry
     (opened once, with the caller as the journal's who) and the runner
@@ -109,31 +100,11 @@ class Api:
 
     # -- ownership ---------------------------------------------------------------------------------------------
 
-    def cloud_owners(self) -> list[str]:
-        return _pillar_owners(self.pillar, "makina-states.cloud.owners") or []
-
-    def node_owners(self, cn: str, row: Mapping[str, Any] | None = None) -> list[str]:
-        """The node's owners: the inventory's when it has them, else its
-        ``compute_node.conf.<cn>.owners``, else the cloud's."""
-        if row is not None and isinstance(row.get("owners"), list):
-            return [str(o) for o in row["owners"]]
-        found = _pillar_owners(self.pillar, f"makina-states.cloud.compute_node.conf.{cn}", "owners")
-        return found if found is not None else self.cloud_owners()
-
-    def vm_owners(self, cn: str, vm: str, row: Mapping[str, Any]) -> list[str]:
-        """The VM's owners: the inventory's when it has them, else its
-        declaration's ``owners``, else its node's."""
-        if isinstance(row.get("owners"), list):
-            return [str(o) for o in row["owners"]]
-        own: Any = None
-        if row.get("declared"):
-            try:
-                own = self.registry.config.vm_declared_settings(cn, vm).get("owners")
-            except mccloud.MccloudError:
-                own = None
-        if own is not None:
-            return string_list(own, f"owners of VM {vm}")
-        return self.node_owners(cn, self.inventory().get(cn))
+    @staticmethod
+    def owners(row: Mapping[str, Any]) -> list[str]:
+        """The owners the inventory resolved for a VM or node row (its own,
+        else its node's, else the cloud's; none: admins only)."""
+        return [str(o) for o in row.get("owners") or []]
 
     def refuse(self, verb: str, reason: str, node: str = "", vm: str = "") -> Forbidden:
         """A 403 for ``verb``, journaled (``api_refused``)."""
@@ -147,7 +118,7 @@ class Api:
         for cn, node in sorted(self.inventory().items()):
             row = (node.get("vms") or {}).get(vm)
             if row is not None:
-                owners = self.vm_owners(cn, vm, row)
+                owners = self.owners(row)
                 if not self.who.owns(owners):
                     raise self.refuse(verb, f"{self.who.describe()} may not {verb.replace('_', ' ')} VM {vm}: it "
                                             f"belongs to {', '.join(owners) or 'the admins only'}; ask one of "
@@ -163,14 +134,14 @@ class Api:
         row = self.inventory().get(cn)
         if row is None:
             raise NotFound(f"no compute node named {cn} (nodes: {', '.join(sorted(self.inventory())) or 'none'})")
-        owners = self.node_owners(cn, row)
+        owners = self.owners(row)
         if not self.node_visible(cn, row, owners):
             raise self.refuse(verb, f"{self.who.describe()} may not see compute node {cn}: it belongs to "
                                     f"{', '.join(owners) or 'the admins only'} and holds none of its VMs", cn)
         return cn, dict(row), owners
 
     def node_visible(self, cn: str, row: Mapping[str, Any], owners: Sequence[str]) -> bool:
-        return self.who.owns(owners) or any(self.who.owns(self.vm_owners(cn, vm, v))
+        return self.who.owns(owners) or any(self.who.owns(self.owners(v))
                                             for vm, v in (row.get("vms") or {}).items())
 
     def require_admin(self, verb: str, node: str = "") -> None:
@@ -251,15 +222,15 @@ class Api:
     def nodes(self) -> dict[str, Any]:
         out = []
         for cn, row in sorted(self.inventory().items()):
-            owners = self.node_owners(cn, row)
-            mine = [vm for vm, v in (row.get("vms") or {}).items() if self.who.owns(self.vm_owners(cn, vm, v))]
+            owners = self.owners(row)
+            mine = [vm for vm, v in (row.get("vms") or {}).items() if self.who.owns(self.owners(v))]
             if self.who.owns(owners) or mine:
                 out.append(self.node_row(cn, row, owners, len(mine)))
         return ok(out)
 
     def node(self, name: Any) -> dict[str, Any]:
         cn, row, owners = self.find_node(name, "node")
-        mine = sorted(vm for vm, v in (row.get("vms") or {}).items() if self.who.owns(self.vm_owners(cn, vm, v)))
+        mine = sorted(vm for vm, v in (row.get("vms") or {}).items() if self.who.owns(self.owners(v)))
         return ok({**self.node_row(cn, row, owners, len(mine)), "vm_names": mine})
 
     def vms(self, node: Any = None, owner: Any = None) -> dict[str, Any]:
@@ -269,6 +240,7 @@ class Api:
             nodes = {cn: inv[cn]}
         else:
             nodes = inv
+        group = None
         if owner is not None:
             group = self.name_arg(owner, "owner")
             if not self.who.admin and group not in self.who.groups:
@@ -278,8 +250,8 @@ class Api:
         out = []
         for cn, row in sorted(nodes.items()):
             for vm, v in sorted((row.get("vms") or {}).items()):
-                owners = self.vm_owners(cn, vm, v)
-                if not self.who.owns(owners) or (owner is not None and owner not in owners):
+                owners = self.owners(v)
+                if not self.who.owns(owners) or (group is not None and group not in owners):
                     continue
                 out.append(self.vm_row(cn, vm, v, owners, running))
         return ok(out)
@@ -348,6 +320,7 @@ class Api:
             except mccloud.MccloudError as exc:
                 raise BadRequest(f"dns: {exc}") from None
         cn, vm, row, owners = self.find_vm(name, "link_dns")
+        self.not_busy(vm)
         decl = declarations.vm_declaration(self.registry, vm)
         if decl is None:
             vt = row.get("vt") or "<vt>"
@@ -435,9 +408,12 @@ class Api:
                 raise self.refuse("provision", f"{self.who.describe()} may not create VMs on {cn}: the node belongs "
                                                f"to {', '.join(node_owners) or 'the admins only'}", cn, vm)
             foreign = sorted(set(groups) - set(self.who.groups))
-            if foreign or not groups:
+            if not groups:
+                raise self.refuse("provision", f"{self.who.describe()} has no group to own VM {vm}: ask an admin "
+                                               "to add you to one", cn, vm)
+            if foreign:
                 raise self.refuse("provision", f"{self.who.describe()} may give VM {vm} only its own groups as "
-                                               f"owners, not {', '.join(foreign) or 'none'}", cn, vm)
+                                               f"owners, not {', '.join(foreign)}", cn, vm)
         vt = self.vm_type_of_node(cn, row)
         settings: dict[str, Any] = {"owners": groups}
         if image is not None:

@@ -7,12 +7,13 @@ by :func:`mccloud.api.jobs.start`; see there for the directory's files."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from mccloud.api.jobs import now, write_json
+from mccloud.api.jobs import now, process_start, write_json
 
 #: Keys never copied into a job's result or messages.
 SECRET_KEYS = frozenset({"password", "password_hash", "bindpw", "secret", "tsig_secret"})
@@ -106,6 +107,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m mccloud.api.worker JOBDIR", file=sys.stderr)
         return 2
     job = Job(Path(argv[0]))
+    pid_file = job.dir / "pid"
+    if not pid_file.exists():  # the runner writes it right after starting this worker; in case it could not
+        pid_file.write_text(f"{os.getpid()} {process_start(os.getpid()) or ''}\n")
     try:
         return job.run()
     except BaseException as exc:  # the job must end with an rc whatever happens

@@ -222,7 +222,7 @@ fn an_older_stores_tables_move_from_public_into_the_schema() {
     old.batch_execute(OLD_STORE).unwrap();
     let mut pg = PgStore::connect(&store).unwrap();
     assert!(tables(&mut admin, "public").is_empty());
-    assert_eq!(tables(&mut admin, "mccloud").len(), 14);
+    assert_eq!(tables(&mut admin, "mccloud").len(), 15);
     let gone = admin
         .query(
             "SELECT 1 FROM pg_proc WHERE proname LIKE 'mccloud%' AND pronamespace = 'public'::regnamespace",
