@@ -46,6 +46,11 @@ pub struct ApiPillar {
     pub shadowed: Vec<Value>,
     /// Declarations left out, with why.
     pub errors: Vec<String>,
+    /// What is added (see [`ADDED_KEY`]): VMs, keys added whole, conf
+    /// keys whose owners are added.
+    added_vms: Map<String, Value>,
+    added_keys: Vec<String>,
+    added_owners: Vec<String>,
 }
 
 /// What the pillar files say of a VM.
@@ -131,14 +136,75 @@ fn vms_key(vt: &str, cn: &str) -> String {
     format!("{CLOUD}.{vt}.vms.{cn}")
 }
 
-/// Whether the files' view of a VM is exactly the API's declaration `d`
-/// (a pillar compiled with the ext_pillar shows it so).
+/// Whether the files declare a VM exactly as the API's declaration `d`
+/// does (nothing to add, nothing in conflict).
 fn same_vm(f: &VmInFiles, d: &Declaration) -> bool {
     f.node == d.cn && f.vt == d.vt && f.settings == d.settings
 }
 
-/// [`ApiPillar`] of the declarations `decls` over the pillar of `config`.
+/// The pillar key under which the ext_pillar lists what it added (so
+/// that a pillar compiled with it tells the files' declarations from its
+/// own): `{"vms": {<vm>: <key of its node's VMs>}, "keys": [<keys added
+/// whole>], "owners": [<conf keys whose owners it added>]}`.
+pub const ADDED_KEY: &str = "makina-states.mccloud.api_declared";
+
+/// What the pillar files alone declare: the pillar of `config` without
+/// what the ext_pillar added (a pillar compiled with it, as the runners'
+/// is, lists it under [`ADDED_KEY`]).
+pub(crate) fn files_view(config: &Config) -> Config {
+    let Some(Value::Object(added)) = config.pillar_value(ADDED_KEY).cloned() else {
+        return config.clone();
+    };
+    let strings = |k: &str| -> Vec<String> {
+        added
+            .get(k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    config.edited(|pillar| {
+        pillar.remove(ADDED_KEY);
+        for (vm, key) in added
+            .get("vms")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let Some(key) = key.as_str() else { continue };
+            if let Some(Value::Object(vms)) = pillar.get_mut(key) {
+                vms.remove(vm);
+            }
+        }
+        for key in strings("keys") {
+            let emptied = pillar.get(&key).is_none_or(|v| {
+                v.as_object().is_none_or(Map::is_empty) || key.contains(".targets.")
+            });
+            if emptied {
+                pillar.remove(&key);
+            }
+        }
+        for key in strings("owners") {
+            if let Some(Value::Object(c)) = pillar.get_mut(&key) {
+                c.remove(OWNERS);
+                if c.is_empty() {
+                    pillar.remove(&key);
+                }
+            }
+        }
+    })
+}
+
+/// [`ApiPillar`] of the declarations `decls` over the pillar of `config`
+/// (of the files alone: see [`files_view`]).
 pub(crate) fn api_pillar(config: &Config, decls: &[Declaration]) -> ApiPillar {
+    added(&files_view(config), decls)
+}
+
+/// [`ApiPillar`] of the declarations `decls` over the pillar files'
+/// configuration `config`.
+fn added(config: &Config, decls: &[Declaration]) -> ApiPillar {
     let mut out = ApiPillar::default();
     for d in decls {
         let done = if d.kind == VM {
@@ -154,6 +220,11 @@ pub(crate) fn api_pillar(config: &Config, decls: &[Declaration]) -> ApiPillar {
                 d.name
             ));
         }
+    }
+    if !(out.added_vms.is_empty() && out.added_keys.is_empty() && out.added_owners.is_empty()) {
+        let marker =
+            json!({"vms": out.added_vms, "keys": out.added_keys, "owners": out.added_owners});
+        out.keys.insert(ADDED_KEY.into(), marker);
     }
     out
 }
@@ -182,13 +253,12 @@ fn add_vm(config: &Config, d: &Declaration, out: &mut ApiPillar) -> Result<()> {
             ));
         }
         None => {
-            let node = out
-                .keys
-                .entry(vms_key(&d.vt, &d.cn))
-                .or_insert_with(|| json!({}));
+            let key = vms_key(&d.vt, &d.cn);
+            let node = out.keys.entry(key.clone()).or_insert_with(|| json!({}));
             if let Value::Object(m) = node {
                 m.insert(d.name.clone(), Value::Object(d.settings.clone()));
             }
+            out.added_vms.insert(d.name.clone(), json!(key));
         }
     }
     Ok(())
@@ -207,22 +277,24 @@ fn add_node(config: &Config, d: &Declaration, out: &mut ApiPillar) -> Result<()>
         }
         Some(_) => {}
         None => {
-            out.keys
-                .insert(format!("{SALTIFY}.targets.{cn}"), Value::Object(target));
+            let key = format!("{SALTIFY}.targets.{cn}");
+            out.keys.insert(key.clone(), Value::Object(target));
+            out.added_keys.push(key);
         }
     }
     match (&files.owners, &owners) {
         (Some(f), Some(a)) if f != a => differs.push((OWNERS, json!(f))),
         (None, Some(a)) => {
-            out.keys
-                .insert(format!("{COMPUTE_NODE}.conf.{cn}"), json!({ OWNERS: a }));
+            let key = format!("{COMPUTE_NODE}.conf.{cn}");
+            out.keys.insert(key.clone(), json!({ OWNERS: a }));
+            out.added_owners.push(key);
         }
         _ => {}
     }
     if !files.declared {
-        out.keys
-            .entry(vms_key(&d.vt, cn))
-            .or_insert_with(|| json!({}));
+        let key = vms_key(&d.vt, cn);
+        out.keys.entry(key.clone()).or_insert_with(|| json!({}));
+        out.added_keys.push(key);
     }
     if !differs.is_empty() {
         let said: Map<String, Value> = differs
@@ -341,10 +413,10 @@ impl Registry {
         Ok(json!({"vms": vms, "nodes": nodes}))
     }
 
-    /// The configuration with the declarations `decls` added (as the
-    /// ext_pillar adds them).
-    fn config_with(&self, decls: &[Declaration]) -> Config {
-        self.config.with_keys(&api_pillar(&self.config, decls).keys)
+    /// The configuration of the pillar files `files` with the
+    /// declarations `decls` added (as the ext_pillar adds them).
+    fn config_with(files: &Config, decls: &[Declaration]) -> Config {
+        files.with_keys(&added(files, decls).keys)
     }
 
     /// Declares VM `vm` of type `vt` on compute node `cn` with `settings`
@@ -373,20 +445,18 @@ impl Registry {
         }
         check_settings(&format!("the settings of VM {vm}"), settings)?;
         let stored = self.stored_declarations()?;
-        let mine = stored.iter().find(|d| d.kind == VM && d.name == vm);
-        if let Some(f) = vm_in_files(&self.config, vm)? {
-            if !mine.is_some_and(|d| same_vm(&f, d)) {
-                let on = if f.node.is_empty() {
-                    "without a compute node".to_owned()
-                } else {
-                    format!("on compute node {}", f.node)
-                };
-                return Err(Error::invalid(format!(
-                    "VM {vm} is declared in the pillar files {on} (pillar key {}): the files win; change \
-                     it there, or remove it from the files before declaring it through the API",
-                    f.key
-                )));
-            }
+        let files = files_view(&self.config);
+        if let Some(f) = vm_in_files(&files, vm)? {
+            let on = if f.node.is_empty() {
+                "without a compute node".to_owned()
+            } else {
+                format!("on compute node {}", f.node)
+            };
+            return Err(Error::invalid(format!(
+                "VM {vm} is declared in the pillar files {on} (pillar key {}): the files win; change \
+                 it there, or remove it from the files before declaring it through the API",
+                f.key
+            )));
         }
         let new = Declaration {
             kind: VM.into(),
@@ -397,7 +467,7 @@ impl Registry {
             by: by.trim().into(),
             at: journal::now(),
         };
-        self.check_vm_declaration(&stored, &new)?;
+        Self::check_vm_declaration(&files, &stored, &new)?;
         self.write(|tx| {
             let now = tx.declarations()?;
             if let Some(other) = elsewhere(&now, &new) {
@@ -407,10 +477,15 @@ impl Registry {
         })
     }
 
-    /// Checks the declaration `new` of a VM against the store's
-    /// declarations `stored`: not on another node, on a compute node,
-    /// its settings planned as any pillar declaration's.
-    fn check_vm_declaration(&self, stored: &[Declaration], new: &Declaration) -> Result<()> {
+    /// Checks the declaration `new` of a VM against the pillar files'
+    /// configuration `files` and the store's declarations `stored`: not on
+    /// another node, on a compute node, its settings planned as any pillar
+    /// declaration's.
+    fn check_vm_declaration(
+        files: &Config,
+        stored: &[Declaration],
+        new: &Declaration,
+    ) -> Result<()> {
         if let Some(e) = elsewhere(stored, new) {
             return Err(e);
         }
@@ -419,7 +494,7 @@ impl Registry {
             .filter(|d| !(d.kind == VM && d.name == new.name))
             .cloned()
             .collect();
-        let before = self.config_with(&others);
+        let before = Self::config_with(files, &others);
         let cn = &new.cn;
         let known = before.declared()?.contains_key(cn)
             || before.capacities().is_ok_and(|c| c.contains_key(cn))
@@ -433,7 +508,7 @@ impl Registry {
         }
         let mut all = others;
         all.push(new.clone());
-        let after = self.config_with(&all);
+        let after = Self::config_with(files, &all);
         after.vm_plan(cn, &new.name).map(|_| ())
     }
 
@@ -477,19 +552,16 @@ impl Registry {
             settings.insert(OWNERS.into(), json!(o));
         }
         let stored = self.stored_declarations()?;
-        let mine = stored.iter().find(|d| d.kind == NODE && d.name == cn);
-        let files = node_in_files(&self.config, cn)?;
+        let files_config = files_view(&self.config);
+        let files = node_in_files(&files_config, cn)?;
         let target = target_part(&settings);
-        let ours = |d: &Declaration| {
-            files.target.as_ref() == Some(&Value::Object(target_part(&d.settings)))
-        };
-        if files.target.is_some() && !mine.is_some_and(ours) {
+        if files.target.is_some() {
             return Err(Error::invalid(format!(
                 "compute node {cn} is declared in the pillar files as a saltify target (pillar key \
                  {SALTIFY}.targets.{cn}): the files win; change it there"
             )));
         }
-        if files.declared && mine.is_none() {
+        if files.declared {
             return Err(Error::invalid(format!(
                 "compute node {cn} is declared in the pillar files (pillar key {CLOUD}.<type>.vms.{cn}): \
                  the files win; declare its saltify target and owners there"
@@ -516,7 +588,7 @@ impl Registry {
             .cloned()
             .collect();
         all.push(new.clone());
-        let after = self.config_with(&all);
+        let after = Self::config_with(&files_config, &all);
         if let Some(d) = vm_in_files(&after, cn)? {
             return Err(Error::invalid(format!(
                 "compute node {cn} has the name of VM {cn} (pillar key {}): a node would take over its \

@@ -137,6 +137,22 @@ impl Config {
         c
     }
 
+    /// The value of pillar key `key` (as given: a flat key, or a top-level one).
+    pub(crate) fn pillar_value(&self, key: &str) -> Option<&Value> {
+        self.pillar.get(key)
+    }
+
+    /// The same configuration (its placements too) over its pillar as
+    /// `edit` changes it.
+    pub(crate) fn edited(&self, edit: impl FnOnce(&mut Map<String, Value>)) -> Self {
+        let mut pillar = self.pillar.clone();
+        edit(&mut pillar);
+        let mut c = Config::new(self.ctx.clone(), pillar);
+        c.placements = self.placements.clone();
+        c.unplaced = self.unplaced.clone();
+        c
+    }
+
     /// The VMs declared without a node that are not placed, with why.
     pub fn unplaced(&self) -> &BTreeMap<String, String> {
         &self.unplaced

@@ -77,7 +77,9 @@ def api_declarations(opts: Any, minion_id: str, pillar: dict[str, Any]) -> dict[
     saltify target (``makina-states.cloud.saltify.targets.<cn>``), its VM
     type (``makina-states.cloud.<vt>.vms.<cn>: {}``) and its owners
     (``makina-states.cloud.compute_node.conf.<cn>: {owners: [...]}``);
-    nothing the files declare (see ``Registry.api_pillar``). The store of
+    nothing the files declare (see ``Registry.api_pillar``). What it adds
+    is listed under ``makina-states.mccloud.api_declared``, which tells
+    the API's declarations from the files' in the compiled pillar. The store of
     the master's configuration is opened as the runners open it, to read
     only (no placement). A store that cannot be read, or a pillar the core
     refuses, adds nothing: the log says why (a pillar error would fail

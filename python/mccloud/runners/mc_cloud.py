@@ -192,7 +192,8 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     ``api_call``, ``api_refused``, ``password_read``,
     ``provision_finished``,
     ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
-    ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``), ``since``
+    ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``,
+    ``declared``, ``undeclared``), ``since``
     (a UTC date or time) and ``limit`` (the
     newest entries only).
 

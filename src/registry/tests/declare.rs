@@ -40,7 +40,13 @@ fn a_vm_declared_through_the_api_is_served_as_pillar_and_allocates() {
     let keys = reg.api_pillar().unwrap().keys;
     assert_eq!(
         Value::Object(keys),
-        json!({ format!("{LXC}.vms.{CN}"): {"api.test": s} })
+        json!({
+            format!("{LXC}.vms.{CN}"): {"api.test": s},
+            // what the ext_pillar added, so that the pillar it is part of
+            // tells it from the files'
+            "makina-states.mccloud.api_declared": {
+                "vms": {"api.test": format!("{LXC}.vms.{CN}")}, "keys": [], "owners": []},
+        })
     );
     // the controller's pillar with it (the files' a.test kept) allocates it
     let full = with_api_pillar(&dir, p.clone());
@@ -53,6 +59,12 @@ fn a_vm_declared_through_the_api_is_served_as_pillar_and_allocates() {
     let s2 = settings(json!({"owners": "teamb"}));
     full.declare_vm(CN, "api.test", LXC_VT, &s2, "alice")
         .unwrap();
+    // the new settings are checked, not the ones that pillar still shows
+    let bad = settings(json!({"ip": "192.168.1.1"}));
+    let e = full
+        .declare_vm(CN, "api.test", LXC_VT, &bad, "alice")
+        .unwrap_err();
+    assert!(e.to_string().contains("outside the network"), "{e}");
     // the pillar compiled again serves the new settings: no conflict
     let fresh = with_api_pillar(&dir, p);
     assert_eq!(
@@ -147,13 +159,17 @@ fn a_node_declared_through_the_api_is_a_saltify_target_and_a_compute_node() {
             "makina-states.cloud.saltify.targets.new.local": {"ip": "192.0.2.10", "ssh_username": "root"},
             format!("{COMPUTE_NODE}.conf.new.local"): {"owners": ["teama"]},
             format!("{LXC}.vms.new.local"): {},
+            "makina-states.mccloud.api_declared": {
+                "vms": {},
+                "keys": ["makina-states.cloud.saltify.targets.new.local", format!("{LXC}.vms.new.local")],
+                "owners": [format!("{COMPUTE_NODE}.conf.new.local")]},
         })
     );
     let d = reg.declarations().unwrap();
     assert_eq!(d["nodes"][0]["node"], json!("new.local"));
     assert_eq!(d["nodes"][0]["settings"]["vt"], json!("lxc"));
     // with those keys it is a node: VMs may be declared on it
-    let full = with_api_pillar(&dir, p);
+    let full = with_api_pillar(&dir, p.clone());
     assert_eq!(
         full.inventory().unwrap()["new.local"]["owners"],
         json!(["teama"])
@@ -161,6 +177,36 @@ fn a_node_declared_through_the_api_is_a_saltify_target_and_a_compute_node() {
     full.saltify_target_check("new.local");
     full.declare_vm("new.local", "v.test", LXC_VT, &Map::new(), "carol")
         .unwrap();
+    // linked again through that pillar: its new settings are checked
+    let e = full
+        .declare_node(
+            "new.local",
+            &settings(json!({"ip": "not a host!"})),
+            "carol",
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("ip of"), "{e}");
+    let moved = settings(json!({"ip": "192.0.2.11", "owners": "teama"}));
+    full.declare_node("new.local", &moved, "carol").unwrap();
+    assert_eq!(
+        reg.declarations().unwrap()["nodes"][0]["settings"]["ip"],
+        json!("192.0.2.11")
+    );
+    // a VM on a node the files declare with none (`{}`), declared again
+    // through the pillar that serves it: the node stays the files'
+    full.declare_vm(CN, "w.test", LXC_VT, &Map::new(), "carol")
+        .unwrap();
+    let again = with_api_pillar(&dir, p);
+    again
+        .declare_vm(
+            CN,
+            "w.test",
+            LXC_VT,
+            &settings(json!({"owners": "x"})),
+            "carol",
+        )
+        .unwrap();
+    assert!(reg.undeclare_vm("w.test", "carol").unwrap());
     // a node still hosting VMs declared through the API stays
     let e = reg.undeclare_node("new.local", "carol").unwrap_err();
     assert!(e.to_string().contains("v.test"), "{e}");
