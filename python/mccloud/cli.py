@@ -269,6 +269,19 @@ def sls_root(args: argparse.Namespace) -> int:
     return 0
 
 
+def api_config(args: argparse.Namespace) -> int:
+    """Prints the master configuration that serves mccloud's API and web
+    page with salt-api (the runner client only, ``rest_mccloud`` on
+    loopback with TLS, the page's installed path as ``app:``, LDAP eauth
+    with groups, ``mccloud_api``): paste it into the master's configuration
+    (e.g. ``master.d/mccloud-api.conf``), adapt the LDAP lines, then start
+    ``salt-api``."""
+    from mccloud import web
+
+    print(web.api_config(port=args.port, host=args.host, tls_dir=args.tls_dir, eauth=args.eauth), end="")
+    return 0
+
+
 def _salt_opts(args: argparse.Namespace) -> dict[str, Any]:
     """The minion options of the Salt configuration in ``--config`` (default
     ``$MASTERSALT_CONFIG_DIR`` or /etc/mastersalt)."""
@@ -700,6 +713,15 @@ def _parser() -> argparse.ArgumentParser:
                 "  mccloud sls-root\n  mccloud sls-root --config /etc/salt")
     p.add_argument("--config", help="Salt configuration directory whose master's file_roots are checked "
                    "(default: $MASTERSALT_CONFIG_DIR or /etc/mastersalt)")
+    p = command("api-config", api_config, "print the master configuration serving the API and its web page",
+                "  mccloud api-config > /etc/salt/master.d/mccloud-api.conf\n"
+                "  mccloud api-config --port 8443 --eauth pam")
+    p.add_argument("--host", default="127.0.0.1", help="address salt-api listens on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="its port (default: 8000)")
+    p.add_argument("--tls-dir", default="/etc/salt/pki/api", help="directory of api.crt and api.key "
+                   "(default: /etc/salt/pki/api)")
+    p.add_argument("--eauth", default="ldap", choices=("ldap", "pam", "file"),
+                   help="the external_auth backend users log in with (default: ldap)")
     p = command("inventory", inventory, "compute nodes, their VMs, access and free capacity",
                 "  mccloud inventory\n  mccloud inventory --node devhost10.local -o yaml\n"
                 "  mccloud inventory --store /srv/pillar/cloud-controller --pillar cloud.sls --vm web1.example.com")

@@ -286,3 +286,11 @@ def exceptions() -> Any:
     import salt.exceptions
 
     return salt.exceptions
+
+
+def rest_cherrypy_app() -> Any:
+    """salt-api's ``rest_cherrypy`` app module (its handlers, tools and
+    ``get_app``), which ``rest_mccloud`` serves with one change."""
+    import salt.netapi.rest_cherrypy.app as app
+
+    return app

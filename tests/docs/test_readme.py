@@ -49,6 +49,7 @@ RUN: list[tuple[str, int, str]] = [
     (r"mastersalt-run mc_cloud\.audit_prune before=2026-01-01$", 0, "removed"),
     (r"mccloud store rekey$", 0, "rekeyed"),
     (r"mastersalt-run mc_cloud\.store_rekey$", 0, "new_key"),
+    (r"mccloud api-config --port 8443 --eauth ldap$", 0, "rest_mccloud:"),
 ]
 
 #: Commands a real cloud runs: (pattern, the test files, what they must call).
@@ -79,6 +80,11 @@ COVERED: list[tuple[str, str, str]] = [
     *((rf"mccloud dns {sub} ", "tests/functional/test_dns_commands.py", f'"dns", "{sub}"')
       for sub in ("plan", "show", "push")),
     (r"mastersalt-run mc_cloud\.dns ", "tests/functional/test_dns_commands.py", '"mc_cloud.dns"'),
+    # The API over salt-api: the certificate, the requests and the listeners, as its tests make and check them.
+    (r"openssl req -x509 ", "tests/support/api.py", '["openssl", "req", "-x509"'),
+    (r"curl -sS --cacert \S+ https://\S+/login ", "tests/support/api.py", 'self.post("/login"'),
+    (r"curl -sS --cacert \S+ https://\S+/ -H ", "tests/support/api.py", '"fun": f"mc_cloud_api.{verb}"'),
+    (r"ss -ltnp ", "tests/integration/test_api_http.py", '["ss", "-Hltnp"]'),
     # The runners of the operating block, each called by name in its test.
     *((rf"mastersalt-run {re.escape(fun)} ", f"tests/integration/{where}", f'"{fun}"') for fun, where in (
         ("mc_cloud_controller.deploy", "test_e2e.py"), ("mc_cloud_compute_node.deploy", "test_e2e.py"),

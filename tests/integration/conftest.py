@@ -32,6 +32,8 @@ import pytest
 import yaml
 
 from mccloud.orchestration import sls_root
+from tests.support import ldapserver
+from tests.support.api import ApiSetup
 from tests.support.net import bridge_up
 from tests.support.pillars import FLAGS
 from tests.support.postgres import Postgres
@@ -263,6 +265,30 @@ def running_minion(master: Any, node: str, cloud_root: Path, **more: Any) -> Ite
         yield factory
 
 
+@pytest.fixture(scope="session")
+def slapd() -> Iterator[Any]:
+    """The LDAP server of the API's users (:mod:`tests.support.ldapserver`),
+    or None where slapd or python-ldap is missing (the API's tests then
+    fail, saying what to install; the others run)."""
+    if ldapserver.available():
+        yield None
+        return
+    server = ldapserver.server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def api_setup(slapd: Any, tmp_path_factory: pytest.TempPathFactory) -> ApiSetup | None:
+    """The API's ports, TLS certificate and master options
+    (:mod:`tests.support.api`): in the master's configuration from the
+    start, they cost the other tests nothing (salt-api starts only for the
+    API's tests)."""
+    if slapd is None:
+        return None
+    return ApiSetup(tmp_path_factory.mktemp("api"), ldap_uri=slapd.ldap_uri)
+
+
 #: The API's test users (eauth ``file``, ``salt-run -a file``): name, password, groups.
 API_USERS = {"alice": ("alice-pw", ["teama"]), "bob": ("bob-pw", ["teamb"]), "carol": ("carol-pw", ["cloud-admins"])}
 
@@ -284,10 +310,27 @@ def api_auth(cloud_root: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="package")
 def salt_master(salt_factories: Any, cloud_root: Path, host_state: None, bridge: str, test_states: Path,
-                mastersalt_factory: Any) -> Iterator[Any]:
+                mastersalt_factory: Any, api_setup: ApiSetup | None) -> Iterator[Any]:
+    auth = api_auth(cloud_root)
+    if api_setup is not None:
+        # LDAP gives the file users the same groups as api_auth's map.
+        api = api_setup.master_overrides()
+        auth = {**api, "external_auth": {**auth["external_auth"], **api["external_auth"]}}
     with running_master(salt_factories, "mccloud-master", NODE, cloud_root, test_states, mastersalt_factory,
-                        **api_auth(cloud_root)) as m:
+                        **auth) as m:
         yield m
+
+
+@pytest.fixture(scope="package")
+def salt_api(salt_master: Any, api_setup: ApiSetup | None) -> Iterator[Any]:
+    """salt-api on the package's master: rest_mccloud (TLS) and
+    rest_cherrypy (plain HTTP), both on 127.0.0.1."""
+    if api_setup is None:
+        pytest.fail(f"the API's tests need an LDAP server: {ldapserver.available()}")
+    factory = salt_master.salt_api_daemon()
+    factory.check_ports = [api_setup.tls_port, api_setup.plain_port]
+    with factory.started(start_timeout=60):
+        yield factory
 
 
 @pytest.fixture(scope="package")
@@ -344,3 +387,47 @@ class Cloud:
 
     def grain(self, name: str) -> Any:
         return self.call_cli.run("grains.get", name).data
+
+
+#: The API's tests: nsbox guests declared in the pillar with their owners
+#: (``a*`` of teama, ``b1`` of teamb) on the node, which teama and teamb
+#: both own (they may create VMs there).
+API_VMS = {"a1.teama.lan": ["teama"], "a2.teama.lan": ["teama"], "b1.teamb.lan": ["teamb"]}
+
+
+def api_pillar(cloud: Cloud) -> dict[str, Any]:
+    etc = cloud.root / "etc"
+    return {
+        "makina-states.cloud.compute_node.conf." + cloud.node: {
+            "bind_address": "127.0.0.1", "http_port": 18084, "https_port": 18447,
+            "ssl_certs_dir": str(etc / "ssl" / "api-certs"), "haproxy_config": str(etc / "haproxy" / "api.cfg"),
+            "haproxy_service": False, "haproxy_pidfile": str(etc / "haproxy-api.pid"),
+            "hosts_file": str(etc / "hosts"), "sysctl_file": str(etc / "sysctl-mccloud.conf"),
+            "firewall_chain": CHAIN, "owners": ["teama", "teamb"],
+        },
+        f"makina-states.cloud.nsbox.vms.{cloud.node}": {vm: {"owners": o} for vm, o in API_VMS.items()},
+        "makina-states.cloud.nsbox.defaults.network": f"{NET}.0",
+        "makina-states.cloud.nsbox.defaults.netmask": "24",
+        "makina-states.cloud.nsbox.defaults.gateway": f"{NET}.1",
+        "makina-states.cloud.nsbox.defaults.bridge": cloud.bridge,
+    }
+
+
+@pytest.fixture(scope="module")
+def api_cloud(cloud: Cloud, salt_api: Any) -> Iterator[Cloud]:
+    """The cloud of the API's tests (:func:`api_pillar`) with salt-api up;
+    afterwards, every VM the module provisioned (or declared through the
+    API) is destroyed and the node's proxy stopped."""
+    cloud.set_vms({}, **api_pillar(cloud))
+    # The controller's ssh key pair, which a provision installs in the guests.
+    rc, data, out = cloud.run("mc_cloud_controller.deploy")
+    assert rc == 0 and data and data["result"] is True, out
+    yield cloud
+    rc, inv, _ = cloud.run("mc_cloud_api.vms")
+    for row in (inv or {}).get("data") or []:
+        if row["state"] != "declared":
+            cloud.run("mc_cloud_vm.destroy", row["name"])
+    pid = cloud.root / "etc" / "haproxy-api.pid"
+    if pid.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid.read_text().split()[0]), 15)
