@@ -23,9 +23,12 @@ def _call(method: Callable[..., T], *args: Any) -> T:
         raise Conflict(str(exc)) from None
 
 
-def vm_declaration(reg: mccloud.Registry, vm: str) -> dict[str, Any] | None:
-    """The store's declaration of ``vm`` (``{"node", "vm", "vt", "settings", "by", "at"}``), if any."""
-    return next((dict(d) for d in reg.declarations()["vms"] if d["vm"] == vm), None)
+def vm_declaration(reg: mccloud.Registry, vm: str, ignore_case: bool = False) -> dict[str, Any] | None:
+    """The store's declaration of ``vm`` (``{"node", "vm", "vt", "settings", "by", "at"}``), if any
+    (``ignore_case``: of a VM whose name differs from ``vm`` in case only)."""
+    low = vm.lower()
+    return next((dict(d) for d in reg.declarations()["vms"]
+                 if d["vm"] == vm or (ignore_case and str(d["vm"]).lower() == low)), None)
 
 
 def node_declaration(reg: mccloud.Registry, cn: str) -> dict[str, Any] | None:

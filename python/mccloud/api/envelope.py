@@ -4,7 +4,10 @@ turns it into the HTTP status) tell a refusal from an empty answer.
 
 - ``{"ok": true, "status": 200, "data": ...}``
 - ``{"ok": true, "status": 202, "data": {"job": "<id>"}}`` (a long verb started a job)
-- ``{"ok": false, "status": 400|403|404|409|501, "error": "<code>", "reason": "<sentence>"}``
+- ``{"ok": false, "status": 400|403|404|409|500|501, "error": "<code>", "reason": "<sentence>"}``
+  (500 ``server_error``: the controller failed, not the caller: its store,
+  its pillar or its ``mccloud_api`` option; the reason says what to ask the
+  operator)
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 #: The error code of each failure status.
-ERRORS = {400: "bad_request", 403: "forbidden", 404: "not_found", 409: "conflict", 501: "unsupported"}
+ERRORS = {400: "bad_request", 403: "forbidden", 404: "not_found", 409: "conflict", 500: "server_error",
+          501: "unsupported"}
 
 
 class ApiError(Exception):
@@ -47,6 +51,13 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):
     status = 409
+
+
+class ServerError(ApiError):
+    """The controller failed (store or pillar down, a broken master
+    option): not the caller's fault."""
+
+    status = 500
 
 
 class Unsupported(ApiError):

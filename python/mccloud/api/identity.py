@@ -18,21 +18,28 @@ Master option ``mccloud_api``::
 The master's own user calling ``salt-run`` on the controller (``__user__``
 equal to the master's ``user``, or ``sudo_<name>`` when this process was
 started through sudo by ``<name>``) is an admin; so is anyone in
-``admin_groups``.
+``admin_groups``. A call through eauth (salt-api, ``salt-run -a``) runs in
+the salt-master process (``__opts__["__cli"] == "salt-master"``): there an
+eauth user named like the master's user is no local admin.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from mccloud import saltcompat
-from mccloud.api.envelope import ApiError, BadRequest
+from mccloud.api.envelope import ApiError, BadRequest, ServerError
+
+log = logging.getLogger(__name__)
 
 #: The master option holding the API's settings.
 OPTION = "mccloud_api"
 SOURCES = ("ldap", "unix", "map")
+#: ``__opts__["__cli"]`` of the master process, where eauth calls (salt-api) run.
+MASTER_CLI = "salt-master"
 
 GroupLookup = Callable[[str], Sequence[str]]
 
@@ -72,16 +79,19 @@ def settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     naming the key."""
     raw = opts.get(OPTION) or {}
     if not isinstance(raw, Mapping):
-        raise BadRequest(f"master option {OPTION} must be a mapping (groups, map, admin_groups), not {raw!r}")
+        raise ServerError(f"master option {OPTION} must be a mapping (groups, map, admin_groups), not {raw!r}")
     source = raw.get("groups", "map")
     if source not in SOURCES:
-        raise BadRequest(f"master option {OPTION}:groups must be one of {', '.join(SOURCES)}, not {source!r}")
+        raise ServerError(f"master option {OPTION}:groups must be one of {', '.join(SOURCES)}, not {source!r}")
     mapping = raw.get("map") or {}
     if not isinstance(mapping, Mapping):
-        raise BadRequest(f"master option {OPTION}:map must map user names to lists of groups")
-    admin_groups = string_list(raw.get("admin_groups"), f"{OPTION}:admin_groups")
-    return {"groups": source, "map": {str(k): string_list(v, f"{OPTION}:map:{k}") for k, v in mapping.items()},
-            "admin_groups": admin_groups}
+        raise ServerError(f"master option {OPTION}:map must map user names to lists of groups")
+    try:
+        admin_groups = string_list(raw.get("admin_groups"), f"{OPTION}:admin_groups")
+        users = {str(k): string_list(v, f"{OPTION}:map:{k}") for k, v in mapping.items()}
+    except ApiError as exc:
+        raise ServerError(f"the controller's master option is broken: {exc.reason}; ask the operator") from None
+    return {"groups": source, "map": users, "admin_groups": admin_groups}
 
 
 def string_list(value: Any, key: str) -> list[str]:
@@ -100,7 +110,11 @@ def is_local_admin(opts: Mapping[str, Any], user: str, environ: Mapping[str, str
     """Whether ``user`` is the master's own user calling ``salt-run`` on the
     controller: the master's ``user`` (default root), or ``sudo_<name>``
     when this very process runs under sudo by ``<name>`` (Salt names the
-    local user so; an eauth caller cannot set the master's environment)."""
+    local user so; an eauth caller cannot set the master's environment).
+    Never in the salt-master process (``__cli`` ``salt-master``), where
+    eauth calls run: a user of the eauth backend may be named ``root``."""
+    if opts.get("__cli") == MASTER_CLI:
+        return False
     environ = os.environ if environ is None else environ
     master_user = str(opts.get("user") or "root")
     if user == master_user:
@@ -127,8 +141,11 @@ def ldap_lookup(opts: Mapping[str, Any]) -> GroupLookup:
         try:
             found = groups(user)
         except Exception as exc:  # the directory down, a refused bind: the call cannot be authorised
-            raise ApiError(f"{user}'s groups could not be looked up in LDAP ({type(exc).__name__}: {exc}): the call "
-                           "is refused until the directory answers", 403) from None
+            # Salt's message names the LDAP URI and bind DN: the log has it, the caller not.
+            log.error("mc_cloud_api: the LDAP groups of %s could not be looked up: %s: %s", user,
+                      type(exc).__name__, exc)
+            raise ApiError(f"{user}'s groups could not be looked up in the directory: the call is refused until "
+                           "it answers; ask the operator (the master's log says why)", 403) from None
         return [str(g) for g in found or []]
 
     return lookup

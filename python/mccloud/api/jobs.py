@@ -45,23 +45,61 @@ def write_json(path: Path, data: Any) -> None:
 
 def process_start(pid: int) -> str | None:
     """The start time of process ``pid`` (field 22 of ``/proc/<pid>/stat``,
-    in clock ticks since boot), or None when there is no such process: a
-    pid reused by another process has another start time."""
+    in clock ticks since boot), or None when there is no such process or it
+    is a zombie (it has exited; its parent has not reaped it yet): a pid
+    reused by another process has another start time."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its last ")".
     fields = stat[stat.rfind(")") + 2:].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
     return fields[19] if len(fields) > 19 else None
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` (a worker starts its own session:
+    its group is its pid) still has a live member, such as the ``salt-run``
+    of a worker that was killed alone."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+            return True
+    return False
+
+
+def quote_arg(arg: str) -> str:
+    """One ``salt-run`` argument, its value JSON-quoted: Salt YAML-parses
+    every argument (``0x10`` would become 16, ``yes`` True, ``null`` None:
+    a job acting on another VM); a JSON string parses back to itself. A
+    ``key=value`` keyword keeps its key bare."""
+    key, eq, value = arg.partition("=")
+    if eq and key.isidentifier():
+        return f"{key}={json.dumps(value)}"
+    return json.dumps(arg)
 
 
 def salt_run_command(opts: Mapping[str, Any], fun: str, args: Sequence[str]) -> list[str]:
     """The ``salt-run`` of the master's configuration, as an argument list
-    (never through a shell): this interpreter's Salt, JSON output."""
+    (never through a shell): this interpreter's Salt, JSON output, every
+    argument value JSON-quoted (:func:`quote_arg`)."""
     config_dir = str(opts.get("config_dir") or os.path.dirname(str(opts.get("conf_file") or "")) or "/etc/salt")
     return [sys.executable, "-c", "import sys, salt.scripts; sys.exit(salt.scripts.salt_run())",
-            "-c", config_dir, "--out=json", "--no-color", fun, *args]
+            "-c", config_dir, "--out=json", "--no-color", fun, *(quote_arg(str(a)) for a in args)]
 
 
 def start(opts: Mapping[str, Any], kind: str, target: str, node: str, owners: Sequence[str], user: str,
@@ -130,6 +168,8 @@ def state(jobdir: Path) -> tuple[str, str | None]:
         return "running", None
     if (jobdir / "rc").exists():  # finished between the two reads
         return state(jobdir)
+    if group_alive(pid):  # the worker is gone, its salt-run still works
+        return "running", None
     return "lost", None
 
 

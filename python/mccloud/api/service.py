@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping, Sequence
 import mccloud
 from mccloud import saltsupport
 from mccloud.api import declarations, jobs, seal, sshkey
-from mccloud.api.envelope import ApiError, BadRequest, Conflict, Forbidden, NotFound, Unsupported, failure, ok, \
-    started
+from mccloud.api.envelope import ApiError, BadRequest, Conflict, Forbidden, NotFound, ServerError, Unsupported, \
+    failure, ok, started
 from mccloud.api.identity import GroupLookup, Identity, resolve, string_list
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,15 @@ class Api:
         if self._pillar is None:
             from mccloud.orchestration.runner import controller_pillar
 
-            self._pillar = controller_pillar(self.opts)
+            try:
+                self._pillar = controller_pillar(self.opts)
+            except ApiError:
+                raise
+            except Exception as exc:
+                log.error("mc_cloud_api: the controller's pillar could not be compiled", exc_info=True)
+                raise ServerError(f"the controller could not compile its pillar ({type(exc).__name__}): the call "
+                                  "is not the caller's fault; ask the operator to check the master's pillar "
+                                  "and its log") from None
         return self._pillar
 
     @property
@@ -122,8 +130,14 @@ class Api:
         """(node, vm, inventory row, owners) of VM ``name``, which the caller
         owns: else 404 (unknown) or 403 (another's)."""
         vm = self.name_arg(name, "name")
+        low = vm.lower()
         for cn, node in sorted(self.inventory().items()):
-            row = (node.get("vms") or {}).get(vm)
+            held = node.get("vms") or {}
+            row = held.get(vm)
+            if row is None:
+                # DNS names ignore case: A1.TEAMA.LAN is a1.teama.lan.
+                vm = next((k for k in held if k.lower() == low), vm)
+                row = held.get(vm)
             if row is not None:
                 owners = self.owners(row)
                 if not self.who.owns(owners):
@@ -161,9 +175,73 @@ class Api:
         if not isinstance(value, str) or not value.strip():
             raise BadRequest(f"{key} is required: the name of the object (got {value!r})")
         text = value.strip()
-        if any(c.isspace() or not c.isprintable() or c in "/\\" for c in text) or len(text) > 253:
-            raise BadRequest(f"{key} {text[:60]!r} is not a valid name (no spaces, slashes or control characters)")
+        if any(c.isspace() or not c.isprintable() or c in "/\\=" for c in text) or len(text) > 253:
+            raise BadRequest(f"{key} {text[:60]!r} is not a valid name (no spaces, slashes, '=' or control characters)")
         return text
+
+    def dns_names(self, value: Any, key: str, verb: str, vm: str, cn: str) -> list[str]:
+        """The DNS names ``value`` (a string, comma-separated, or a list of
+        strings) normalised as :func:`mccloud.check_domain` returns them
+        (lower-case), which the caller may claim for VM ``vm``: not a
+        wildcard (403) nor a name a VM or node it does not own already uses
+        (409), unless it is an admin (the node's reverse proxy routes a name
+        to one VM: another group's traffic would reach the caller's VM)."""
+        if isinstance(value, str):
+            items = value.split(",")
+        elif isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value):
+            items = list(value)
+        else:
+            raise BadRequest(f"{key} must be a DNS name, comma-separated names or a list of names, not "
+                             f"{type(value).__name__} {str(value)[:60]!r}")
+        names: list[str] = []
+        for item in items:
+            if not item.strip():
+                continue
+            try:
+                name = str(mccloud.check_domain(item.strip()))
+            except mccloud.MccloudError as exc:
+                raise BadRequest(f"{key}: {exc}") from None
+            if name not in names:
+                names.append(name)
+        if not names:
+            raise BadRequest(f"{key} is required: one or more DNS names (a list, or comma-separated)")
+        if self.who.admin:
+            return names
+        wild = [n for n in names if n == "*" or n.startswith("*.")]
+        if wild:
+            raise self.refuse(verb, f"{self.who.describe()} may not claim the wildcard name(s) {', '.join(wild)} "
+                                    f"for VM {vm}: a wildcard routes every matching name, other groups' included; "
+                                    "name each host, or ask an admin", cn, vm)
+        self.not_taken(names, verb, vm, cn)
+        return names
+
+    def names_in_use(self, vm: str) -> dict[str, tuple[str, list[str]]]:
+        """Every name (lower-case) a VM other than ``vm`` or a node uses
+        (node names, VM names, VMs' DNS names), with what uses it and its
+        owners."""
+        used: dict[str, tuple[str, list[str]]] = {}
+        low = vm.lower()
+        for cn, node in self.inventory().items():
+            used.setdefault(cn.lower(), (f"compute node {cn}", self.owners(node)))
+            for other, row in (node.get("vms") or {}).items():
+                if other.lower() == low:
+                    continue
+                owners = self.owners(row)
+                used.setdefault(other.lower(), (f"VM {other}", owners))
+                for d in row.get("domains") or []:
+                    used.setdefault(str(d).lower(), (f"VM {other}", owners))
+        return used
+
+    def not_taken(self, names: Sequence[str], verb: str, vm: str, cn: str) -> None:
+        """409 (journaled) when one of ``names`` is used by a VM or node the caller does not own."""
+        used = self.names_in_use(vm)
+        for name in names:
+            found = used.get(name.lower())
+            if found is not None and not self.who.owns(found[1]):
+                reason = (f"{self.who.describe()} may not use the name {name} for VM {vm}: {found[0]} already "
+                          "uses it and is not one of yours; choose another name, or ask an admin")
+                self.record("api_refused", cn, vm, verb, reason)
+                raise Conflict(reason)
 
     # -- rows --------------------------------------------------------------------------------------------------
 
@@ -279,12 +357,14 @@ class Api:
         if not secret:
             raise NotFound(f"VM {vm} on {cn} has no root password in the registry yet: provision it first")
         if pubkey is None or pubkey == "":
-            if not self.who.local:
-                raise BadRequest(f"{self.who.user}: a password leaves the controller only sealed to a public key "
-                                 "of yours (pubkey: base64 SPKI of an RSA key of 2048 bits or more): what a runner "
-                                 "returns is visible on the master's event bus")
-            self.record("password_read", cn, vm, "root password", "clear (local admin)")
-            return ok({"name": vm, "user": "root", "password": secret})
+            # Never in clear, not even for the local admin: the master fires
+            # every runner's return on its event bus, which salt-api's
+            # /events serves to any of its users.
+            local = (f"; on the controller, `mccloud inventory --vm {vm} -o json` reads it from the store "
+                     "directly") if self.who.local else ""
+            raise BadRequest(f"{self.who.user}: a password leaves the controller only sealed to a public key "
+                             "of yours (pubkey: base64 SPKI of an RSA key of 2048 bits or more): what a runner "
+                             f"returns is visible on the master's event bus{local}")
         sealed = seal.seal(str(secret), str(pubkey))
         self.record("password_read", cn, vm, "root password", "sealed")
         return ok({"name": vm, "user": "root", "sealed": sealed, "algorithm": "RSA-OAEP-SHA256"})
@@ -317,16 +397,10 @@ class Api:
         return ok({"name": vm, "user": account, "fingerprint": parsed.fingerprint, "installed": answer != "no change"})
 
     def link_dns(self, name: Any, dns: Any) -> dict[str, Any]:
-        names = [str(d).strip() for d in (dns.split(",") if isinstance(dns, str) else dns or [])
-                 if str(d).strip()]
-        if not names:
+        if dns is None:
             raise BadRequest("dns is required: one or more DNS names (a list, or comma-separated)")
-        for d in names:
-            try:
-                mccloud.check_domain(d)
-            except mccloud.MccloudError as exc:
-                raise BadRequest(f"dns: {exc}") from None
         cn, vm, row, owners = self.find_vm(name, "link_dns")
+        names = self.dns_names(dns, "dns", "link_dns", vm, cn)
         self.not_busy(vm)
         decl = declarations.vm_declaration(self.registry, vm)
         if decl is None:
@@ -335,7 +409,7 @@ class Api:
                            f"{', '.join(names)} to makina-states.cloud.{vt}.vms.{cn}.{vm}.domains there "
                            f"(then deploy {cn} and provision {vm} steps=reconfigure)")
         settings = dict(decl.get("settings") or {})
-        domains = list(settings.get("domains") or row.get("domains") or [])
+        domains = [str(d).lower() for d in settings.get("domains") or row.get("domains") or []]
         added = [d for d in names if d not in domains]
         if not added:
             return ok({"name": vm, "dns": domains, "added": []})
@@ -425,15 +499,16 @@ class Api:
         settings: dict[str, Any] = {"owners": groups}
         if image is not None:
             settings["image"] = self.name_arg(image, "image")
+        if not self.who.admin:
+            self.not_taken([vm], "provision", vm, cn)
         if domains is not None:
-            names = [str(d).strip() for d in (domains.split(",") if isinstance(domains, str) else domains)
-                     if str(d).strip()]
-            for d in names:
-                try:
-                    mccloud.check_domain(d)
-                except mccloud.MccloudError as exc:
-                    raise BadRequest(f"domains: {exc}") from None
-            settings["domains"] = names
+            settings["domains"] = self.dns_names(domains, "domains", "provision", vm, cn)
+        # Right before declaring: declare_vm would replace a declaration the
+        # store holds (its owners included), handing the VM over.
+        held = declarations.vm_declaration(self.registry, vm, ignore_case=True)
+        if held is not None:
+            raise Conflict(f"VM {held['vm']} is already declared through the API on {held['node']} (by "
+                           f"{held['by']}): {self.who.user} cannot declare it again; choose another name")
         declarations.declare_vm(self.registry, cn, vm, vt, settings, self.who.user)
         self._inv = None
         job = self.start("provision", vm, cn, groups, self.provision_runs(vm, vt, cn))
@@ -464,9 +539,9 @@ class Api:
         if cn in self.inventory() and declarations.node_declaration(self.registry, cn) is None:
             raise Conflict(f"compute node {cn} is already known (declared in the pillar files or holding "
                            f"allocations): deploy it with mc_cloud_compute_node.deploy {cn}")
+        self.not_busy(cn)
         declarations.declare_node(self.registry, cn, {"ip": address, "ssh_username": sshkey.check_user(ssh_username),
                                                       "owners": groups}, self.who.user)
-        self.not_busy(cn)
         job = self.start("link_node", cn, cn, groups,
                          [["mc_cloud_saltify.saltify", cn], ["mc_cloud_compute_node.deploy", cn]])
         return started(job)
@@ -481,6 +556,7 @@ class Api:
         if decl is None:
             raise Conflict(f"compute node {cn} is declared in the pillar files, not through the API: remove it "
                            "there")
+        self.not_busy(cn)
         left = sorted((row or {}).get("vms") or {})
         if left:
             raise Conflict(f"compute node {cn} still has {len(left)} VM(s) ({', '.join(left[:5])}"
@@ -509,10 +585,12 @@ class Api:
         return self.who.admin or job.get("user") == self.who.user or self.who.owns(job.get("owners") or [])
 
     def jobs(self, limit: Any = 50) -> dict[str, Any]:
-        try:
-            n = int(limit)
-        except (TypeError, ValueError):
-            raise BadRequest(f"limit must be a number of jobs, not {limit!r}") from None
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            n = limit
+        elif isinstance(limit, str) and limit.strip().isdigit() and len(limit.strip()) <= 6:
+            n = int(limit.strip())
+        else:
+            raise BadRequest(f"limit must be a whole number of jobs (1 to 1000), not {str(limit)[:40]!r}")
         if not 1 <= n <= 1000:
             raise BadRequest(f"limit must be from 1 to 1000, not {n}")
         out = []
@@ -542,7 +620,14 @@ def call(verb: str, opts: Mapping[str, Any], user: Any, functions: Mapping[str, 
     except mccloud.InvalidInputError as exc:
         answer = failure(BadRequest(str(exc)))
     except mccloud.MccloudError as exc:
-        answer = failure(ApiError(f"the registry failed: {exc}", 409))
+        # The store, the pillar or the registry failed on the controller.
+        log.error("mc_cloud_api.%s for %s: the registry failed: %s", verb, user, exc)
+        answer = failure(ServerError(f"the controller's registry failed ({exc}): not a fault of the call; ask "
+                                     "the operator to check the store and the master's log"))
+    except Exception:
+        log.exception("mc_cloud_api.%s for %s failed", verb, user)
+        answer = failure(ServerError(f"mc_cloud_api.{verb} failed on the controller (an internal error, logged "
+                                     "in the master's log): ask the operator"))
     if not answer.get("ok"):
         # salt-run's exit code is the return's retcode; full returns say
         # success from the context's.

@@ -15,8 +15,10 @@ from typing import Any, Iterator
 
 from mccloud.api.jobs import now, process_start, write_json
 
-#: Keys never copied into a job's result or messages.
-SECRET_KEYS = frozenset({"password", "password_hash", "bindpw", "secret", "tsig_secret"})
+#: Keys never copied into a job's result or messages (the core's
+#: ``SECRET_KEYS``, src/pillar/checks.rs, and the API's own).
+SECRET_KEYS = frozenset({"password", "ssh_gateway_password", "sudo_password", "password_hash", "bindpw", "secret",
+                         "tsig_secret"})
 
 
 def scrub(value: Any) -> Any:

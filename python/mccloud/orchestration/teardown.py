@@ -82,17 +82,22 @@ def destroy(env: Env, vm: str, target: str | None = None, vt: str | None = None)
     out = Outcome(result=bool(ret.get("result")), comment=str(ret.get("comment", "")),
                   changes=dict(ret.get("changes") or {}), steps=list(ret.get("steps") or []))
     if out.result:
-        forget_declaration(env, out, vm)
+        forget_declaration(env, out, vm, cn)
     return out
 
 
-def forget_declaration(env: Env, out: Outcome, vm: str) -> None:
-    """Removes the declaration of the destroyed ``vm`` made through the
-    API, and says so in ``out`` (nothing when it had none). A store that
+def forget_declaration(env: Env, out: Outcome, vm: str, cn: str) -> None:
+    """Removes the declaration of ``vm`` made through the API when it
+    declares it on ``cn``, the node it was destroyed on, and says so in
+    ``out`` (nothing when it had none; a destroy of a stray copy on another
+    node, ``target=``, leaves the real VM's declaration). A store that
     refuses fails the step: the VM is gone, its declaration stays, and the
     comment says how to forget it."""
     by = saltsupport.caller(env.opts, f"salt-run {env.name}")
     try:
+        decl = next((d for d in env.registry.declarations()["vms"] if d["vm"] == vm), None)
+        if decl is None or decl["node"] != cn:
+            return
         removed = env.registry.undeclare_vm(vm, by)
     except mccloud.MccloudError as e:
         out.add("declaration", {"result": False, "changes": {}, "comment": (

@@ -95,9 +95,10 @@ def vm(name=None, **kwargs):
 
 def password(name=None, pubkey=None, **kwargs):
     """The VM's root password, sealed with RSA-OAEP-SHA256 to ``pubkey``
-    (base64 SPKI of the caller's RSA key): ``{"sealed": base64}``. Only the
-    controller's local admin may omit ``pubkey`` (then in clear). Always
-    journaled (``password_read``), never the value.
+    (base64 SPKI of the caller's RSA key): ``{"sealed": base64}``. Never in
+    clear, for no one (the master fires every runner's return on its event
+    bus): on the controller, ``mccloud inventory --vm NAME -o json`` reads
+    it from the store. Always journaled (``password_read``), never the value.
 
     CLI Example:
 
@@ -124,7 +125,9 @@ def add_ssh_key(name=None, key=None, user="root", **kwargs):
 def link_dns(name=None, dns=None, **kwargs):
     """Adds DNS names to a VM declared through the API, then a job
     publishes them (the node's reverse proxy, DNS). A VM declared in the
-    pillar files is a 409: add the names there.
+    pillar files is a 409: add the names there. Names are stored
+    lower-case; a non-admin may not claim a wildcard (403) nor a name a VM
+    or node it does not own uses (409).
 
     CLI Example:
 
