@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -240,6 +241,25 @@ def test_salt_refuses_before_mccloud(api: SimpleNamespace) -> None:
     # Several chunks at once: one status cannot speak for them all.
     r = c.post("/", [{"client": "runner", "fun": "mc_cloud_api.vm", "kwarg": {"name": B1}}] * 2, api.alice.token)
     assert r.status == 200 and [e["status"] for e in r.body["return"]] == [403, 403], r.text
+
+
+def test_a_cross_site_form_is_refused(api: SimpleNamespace) -> None:
+    """The session cookie /login sets, sent with a urlencoded body (what
+    another site's <form> can post from alice's browser): 403 before any
+    verb runs. The page's request (JSON and the token header) is served."""
+    c = api.client
+    r = c.post("/login", {"username": "alice", "password": ldapserver.PASSWORD, "eauth": "ldap"})
+    cookie = next(v for k, v in r.headers.items() if k.lower() == "set-cookie").split(";", 1)[0]
+    assert cookie.startswith("session_id="), cookie
+    form = urllib.parse.urlencode({"client": "runner", "fun": "mc_cloud_api.whoami"}).encode()
+    req = urllib.request.Request(api.setup.tls_url + "/", data=form, method="POST",
+                                 headers={"Cookie": cookie, "Content-Type": "application/x-www-form-urlencoded"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, context=c.context, timeout=30)
+    text = refused.value.read().decode(errors="replace")
+    assert refused.value.code == 403 and "X-Auth-Token" in text and "whoami" not in text, text[:500]
+    token = cookie.split("=", 1)[1]
+    assert env(c.call(token, "whoami"), 200)["data"]["user"] == "alice"
 
 
 def test_plain_rest_cherrypy_answers_200(api: SimpleNamespace) -> None:
