@@ -14,7 +14,7 @@ import yaml
 from mccloud import cli, web
 
 CHUNK = {"client": "runner", "fun": "mc_cloud_api.vm", "kwarg": {"name": "b1"}}
-REFUSED = {"ok": False, "status": 403, "error": "forbidden", "reason": "alice (groups teama) does not own b1"}
+REFUSED = {"ok": False, "status": 403, "error": "forbidden", "reason": "alice (groups teama) may not see VM b1: it belongs to teamb"}
 
 
 @pytest.mark.parametrize("lowstate,returns,status", [
