@@ -254,9 +254,12 @@ def test_a_cross_site_form_is_refused(api: SimpleNamespace) -> None:
     r = c.post("/login", {"username": "alice", "password": ldapserver.PASSWORD, "eauth": "ldap"})
     cookie = next(v for k, v in r.headers.items() if k.lower() == "set-cookie").split(";", 1)[0]
     assert cookie.startswith("session_id="), cookie
+    # As another site's fetch(url, {method: "POST", mode: "no-cors", credentials: "include", body:
+    # new URLSearchParams(...)}) sends it (Accept */*: rest_cherrypy's page redirect lets it through).
     form = urllib.parse.urlencode({"client": "runner", "fun": "mc_cloud_api.whoami"}).encode()
     req = urllib.request.Request(api.setup.tls_url + "/", data=form, method="POST",
-                                 headers={"Cookie": cookie, "Content-Type": "application/x-www-form-urlencoded"})
+                                 headers={"Cookie": cookie, "Accept": "*/*",
+                                          "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8"})
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(req, context=c.context, timeout=30)
     text = refused.value.read().decode(errors="replace")
