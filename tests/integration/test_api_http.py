@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -144,8 +145,11 @@ def test_each_group_sees_its_vms_only(api: SimpleNamespace) -> None:
     env(api.alice.call("node", name="no-such-node"), 404)
 
 
+#: A real key for the password verb (always required, even for an admin): checked before or after the
+#: ownership, a valid one leaves the 403 and the 404 to answer.
+_, SPKI = keypair()
 #: Each verb about one VM, with the arguments it needs besides the name.
-VM_VERBS = [("vm", {}), ("password", {"pubkey": "MIIB"}), ("add_ssh_key", {"key": KEY}),
+VM_VERBS = [("vm", {}), ("password", {"pubkey": SPKI}), ("add_ssh_key", {"key": KEY}),
             ("link_dns", {"dns": ["www.b1.teamb.lan"]}), ("storage", {}), ("provision", {}), ("destroy", {})]
 
 
@@ -240,6 +244,28 @@ def test_salt_refuses_before_mccloud(api: SimpleNamespace) -> None:
     # Several chunks at once: one status cannot speak for them all.
     r = c.post("/", [{"client": "runner", "fun": "mc_cloud_api.vm", "kwarg": {"name": B1}}] * 2, api.alice.token)
     assert r.status == 200 and [e["status"] for e in r.body["return"]] == [403, 403], r.text
+
+
+def test_a_cross_site_form_is_refused(api: SimpleNamespace) -> None:
+    """The session cookie /login sets, sent with a urlencoded body (what
+    another site's <form> can post from alice's browser): 403 before any
+    verb runs. The page's request (JSON and the token header) is served."""
+    c = api.client
+    r = c.post("/login", {"username": "alice", "password": ldapserver.PASSWORD, "eauth": "ldap"})
+    cookie = next(v for k, v in r.headers.items() if k.lower() == "set-cookie").split(";", 1)[0]
+    assert cookie.startswith("session_id="), cookie
+    # As another site's fetch(url, {method: "POST", mode: "no-cors", credentials: "include", body:
+    # new URLSearchParams(...)}) sends it (Accept */*: rest_cherrypy's page redirect lets it through).
+    form = urllib.parse.urlencode({"client": "runner", "fun": "mc_cloud_api.whoami"}).encode()
+    req = urllib.request.Request(api.setup.tls_url + "/", data=form, method="POST",
+                                 headers={"Cookie": cookie, "Accept": "*/*",
+                                          "Content-Type": "application/x-www-form-urlencoded;charset=UTF-8"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, context=c.context, timeout=30)
+    text = refused.value.read().decode(errors="replace")
+    assert refused.value.code == 403 and "X-Auth-Token" in text and "whoami" not in text, text[:500]
+    token = cookie.split("=", 1)[1]
+    assert env(c.call(token, "whoami"), 200)["data"]["user"] == "alice"
 
 
 def test_plain_rest_cherrypy_answers_200(api: SimpleNamespace) -> None:

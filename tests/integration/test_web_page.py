@@ -126,6 +126,11 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     d.find_element("css selector", "a[data-nav=provision]").click()
     wait(d, loaded("provision"), why="the provision form")
     form = d.find_element("id", "form-provision")
+    # The node is required (a new VM needs one); the owners default to the caller's groups.
+    node = form.find_element("name", "node")
+    options = [o.get_attribute("value") for o in node.find_elements("tag name", "option")]
+    assert node.get_attribute("required") is not None and "" not in options and NODE in options, options
+    assert "your groups" in form.find_element("name", "owners").get_attribute("placeholder")
     fill(form, name=NEW, node=NODE, owners="teama")
     press(form)
     wait(d, loaded("job"), why="the job page")
@@ -153,6 +158,9 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     reason = wait(d, lambda d: error_text(d), why="the refusal")
     assert "403" in reason and "alice" in reason and "teamb" in reason, reason
     shot(d, "06-refused.png")
+    # A malformed address (decodeURIComponent throws on it): the inventory.
+    d.get(api_setup.tls_url + "/mccloud#/vm/%E0%A4%A")
+    wait(d, loaded("inventory"), why="the inventory for a malformed address")
 
     # Destroyed through its card (the page asks first).
     d.get(api_setup.tls_url + f"/mccloud#/vm/{NEW}")

@@ -14,7 +14,7 @@ import yaml
 from mccloud import cli, web
 
 CHUNK = {"client": "runner", "fun": "mc_cloud_api.vm", "kwarg": {"name": "b1"}}
-REFUSED = {"ok": False, "status": 403, "error": "forbidden", "reason": "alice (groups teama) does not own b1"}
+REFUSED = {"ok": False, "status": 403, "error": "forbidden", "reason": "alice (groups teama) may not see VM b1: it belongs to teamb"}
 
 
 @pytest.mark.parametrize("lowstate,returns,status", [
@@ -110,3 +110,42 @@ def test_rest_mccloud_serves_rest_cherrypy_with_its_own_options() -> None:
     assert isinstance(root.run, rest.Run) and type(root.run) is not rest.Run
     assert type(root.login) is rest.Login
     assert type(root.index).POST._cp_config == rest.LowDataAdapter.POST._cp_config
+
+
+@pytest.mark.parametrize("headers,refused", [
+    # The page and the documented clients: the token header and a JSON body.
+    ({"X-Auth-Token": "abc", "Content-Type": "application/json"}, False),
+    ({"x-auth-token": "abc", "Content-Type": "application/x-www-form-urlencoded"}, False),
+    ({"Content-Type": "Application/JSON; charset=utf-8"}, False),
+    # What a cross-site form can send: the session cookie only.
+    ({"Cookie": "session_id=abc", "Content-Type": "application/x-www-form-urlencoded"}, True),
+    ({"Cookie": "session_id=abc", "Content-Type": "multipart/form-data; boundary=x"}, True),
+    ({"Cookie": "session_id=abc", "Content-Type": "text/plain"}, True),
+    ({"Cookie": "session_id=abc"}, True),
+    ({"X-Auth-Token": " ", "Content-Type": "text/plain"}, True),
+])
+def test_csrf_refusal(headers: dict[str, str], refused: bool) -> None:
+    reason = web.csrf_refusal(headers)
+    assert (reason is not None) is refused, reason
+    if reason:
+        assert "X-Auth-Token" in reason and "application/json" in reason, reason
+
+
+def test_root_refuses_a_cross_site_form_before_any_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler of ``/`` raises 403 before rest_cherrypy's POST runs a
+    thing; ``/run`` (no session cookie there) is not concerned."""
+    import cherrypy
+    import salt.config
+    from cherrypy.lib import httputil
+
+    opts = salt.config.master_config("/dev/null")
+    opts[web.SECTION] = {"port": 8123, "host": "127.0.0.1", "disable_ssl": True}
+    root, _, _ = web.app(opts)
+    request = cherrypy._cprequest.Request(httputil.Host("127.0.0.1", 8123), httputil.Host("127.0.0.1", 40000))
+    request.headers = httputil.HeaderMap()
+    request.headers["Content-Type"] = "application/x-www-form-urlencoded"
+    request.headers["Cookie"] = "session_id=abc"
+    monkeypatch.setattr(cherrypy.serving, "request", request)
+    with pytest.raises(cherrypy.HTTPError) as refused:
+        root.index.POST()
+    assert refused.value.status == 403 and "X-Auth-Token" in str(refused.value._message), refused.value

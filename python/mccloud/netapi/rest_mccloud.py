@@ -1,7 +1,9 @@
 """salt-api netapi module ``rest_mccloud``: rest_cherrypy (same options,
 under the master's ``rest_mccloud:`` section) answering each
 ``mc_cloud_api`` verb with the HTTP status of its envelope (403, 404,
-202...) instead of 200. Its body is :mod:`mccloud.web`.
+202...) instead of 200, and refusing (403) a POST to ``/`` with neither
+the ``X-Auth-Token`` header nor a JSON body (a cross-site form riding the
+session cookie). Its body is :mod:`mccloud.web`.
 
 Configuration (the master's; ``mccloud api-config`` prints a full one):
 

@@ -9,6 +9,10 @@ through mccloud's ``salt.loader`` entry point) is ``rest_cherrypy`` itself
 ``rest_mccloud:`` section) with one change: a request of one runner chunk
 calling ``mc_cloud_api.*`` that returns an envelope gets the envelope's
 ``status`` as its HTTP status. The body stays ``{"return": [envelope]}``.
+And, against cross-site request forgery, a POST to ``/`` must carry the
+``X-Auth-Token`` header or a JSON body (:func:`csrf_refusal`): the session
+cookie ``/login`` sets would otherwise let another site's form call the
+verbs as the logged-in user of the page.
 
 ``index.html`` beside this file is the page (one static file, no build
 step), served by either module's ``app:`` option; :func:`api_config` is the
@@ -55,15 +59,47 @@ def envelope_status(lowstate: Any, returns: Any) -> int | None:
     return status
 
 
-def _with_status(base: Any) -> type:
+#: The only body type a cross-site form cannot send without a CORS preflight.
+JSON_TYPE = "application/json"
+
+
+def csrf_refusal(headers: Mapping[str, str]) -> str | None:
+    """Why a POST to ``/`` with these request ``headers`` is refused, or None.
+
+    rest_cherrypy authenticates ``/`` by the ``X-Auth-Token`` header *or* the
+    ``session_id`` cookie ``/login`` sets, and parses urlencoded and
+    multipart bodies too: another site's ``<form>`` posted from a logged-in
+    user's browser would carry the cookie and call the verbs as that user.
+    A form can send neither a custom header nor ``Content-Type:
+    application/json`` (both need a CORS preflight, which salt-api does not
+    grant another origin), so a request with one of them is the page's or
+    a client's own. Header names are matched case-insensitively."""
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    if lowered.get("x-auth-token", "").strip():
+        return None
+    ctype = lowered.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype == JSON_TYPE:
+        return None
+    given = f"Content-Type {ctype}" if ctype else "no Content-Type"
+    return (f"refused: a POST to / needs the X-Auth-Token header or a JSON body (Content-Type: {JSON_TYPE}); "
+            f"this one has no token header and {given}, as a cross-site form would: "
+            f"send the token /login returned as X-Auth-Token")
+
+
+def _with_status(base: Any, csrf: bool = False) -> type:
     """A subclass of rest_cherrypy's handler ``base`` whose POST answers the
-    envelope's status (:func:`envelope_status`); the CherryPy tools the
-    parent's POST carries (token, auth) are kept."""
+    envelope's status (:func:`envelope_status`) and, with ``csrf``, first
+    refuses (403) a request :func:`csrf_refusal` refuses; the CherryPy
+    tools the parent's POST carries (token, auth) are kept."""
     import cherrypy
 
     parent = base.POST
 
     def POST(self: Any, **kwargs: Any) -> Any:
+        if csrf:
+            reason = csrf_refusal(cherrypy.request.headers)
+            if reason is not None:
+                raise cherrypy.HTTPError(403, reason)
         ret = parent(self, **kwargs)
         status = envelope_status(getattr(cherrypy.request, "lowstate", None), ret.get("return"))
         if status is not None:
@@ -80,12 +116,15 @@ def app(opts: Mapping[str, Any], section: str = SECTION) -> tuple[Any, dict[str,
     """rest_cherrypy's app (root, its options, CherryPy's configuration)
     built from the master option ``section`` instead of ``rest_cherrypy``
     (so its ``api_acl`` and ``authorized_ips`` apply too), with ``/`` and
-    ``/run`` answering the envelope's status."""
+    ``/run`` answering the envelope's status, and ``/`` refusing what a
+    cross-site form could send (:func:`csrf_refusal`). ``/run`` reads no
+    session cookie (rest_cherrypy turns sessions off there: credentials
+    or a token travel in each body, which another site does not know)."""
     module = saltcompat.rest_cherrypy_app()
     saltopts = dict(opts)
     saltopts["rest_cherrypy"] = dict(opts.get(section) or {})
     root, apiopts, conf = module.get_app(saltopts)
-    root.index = _with_status(module.LowDataAdapter)()
+    root.index = _with_status(module.LowDataAdapter, csrf=True)()
     if hasattr(root, "run"):
         root.run = _with_status(module.Run)()
     return root, apiopts, conf
