@@ -492,7 +492,9 @@ fn an_inventory_without_secrets_unseals_no_password_and_one_nodes_is_that_node()
     let (_dir, reg) = open(pillar(&Pools::small(), &[CN, CN2], &vms));
     reg.target_settings(CN, &[]).unwrap();
     let full = reg.inventory().unwrap();
-    assert!(full[CN]["vms"]["a.test"]["password"].as_str().is_some_and(|p| !p.is_empty()));
+    assert!(full[CN]["vms"]["a.test"]["password"]
+        .as_str()
+        .is_some_and(|p| !p.is_empty()));
     assert_eq!(full[CN]["vms"]["b.test"]["password"], json!("declared-pw"));
     let public = reg.inventory_of(false, None).unwrap();
     for cn in [CN, CN2] {
@@ -513,7 +515,10 @@ fn an_inventory_without_secrets_unseals_no_password_and_one_nodes_is_that_node()
     let one = reg.inventory_of(true, Some(CN)).unwrap();
     assert_eq!(one.as_object().unwrap().len(), 1);
     assert_eq!(one[CN], full[CN]);
-    assert_eq!(reg.inventory_of(true, Some("nowhere.test")).unwrap(), json!({}));
+    assert_eq!(
+        reg.inventory_of(true, Some("nowhere.test")).unwrap(),
+        json!({})
+    );
 }
 
 #[test]
