@@ -117,8 +117,11 @@ def test_alice_provisions_and_follows_her_vm(browser: Any, api_setup: ApiSetup) 
     press(form)
     wait(d, loaded("inventory"), why="the inventory")
     assert "alice (teama)" in d.find_element("id", "who").text
-    rows = {r.get_attribute("data-vm") for r in d.find_elements("css selector", "#vms tr[data-vm]")}
-    assert rows == {A1, A2}, rows
+    found = {r.get_attribute("data-vm"): r.text for r in d.find_elements("css selector", "#vms tr[data-vm]")}
+    # Hers, and only her group's: a VM the node's owners give teama (a guest
+    # another module left on the shared node) is hers too; bob's is not there.
+    assert {A1, A2} <= set(found) and B1 not in found, found
+    assert all("teama" in row.split() for row in found.values()), found
     assert d.find_elements("css selector", f"#nodes tr[data-node='{NODE}'] .bar"), "no capacity bars"
     shot(d, "02-inventory.png")
 
