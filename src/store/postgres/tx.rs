@@ -902,18 +902,7 @@ impl TxOps for PgTx<'_> {
             &[],
         )?;
         rows.iter()
-            .map(|r| {
-                let cols = [
-                    self.col(r, 0)?,
-                    self.col(r, 1)?,
-                    self.col(r, 2)?,
-                    self.col(r, 3)?,
-                    self.col(r, 4)?,
-                    self.col(r, 5)?,
-                    self.col(r, 6)?,
-                ];
-                declaration_row(self.label, cols)
-            })
+            .map(|r| declaration_row(self.label, self.texts::<7>(r)?))
             .collect()
     }
 
@@ -960,15 +949,16 @@ impl TxOps for PgTx<'_> {
 impl PgTx<'_> {
     /// A `dns_records` row read by [`TxOps::dns_records`].
     fn dns_row(&self, r: &Row) -> Result<Record> {
-        let cols = [
-            self.col(r, 0)?,
-            self.col(r, 1)?,
-            self.col(r, 2)?,
-            self.col(r, 3)?,
-            self.col(r, 4)?,
-            self.col(r, 5)?,
-        ];
-        dns_row(self.label, cols, self.col(r, 6)?)
+        dns_row(self.label, self.texts::<6>(r)?, self.col(r, 6)?)
+    }
+
+    /// The first `N` columns of row `r`, as text.
+    fn texts<const N: usize>(&self, r: &Row) -> Result<[String; N]> {
+        let mut out: [String; N] = std::array::from_fn(|_| String::new());
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = self.col(r, i)?;
+        }
+        Ok(out)
     }
 }
 

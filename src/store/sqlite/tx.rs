@@ -703,17 +703,7 @@ impl TxOps for SqliteTx<'_> {
         let rows = self.rows(
             "SELECT kind, name, cn, vt, settings, declared_by, at FROM declarations ORDER BY kind, name",
             [],
-            |r| {
-                Ok([
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ])
-            },
+            texts::<7>,
         )?;
         rows.into_iter()
             .map(|cols| declaration_row(self.path, cols))
@@ -767,15 +757,14 @@ impl TxOps for SqliteTx<'_> {
 
 /// The columns of a `dns_records` row (see [`dns_row`]).
 fn dns_cols(r: &rusqlite::Row<'_>) -> rusqlite::Result<([String; 6], i64)> {
-    Ok((
-        [
-            r.get(0)?,
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            r.get(4)?,
-            r.get(5)?,
-        ],
-        r.get(6)?,
-    ))
+    Ok((texts::<6>(r)?, r.get(6)?))
+}
+
+/// The first `N` columns of row `r`, as text.
+fn texts<const N: usize>(r: &rusqlite::Row<'_>) -> rusqlite::Result<[String; N]> {
+    let mut out: [String; N] = std::array::from_fn(|_| String::new());
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = r.get(i)?;
+    }
+    Ok(out)
 }
