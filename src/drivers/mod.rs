@@ -4,8 +4,8 @@
 //! VM's type is the `<vt>` it is declared under
 //! (`makina-states.cloud.<vt>.vms.<cn>`); every type gets the generic VM
 //! settings ([`generic_defaults`]), merged with `makina-states.cloud.<vt>`.
-//! Everything LXC-specific lives in [`lxc`], the bare-metal targets in
-//! [`saltify`]; any other type is served by [`generic`], which adds nothing
+//! Everything LXC-specific lives in [`lxc`], QEMU VMs in [`kvm`], the
+//! bare-metal targets in [`saltify`]; any other type is served by [`generic`], which adds nothing
 //! of its own to the core (its modules, runners and SLS do the rest).
 
 use std::fmt::Debug;
@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::pillar::merge::map;
 
 pub mod generic;
+pub mod kvm;
 pub mod lxc;
 pub mod saltify;
 
@@ -32,7 +33,7 @@ pub const DEFAULT_REGISTRY: &str = lxc::LXC;
 pub const REGISTRIES: [&str; 8] = [
     "generic",
     lxc::VT,
-    "kvm",
+    kvm::VT,
     saltify::VT,
     "compute_node",
     "controller",
@@ -41,7 +42,7 @@ pub const REGISTRIES: [&str; 8] = [
 ];
 
 /// The drivers of their own, by type.
-const DRIVERS: [&dyn Driver; 2] = [&lxc::Lxc, &saltify::Saltify];
+const DRIVERS: [&dyn Driver; 3] = [&lxc::Lxc, &kvm::Kvm, &saltify::Saltify];
 
 /// The driver of type `vt`, if it has one of its own.
 pub fn for_vt(vt: &str) -> Option<&'static dyn Driver> {
@@ -80,6 +81,13 @@ pub trait Driver: Sync {
         if let Value::Object(m) = s {
             m.remove("vms");
         }
+    }
+
+    /// Completes the registry's settings, once merged and normalised, with
+    /// what other parts of the configuration `config` say (the kvm
+    /// driver: its images). Never reads the type's own settings back.
+    fn complete_settings(&self, _s: &mut Value, _config: &crate::settings::Config) -> Result<()> {
+        Ok(())
     }
 
     /// Checks the registry's settings where a call gives them whole.
@@ -258,8 +266,9 @@ mod tests {
     fn each_type_has_one_driver_and_the_others_the_generic_one() {
         assert_eq!(for_vt("lxc").map(|d| d.vt()), Some("lxc"));
         assert_eq!(for_vt("saltify").map(|d| d.vt()), Some("saltify"));
-        assert!(for_vt("kvm").is_none());
-        assert_eq!(of("kvm").vt(), "generic");
+        assert_eq!(for_vt("kvm").map(|d| d.vt()), Some("kvm"));
+        assert!(for_vt("nsbox").is_none());
+        assert_eq!(of("nsbox").vt(), "generic");
         assert_eq!(of(DEFAULT_TYPE).vt(), DEFAULT_TYPE);
         for d in DRIVERS {
             assert!(REGISTRIES.contains(&d.vt()), "{}", d.vt());
@@ -268,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_type_without_a_driver_adds_nothing_to_a_vm() {
-        let plan = of("kvm")
+        let plan = of("nsbox")
             .plan_vm(&Value::Null, &Map::new(), "cn", "VM a", &|k| k.to_owned())
             .unwrap();
         assert!(!plan.idmap());

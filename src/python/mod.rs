@@ -199,6 +199,13 @@ impl Config {
         out(py, self.inner.lxc_settings())
     }
 
+    /// The kvm settings (`mc_cloud_kvm.settings`): defaults, images and
+    /// the kvm VMs declared per compute node (none declared: the defaults
+    /// a first one gets, `vms` empty).
+    fn kvm_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.kvm_settings())
+    }
+
     /// The compute-node settings (`mc_cloud_compute_node.settings`): every
     /// declared node (`targets`) with its VMs, ports and reverse proxy.
     fn compute_node_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

@@ -16,6 +16,7 @@ const CN: &str = "cn1.example.net";
 const CN2: &str = "cn2.example.net";
 const VM: &str = "a.example.net";
 const VM2: &str = "b.example.net";
+const KVM_VM: &str = "k.example.net";
 const TARGET: &str = "bm1.example.net";
 
 /// Every key the registry reads, as pillar keys (flat forms included).
@@ -52,6 +53,13 @@ const KEYS: &[&str] = &[
     "makina-states.cloud.lxc.vms.cn1.example.net.a.example.net",
     "makina-states.cloud.lxc.vms.cn2.example.net",
     "makina-states.cloud.kvm.vms.cn1.example.net",
+    "makina-states.cloud.kvm.vms.cn2.example.net.k.example.net",
+    "makina-states.cloud.kvm.defaults",
+    "makina-states.cloud.kvm.defaults.memory",
+    "makina-states.cloud.kvm.defaults.accel",
+    "makina-states.cloud.images.kvm",
+    "makina-states.cloud.images.kvm.default",
+    "makina-states.cloud.images.kvm.images",
     "makina-states.cloud.compute_node.has",
     "makina-states.cloud.compute_node.has.firewall",
     "makina-states.cloud.compute_node.ssh_port_range_start",
@@ -111,6 +119,12 @@ const NAMES: &[&str] = &[
     "fstab",
     "default",
     "makina-states-trusty",
+    "mccloud-kvm-bookworm",
+    "from",
+    "accel",
+    "cpus",
+    "memory",
+    "image",
     "template",
     "packages",
     "cron_hour",
@@ -167,11 +181,13 @@ fn valid() -> Map<String, Value> {
         "makina-states.cloud.generic": true,
         "makina-states.cloud.lxc": true,
         "makina-states.cloud.saltify": true,
+        "makina-states.cloud.kvm": true,
         "makina-states.cloud.lxc.vms.cn1.example.net": {
             VM: {"domains": ["www.example.net", "*.example.org"]},
             VM2: {"ip": "10.5.0.20", "password": "secret", "profile_type": "lvm", "profile": "small", "privileged": true},
         },
         "makina-states.cloud.lxc.vms.cn2.example.net": {"c.example.net": {}},
+        (format!("makina-states.cloud.kvm.vms.cn2.example.net.{KVM_VM}")): {"accel": "tcg", "memory": "256M"},
         "makina-states.cloud.saltify.targets.bm1.example.net": {"password": "pw", "ip": "192.0.2.7"},
         "makina-states.cloud.compute_node.conf.cn1.example.net.http_proxy.raw_opts_pre": ["acl lan src 10.0.0.0/8"],
     }))
@@ -206,6 +222,7 @@ fn every_entry_point(reg: &Registry) -> Vec<(String, Result<Value, String>)> {
         ("controller".into(), c.controller_settings()),
         ("images".into(), c.images_settings()),
         ("lxc".into(), c.lxc_settings()),
+        ("kvm".into(), c.kvm_settings()),
         ("compute_node".into(), c.compute_node_settings()),
         ("saltify".into(), c.saltify_settings()),
         ("saltify_target".into(), c.saltify_target(TARGET)),
@@ -219,7 +236,7 @@ fn every_entry_point(reg: &Registry) -> Vec<(String, Result<Value, String>)> {
         ),
     ];
     for cn in [CN, CN2] {
-        for vm in [VM, VM2] {
+        for vm in [VM, VM2, KVM_VM] {
             let at = format!("{cn}/{vm}");
             out.push((format!("vm_settings {at}"), reg.vm_settings(cn, vm, true)));
             out.push((
@@ -380,7 +397,20 @@ fn the_flagged_pillar_of_a_deployment_works() {
     assert_eq!(lxc["defaults"]["ssh_gateway"], Value::Null);
     assert_eq!(lxc["lxc_cloud_profiles"]["small"], json!({"size": "5g"}));
     let images = reg.config().images_settings().unwrap();
-    assert_eq!(images["kvm"], json!({}));
+    assert_eq!(images["kvm"]["default"], json!("mccloud-kvm-bookworm"));
+    // The kvm VM declared by a flat key down to its name, beside the flag.
+    let k = reg.vm_settings(CN2, KVM_VM, true).unwrap();
+    assert_eq!(
+        (&k["vt"], &k["accel"], &k["memory"]),
+        (&json!("kvm"), &json!("tcg"), &json!(256))
+    );
+    assert_eq!(k["domain"]["nics"][0]["ip"], k["ip"]);
+    let c = reg.vm_settings(CN2, "c.example.net", true).unwrap();
+    assert_ne!(k["ip"], c["ip"]);
+    assert_eq!(
+        reg.config().kvm_settings().unwrap()["vms"],
+        json!({CN2: [KVM_VM]})
+    );
     let ctl = reg.config().controller_settings().unwrap();
     assert_eq!(ctl["controllers"], json!({"controller.example.net": {}}));
     assert_eq!(ctl["computes_nodes"], json!([CN, CN2]));

@@ -5,8 +5,8 @@
 use serde_json::Value;
 
 use super::{Config, COMPUTE_NODE};
-use crate::drivers::lxc;
 use crate::drivers::lxc::limits::Hierarchy;
+use crate::drivers::{kvm, lxc};
 use crate::error::Result;
 use crate::pillar::merge::forms;
 
@@ -22,14 +22,31 @@ impl Config {
         Ok(self.type_settings(lxc::VT)?["defaults"].clone())
     }
 
-    /// `mc_cloud_images.settings()` (the lxc images, under the lxc path).
+    /// `mc_cloud_images.settings()` (the lxc images, under the lxc path;
+    /// the kvm images). The lxc settings are merged here again rather than
+    /// read from the types' settings: the kvm type's settings are
+    /// completed with these images.
     pub fn images_settings(&self) -> Result<Value> {
-        let lxc_path = self
-            .type_settings(lxc::VT)?
+        let lxc_settings = self.registry_settings(lxc::VT, &lxc::Lxc)?;
+        let lxc_path = lxc_settings
             .get("defaults")
             .and_then(|d| d.get("lxc_path"))
             .unwrap_or(&Value::Null);
         lxc::images::settings(&self.pillar, lxc_path, self.devhost())
+    }
+
+    /// `mc_cloud_kvm.settings()`: [`Config::vt_settings`] of kvm (its
+    /// defaults, its images, its VMs per node). With no kvm VM declared,
+    /// the settings a first kvm VM would get (`vms` empty).
+    pub fn kvm_settings(&self) -> Result<Value> {
+        if self.virt_types().iter().any(|t| t == kvm::VT) {
+            return self.vt_settings(kvm::VT);
+        }
+        let mut s = self.registry_settings(kvm::VT, &kvm::Kvm)?;
+        if let Value::Object(m) = &mut s {
+            m.insert("vms".into(), Value::Object(serde_json::Map::new()));
+        }
+        Ok(s)
     }
 
     /// The cgroup hierarchy of compute node `cn` (`v1`, `v1-noswap`, `v2` or

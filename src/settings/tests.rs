@@ -995,8 +995,8 @@ fn unreadable_declarations_fail_only_the_calls_that_read_them() {
 fn lxc_settings_keep_their_keys_and_other_types_get_the_generic_defaults() {
     let cfg = config(json!({
         format!("{LXC}.vms.{CN}"): {VM: {}},
-        format!("makina-states.cloud.kvm.vms.{CN}"): {"k.test": {}},
-        "makina-states.cloud.kvm.defaults.ssh_username": "debian",
+        format!("makina-states.cloud.nsbox.vms.{CN}"): {"k.test": {}},
+        "makina-states.cloud.nsbox.defaults.ssh_username": "debian",
     }));
     let lxc = cfg.lxc_settings().unwrap();
     let keys: Vec<&str> = lxc["defaults"]
@@ -1017,18 +1017,24 @@ fn lxc_settings_keep_their_keys_and_other_types_get_the_generic_defaults() {
         ]
     );
     assert_eq!(lxc["vms"], json!({ CN: [VM] }));
-    let kvm = cfg.type_settings("kvm").unwrap();
+    let kvm = cfg.type_settings("nsbox").unwrap();
     assert_eq!(kvm["defaults"]["ssh_username"], "debian");
     assert_eq!(kvm["defaults"]["network"], "10.5.0.0");
     assert_eq!(kvm["dnsservers"], json!(["8.8.8.8", "4.4.4.4"]));
     for key in ["lxc_path", "backing", "profile", "lxc_conf"] {
         assert!(kvm["defaults"].get(key).is_none(), "{key}");
     }
-    // A type names its bridge, or has none.
+    // A type names its bridge, or has none (nsbox, a type without a
+    // driver in the core); kvm names lxc's.
     assert_eq!(kvm["defaults"]["bridge"], Value::Null);
+    let with_kvm = config(json!({format!("makina-states.cloud.kvm.vms.{CN}"): {"k.test": {}}}));
+    assert_eq!(
+        with_kvm.type_settings("kvm").unwrap()["defaults"]["bridge"],
+        "lxcbr1"
+    );
     assert!(kvm.get("vms").is_none());
     let plan = cfg.vm_plan(CN, "k.test").unwrap();
-    assert_eq!(plan.vt, "kvm");
+    assert_eq!(plan.vt, "nsbox");
     let merged = cfg.merged_settings(&plan).unwrap();
     assert_eq!(merged["ssh_username"], "debian");
     assert!(merged.get("lxc_path").is_none());

@@ -22,17 +22,26 @@ impl Config {
             driver.name_levels(),
         )?;
         driver.after_pillar(&mut s);
+        driver.complete_settings(&mut s, self)?;
         Ok(s)
     }
 
-    /// The settings of every declared type (the default one included),
-    /// computed once per configuration.
+    /// The settings of every declared type (the default one included, and
+    /// those of VMs declared without a node), computed once per
+    /// configuration.
     fn types(&self) -> Result<&BTreeMap<String, Value>> {
         if let Some(t) = self.types.get() {
             return Ok(t);
         }
-        let all = self
-            .virt_types()
+        // The types of VMs declared without a node too: placing them
+        // weighs them by their type's defaults.
+        let mut vts = self.virt_types();
+        for vt in self.declaring_types() {
+            if !vts.contains(&vt) {
+                vts.push(vt);
+            }
+        }
+        let all = vts
             .into_iter()
             .map(|vt| {
                 let s = self.registry_settings(&vt, drivers::of(&vt))?;

@@ -1,7 +1,9 @@
-//! LXC images (template containers): `mc_cloud_images.settings()`.
+//! LXC images (template containers): `mc_cloud_images.settings()`, whose
+//! `kvm` part is the kvm driver's ([`crate::drivers::kvm::images`]).
 
 use serde_json::{json, Map, Value};
 
+use crate::drivers::kvm::images as kvm_images;
 use crate::error::{Error, Result};
 use crate::pillar::checks;
 use crate::pillar::merge::with_names;
@@ -36,7 +38,7 @@ const RECIPE: [&str; 4] = ["template", "release", "packages", "template_args"];
 ///   these keys keeps them (an image provided another way).
 pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) -> Result<Value> {
     let defaults = json!({
-        "kvm": {},
+        "kvm": kvm_images::defaults(),
         "lxc": {
             "images_root": lxc_path,
             "cron_sync": !devhost,
@@ -52,7 +54,7 @@ pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) ->
             },
         }
     });
-    let mut s = with_names(pillar, IMAGES, defaults, &["lxc.images"])?;
+    let mut s = with_names(pillar, IMAGES, defaults, &["lxc.images", "kvm.images"])?;
     let lxc_key = format!("{IMAGES}.lxc");
     let lxc = mapping_mut(
         mapping_mut(&mut s, IMAGES)?
@@ -95,6 +97,15 @@ pub fn settings(pillar: &Map<String, Value>, lxc_path: &Value, devhost: bool) ->
         cron_field(&what(k), &field, max)?;
         lxc.insert(k.into(), json!(field));
     }
+    let lxc_images = mapping(at(lxc, "images"), &format!("{lxc_key}.images"))?.clone();
+    let kvm_key = format!("{IMAGES}.kvm");
+    let kvm = mapping_mut(
+        mapping_mut(&mut s, IMAGES)?
+            .entry("kvm")
+            .or_insert_with(|| json!({})),
+        &kvm_key,
+    )?;
+    kvm_images::complete(kvm, &lxc_images)?;
     Ok(s)
 }
 
@@ -138,7 +149,8 @@ fn describe(name: &str, img: &mut Value) {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lowercase hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
