@@ -28,12 +28,14 @@ DOCUMENTED_FUNCTIONS = {
     ],
     "mc_cloud_vm": ["vm_settings"],
     "mc_cloud_lxc": ["settings", "get_settings_for_vm"],
+    "mc_cloud_kvm": ["settings", "get_settings_for_vm"],
     "mc_cloud_saltify": ["settings", "settings_for_target", "gen_id"],
     "mc_cloud_images": ["settings"],
 }
 BAD_MODE = {"makina-states.cloud.mode": "bogus"}
 BAD_RANGE = {"makina-states.cloud.compute_node.ssh_port_range_start": 60000}
 BAD_IMAGE = {"makina-states.cloud.images.lxc.default": "missing"}
+BAD_KVM_IMAGE = {"makina-states.cloud.images.kvm.default": "missing"}
 BAD_VMS = {"makina-states.cloud.lxc.vms": "not a mapping"}
 # function -> (args, pillar additions, expected Salt exception): a bad
 # command-line argument is a SaltInvocationError (Salt prints the usage);
@@ -63,6 +65,8 @@ FAILURES: dict[str, tuple[tuple[Any, ...], dict[str, Any], type[Exception]]] = {
     "mc_cloud_compute_node.destroy_vm_allocations": ((CN, "vm1.foo"), {}, CommandExecutionError),
     "mc_cloud_lxc.settings": ((), BAD_MODE, CommandExecutionError),
     "mc_cloud_lxc.get_settings_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
+    "mc_cloud_kvm.settings": ((), BAD_KVM_IMAGE, CommandExecutionError),
+    "mc_cloud_kvm.get_settings_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
     "mc_cloud_saltify.settings": ((), BAD_MODE, CommandExecutionError),
     "mc_cloud_saltify.settings_for_target": (("ghost",), {}, CommandExecutionError),
     "mc_cloud_images.settings": ((), BAD_IMAGE, CommandExecutionError),

@@ -77,3 +77,22 @@ def test_concurrent_placements_never_overfill_a_node(salt_env: SaltEnv, sample: 
     assert r.returncode != 0 and "fits on no compute node" in r.output and "Traceback" not in r.output, r.output
     r = salt_env.call("mc_cloud_compute_node.place", first, "explain=maybe")
     assert r.returncode != 0 and "explain='maybe'" in r.output, r.output
+
+
+def test_a_kvm_vm_declared_without_cpus_or_memory_weighs_the_kvm_defaults(salt_env: SaltEnv,
+                                                                          sample: dict[str, Any]) -> None:
+    # Room for one kvm VM of the defaults (1 CPU, 512M, 10G) and not two.
+    salt_env.set_pillar({
+        **sample,
+        **FLAGS,
+        "makina-states.cloud.kvm": True,
+        f"makina-states.cloud.lxc.vms.{CN2}": {},
+        "makina-states.cloud.compute_node.capacity": {CN2: {"vms": 5, "memory": "1000M", "disk": "40G"}},
+        "makina-states.cloud.kvm.anywhere": {"ka.foo.com": {}, "kb.foo.com": {}},
+    })
+    assert salt_env.ok("mc_cloud_compute_node.place", "ka.foo.com")["node"] == CN2
+    r = salt_env.run("mc_cloud.place", "kb.foo.com", "explain=True")
+    assert r.returncode != 0 and "fits on no compute node" in r.output, r.output
+    assert "memory" in r.output, r.output
+    settings = salt_env.ok("mc_cloud_kvm.get_settings_for_vm", CN2, "ka.foo.com")
+    assert (settings["vt"], settings["memory"], settings["disk_mib"]) == ("kvm", 512, 10240)

@@ -1,0 +1,71 @@
+"""A kvm VM beside the lxc VMs of the sample pillar, through the real
+``salt-call``, with the pillar as deployments carry it (the registries'
+enable flags, the kvm VM declared by a flat dotted key down to its name):
+its finished settings carry the ``domain`` the node runs, with the IP and
+MAC the registry gave it; the node keeps one IP pool, one bridge; the
+inventory and ``get_vts`` know the type."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.support.pillars import FLAGS
+from tests.support.saltenv import CN, SaltEnv
+
+KVM = "kvm1.foo.com"
+TAP = re.compile(r"mck[0-9a-f]{10}[0-9]")
+
+
+def test_a_kvm_vm_beside_lxc_vms(salt_env: SaltEnv, sample: dict[str, Any]) -> None:
+    salt_env.set_pillar({
+        **sample,
+        **FLAGS,
+        "makina-states.cloud.kvm": True,
+        f"makina-states.cloud.kvm.vms.{CN}.{KVM}": {
+            "accel": "tcg", "cpus": 2, "memory": "1G", "size": "3G",
+            "additional_ips": [{"ip": "10.5.20.4"}],
+        },
+        "makina-states.cloud.kvm.defaults.kvm_path": "/srv/mccloud-kvm",
+    })
+    s = salt_env.ok("mc_cloud_kvm.get_settings_for_vm", CN, KVM)
+    assert (s["vt"], s["cpus"], s["memory"], s["size"], s["disk_mib"]) == ("kvm", 2, 1024, "3G", 3072)
+    assert (s["image"], s["accel"], s["machine"], s["autostart"]) == ("mccloud-kvm-bookworm", "tcg", "q35", True)
+    assert s["kvm_path"] == "/srv/mccloud-kvm"
+    d = s["domain"]
+    vm_dir = f"/srv/mccloud-kvm/vms/{KVM}"
+    assert (d["name"], d["dir"], d["disk"], d["seed"]) == (KVM, vm_dir, f"{vm_dir}/disk.qcow2", f"{vm_dir}/seed.iso")
+    images = salt_env.ok("mc_cloud_images.settings")["kvm"]
+    version = images["images"]["mccloud-kvm-bookworm"]["version"]
+    assert d["base"] == f"/var/lib/mccloud/kvm/images/mccloud-kvm-bookworm/{version}/disk.qcow2"
+    assert [(n["ip"], n["mac"]) for n in d["nics"]] == [(s["ip"], s["mac"]),
+                                                       ("10.5.20.4", s["additional_ips"][0]["mac"])]
+    assert all(TAP.fullmatch(n["tap"]) for n in d["nics"]) and d["nics"][0]["tap"] != d["nics"][1]["tap"]
+    argv = d["argv"]
+    assert argv[:5] == ["qemu-system-x86_64", "-name", f"guest={KVM}", "-machine", "q35"]
+    assert argv[5:7] == ["-accel", "tcg"] and argv.count("-accel") == 1 and argv[-1] == "-daemonize"
+    assert f"virtio-net-pci,netdev=n0,mac={s['mac']}" in argv
+
+    # The node: one pool for both types (distinct IPs and MACs), one
+    # bridge (lxc's), the kvm path; the registry's IP and MAC are the
+    # domain's.
+    target = salt_env.ok("mc_cloud_compute_node.get_settings_for_target", CN)
+    assert target["virt_types"] == {"lxc": True, "kvm": True}
+    assert target["network"]["bridge"] == "lxcbr1" and target["kvm_path"] == "/srv/mccloud-kvm"
+    vms = target["vms"]
+    assert (vms[KVM]["ip"], vms[KVM]["mac"], vms[KVM]["virt_type"]) == (s["ip"], s["mac"], "kvm")
+    for key in ("ip", "mac"):
+        values = [vm[key] for vm in vms.values()]
+        assert len(set(values)) == len(values) == len(sample[f"makina-states.services.cloud.lxc.targets.{CN}"]) + 1
+    assert salt_env.ok("mc_cloud_kvm.settings")["vms"] == {CN: [KVM]}
+
+    inventory = salt_env.ok("mc_cloud.inventory")
+    assert inventory[CN]["vms"][KVM]["vt"] == "kvm"
+    assert inventory[CN]["vms"]["mysupertest3.foo.com"]["vt"] == "lxc"
+    assert salt_env.ok("mc_cloud_compute_node.get_vts", "supported=True") == {
+        "lxc": {"supported": True}, "kvm": {"supported": True}}
+
+    # A kvm VM with bind mounts is refused, saying why and where.
+    salt_env.set_pillar({**sample, f"makina-states.cloud.kvm.vms.{CN}.{KVM}": {"fstab": ["/srv srv none bind"]}})
+    r = salt_env.call("mc_cloud_kvm.get_settings_for_vm", CN, KVM)
+    assert r.returncode != 0 and "kvm VMs have no bind mounts" in r.output and "Traceback" not in r.output, r.output
