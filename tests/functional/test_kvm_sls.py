@@ -185,3 +185,28 @@ def test_destroy_refuses_a_directory_that_is_not_the_vms_own(node: dict[str, Any
     p = node["minion"].call("state.sls", DESTROY, pillar={"mccloud": data})
     assert p.returncode != 0 and victim.exists()
     assert "is not <kvm_path>/vms/<vm>" in p.stdout
+
+
+def test_every_write_into_the_seed_tree_comes_before_the_seed_is_packed(data: dict[str, Any]) -> None:
+    """Provisioning sends every SLS step of a kvm VM and its bootstrap as
+    one job: the seed ISO is packed, and the guest first started, only
+    after every state writing into its seed tree (fix_dns, preprovision,
+    registry, the minion's files)."""
+    from mccloud.orchestration import VM_SLS_STEPS, VM_STEPS
+    from tests.support.sls import show_sls
+
+    steps = sorted({**VM_SLS_STEPS, **kvm.vm_sls_steps()}.items(),
+                   key=lambda item: (VM_STEPS.index(item[0].split(".vm_", 1)[1]), item[0].startswith("mc_cloud_vm")))
+    mods = [sls for _, sls in steps] + [kvm.BOOTSTRAP_SLS]
+    p = show_sls(data["tmp"], ",".join(mods), data["kvm_bootstrap"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    high = json.loads(p.stdout)["local"]
+
+    def order(sid: str) -> int:
+        return next(a["order"] for k, args in high[sid].items() if not k.startswith("__")
+                    for a in args if isinstance(a, dict) and "order" in a)
+
+    writes = [sid for sid, body in high.items() if "mccloud_rootfs" in body]
+    assert len(writes) >= 8 and "mccloud-vm-minion-pem" in writes and "mccloud-vm-resolv" in writes
+    assert max(order(w) for w in writes) < order("mccloud-kvm-vm-seed-iso") < order("mccloud-kvm-vm-start")
+    assert order("mccloud-kvm-vm-seed-root") < min(order(w) for w in writes)
