@@ -210,3 +210,43 @@ def test_every_write_into_the_seed_tree_comes_before_the_seed_is_packed(data: di
     assert len(writes) >= 8 and "mccloud-vm-minion-pem" in writes and "mccloud-vm-resolv" in writes
     assert max(order(w) for w in writes) < order("mccloud-kvm-vm-seed-iso") < order("mccloud-kvm-vm-start")
     assert order("mccloud-kvm-vm-seed-root") < min(order(w) for w in writes)
+
+
+BUILDER = """#!/bin/sh
+# a stand-in for the image builder (interface I2): the recipe in the environment
+set -e
+out=$2
+printf '%s|%s|%s|%s\\n' "$1" "$MCCLOUD_RELEASE" "$MCCLOUD_CLOUD_INIT" "$MCCLOUD_PACKAGES" > "$out/recipe"
+[ "$MCCLOUD_RELEASE" != broken ] || { echo "debootstrap failed" >&2; exit 7; }
+qemu-img create -q -f qcow2 "$out/disk.qcow2" 16M
+echo kernel > "$out/vmlinuz"
+echo initrd > "$out/initrd.img"
+echo "mccloud-kvm-image: built 0123456789abcdef"
+"""
+
+
+def test_images_are_built_once_into_their_version_directory_by_the_builder(tmp_path: Path) -> None:
+    builder = tmp_path / "build.sh"
+    builder.write_text(BUILDER)
+    tree = tmp_path / "lxc" / "tmpl" / "rootfs"
+    (tree / "opt/mccloud/salt/bin").mkdir(parents=True)
+    (tree / "opt/mccloud/salt/bin/salt-minion").write_text("#!/bin/sh\n")
+    (tree / "opt/mccloud/salt/bin/salt-minion").chmod(0o755)
+    root = tmp_path / "images"
+    data = {"images_root": str(root), "builder": str(builder), "seed_script": "/nonexistent/mccloud-seed",
+            "images": {"img": {"version": "0123456789abcdef", "from_tree": str(tree), "release": "bookworm",
+                               "packages": ["linux-image-cloud-amd64", "ifupdown"], "cloud_init": False}}}
+    minion = Minion(tmp_path / "minion")
+    ran = states(minion.apply("makina-states.cloud.kvm.compute_node.images", data))
+    out = root / "img" / "0123456789abcdef"
+    assert ran["mccloud-kvm-image-0"]["changes"], ran
+    assert (out / "recipe").read_text() == f"{tree}|bookworm|false|linux-image-cloud-amd64\nifupdown\n"
+    assert (out / "mccloud-image-version").read_text() == "0123456789abcdef\n"
+    assert not (root / "img" / "0123456789abcdef.build").exists()
+    again = states(minion.apply("makina-states.cloud.kvm.compute_node.images", data))
+    assert again["mccloud-kvm-image-0"]["changes"] == {}
+    # a failing builder leaves no version directory, and says why
+    data["images"] = {"bad": {"version": "fedcba9876543210", "from_tree": "", "release": "broken"}}
+    p = minion.call("state.sls", "makina-states.cloud.kvm.compute_node.images", pillar={"mccloud": data})
+    assert p.returncode != 0 and "debootstrap failed" in p.stdout and "exit 7" in p.stdout
+    assert not (root / "bad" / "fedcba9876543210").exists()

@@ -176,3 +176,50 @@ def test_stop_of_a_guest_not_running_does_nothing(tmp_path: Path) -> None:
     assert kvmnode.stop("v", str(vm_dir), 1) == {"stopped": False, "how": "not running",
                                                  "comment": "guest v is not running"}
     assert kvmnode.accel(str(tmp_path / "no-kvm")) == "tcg"
+
+
+def test_an_image_version_directory_is_copied_once_and_never_rewritten(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from mccloud.orchestration import images as image_copy
+
+    src = tmp_path / "img" / "0123456789abcdef"
+    src.mkdir(parents=True)
+    (src / "mccloud-image-version").write_text("0123456789abcdef\n")
+    there: dict[str, str] = {}
+    calls: list[str] = []
+
+    def remote(ssh: str, target: str, command: str, timeout: int = 60) -> Any:
+        calls.append(command)
+        if command.startswith("cat "):
+            path = command.split()[1].rsplit("/", 1)[0]
+            found = there.get(path)
+            return subprocess_result(0 if found else 1, found or "")
+        if command.startswith("mv -T "):
+            _, _, a, b = command.split()
+            there[b] = there.pop(a)
+        return subprocess_result(0, "")
+
+    def copy(ssh: str, src_dir: str, target: str, dest: str, delete: bool) -> Any:
+        calls.append(f"rsync {src_dir} {dest} delete={delete}")
+        there[dest] = (Path(src_dir) / "mccloud-image-version").read_text().strip()
+        return subprocess_result(0, "")
+
+    monkeypatch.setattr(image_copy, "remote", remote)
+    monkeypatch.setattr(image_copy, "copy", copy)
+    env = FakeEnv()
+    out = Outcome()
+    assert image_copy.sync_version(env, out, "cn1", "img", str(src), "ssh")  # type: ignore[arg-type]
+    assert calls[1:] == [f"rsync {src} {src}.partial delete=True", f"mv -T {src}.partial {src}"]
+    assert there == {str(src): "0123456789abcdef"}
+    calls.clear()
+    assert image_copy.sync_version(env, out, "cn1", "img", str(src), "ssh")  # type: ignore[arg-type]
+    assert len(calls) == 1 and "up to date" in out.steps[-1]["comment"]
+    there[str(src)] = "another"
+    assert not image_copy.sync_version(env, out, "cn1", "img", str(src), "ssh")  # type: ignore[arg-type]
+    assert "is never rewritten" in out.steps[-1]["comment"] and there[str(src)] == "another"
+
+
+def subprocess_result(code: int, stdout: str) -> Any:
+    import subprocess
+
+    return subprocess.CompletedProcess([], code, stdout, "")
