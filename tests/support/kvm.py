@@ -24,6 +24,9 @@ class StubConfig:
         self.images = dict(images or {})
         self.vms = dict(vms or {VM: "kvm"})
 
+    def cloud_settings(self) -> dict[str, Any]:
+        return {"master": "ctl"}
+
     def images_settings(self) -> dict[str, Any]:
         return {"lxc": {"images": {}}, "kvm": self.images}
 

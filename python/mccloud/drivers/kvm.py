@@ -63,6 +63,7 @@ def settings(config: mccloud.Config) -> dict[str, Any]:
     native = getattr(config, "kvm_settings", None)
     if callable(native):
         return dict(native())
+    config.cloud_settings()  # a broken cloud declaration fails here, as every type's settings do
     vms: dict[str, list[str]] = {}
     for cn, node in (config.compute_node_settings().get("targets") or {}).items():
         mine = sorted(vm for vm, vt in (node.get("vms") or {}).items() if vt == VT)

@@ -2,6 +2,7 @@
 node tells of its kvm guests (see :mod:`mccloud.kvmnode`)."""
 
 import mccloud.kvmnode as _kvmnode
+import mccloud.saltcompat as _saltcompat
 import mccloud.saltsupport as _ms
 
 __virtualname__ = "mc_cloud_kvm"
@@ -74,7 +75,9 @@ def guests(paths=None):
         paths = [_kvmnode.DEFAULT_KVM_PATH]
     elif isinstance(paths, str):
         paths = [paths]
-    return _kvmnode.guests([str(p) for p in paths])
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p.startswith("/") for p in paths):
+        raise _invocation_error(f"paths must be a list of absolute kvm paths, not {paths!r}")
+    return _kvmnode.guests(paths)
 
 
 def stop(name, dir, timeout=60):  # noqa: A002 - the VM directory, as the states name it
@@ -89,7 +92,14 @@ def stop(name, dir, timeout=60):  # noqa: A002 - the VM directory, as the states
         salt-call mc_cloud_kvm.stop vm1.example.net /var/lib/mccloud/kvm/vms/vm1.example.net
     """
     try:
-        return _kvmnode.stop(str(name), str(dir), float(timeout))
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        raise _invocation_error(f"timeout must be a number of seconds, not {timeout!r}") from None
+    try:
+        return _kvmnode.stop(str(name), str(dir), seconds)
     except _kvmnode.KvmNodeError as exc:
-        from mccloud import saltcompat
-        raise saltcompat.exceptions().CommandExecutionError(str(exc)) from None
+        raise _saltcompat.exceptions().CommandExecutionError(str(exc)) from None
+
+
+def _invocation_error(message):
+    return _saltcompat.exceptions().SaltInvocationError(message)

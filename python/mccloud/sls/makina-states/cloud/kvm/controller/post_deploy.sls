@@ -15,10 +15,22 @@ mccloud-kvm-controller-grain:
   grains.present:
     - name: makina-states.cloud.kvm.controller
     - value: true
+{%- if s.cron_sync %}
 {%- set minute, hour = s.cron_minute | string, s.cron_hour | string %}
 {%- set field = '([0-9*/,-]{1,64})\\Z' %}
 {%- set plain = (minute | regex_match(field)) and (hour | regex_match(field)) and true or false %}
-{%- if s.cron_sync and plain %}
+
+mccloud-kvm-image-sync-schedule:
+  test.configurable_test_state:
+    - failhard: true
+    - name: the image sync schedule is made of cron fields
+    - changes: false
+    - result: {{ plain }}
+    - allow_test_mode_failure: true
+    - comment: {{ (('minute ' ~ minute ~ ', hour ' ~ hour) if plain else
+                   ('not installing the kvm image sync cron entry: cron_minute (' ~ minute ~ ') and cron_hour ('
+                    ~ hour ~ ') of makina-states.cloud.images.lxc must be cron fields (digits, *, /, - and ,)'))
+                  | tojson }}
 
 mccloud-kvm-image-sync-cron-pkg:
   pkg.installed:
@@ -31,9 +43,10 @@ mccloud-kvm-image-sync-cron:
     - name: {{ command | tojson }}
     - identifier: {{ identifier | tojson }}
     - user: root
-    - minute: {{ minute | tojson }}
-    - hour: {{ hour | tojson }}
+    - minute: {{ (minute if plain else '0') | tojson }}
+    - hour: {{ (hour if plain else '0') | tojson }}
     - require:
+      - test: mccloud-kvm-image-sync-schedule
       - pkg: mccloud-kvm-image-sync-cron-pkg
 {%- elif salt['cmd.which']('crontab') %}
 

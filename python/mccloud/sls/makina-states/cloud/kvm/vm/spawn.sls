@@ -29,7 +29,6 @@ mccloud-kvm-vm-domain{{ s }}:
                    ('kvm VM ' ~ name ~ ': its settings have no domain (QEMU argv and paths), or its directory is not '
                     ~ '<kvm_path>/vms/<vm>: this mccloud core does not render kvm VMs; upgrade it, then provision again'))
                   | tojson }}
-{%- if ok_dir %}
 
 mccloud-kvm-vm-dir{{ s }}:
   file.directory:
@@ -64,8 +63,8 @@ mccloud-kvm-vm-disk{{ s }}:
         echo "changed=yes comment='disk $MCCLOUD_DISK made ($MCCLOUD_SIZE over $MCCLOUD_BASE)'"
     - env:
         MCCLOUD_NAME: {{ name | tojson }}
-        MCCLOUD_DISK: {{ dom.disk | string | tojson }}
-        MCCLOUD_BASE: {{ dom.base | string | tojson }}
+        MCCLOUD_DISK: {{ (dom.get('disk') or '') | string | tojson }}
+        MCCLOUD_BASE: {{ (dom.get('base') or '') | string | tojson }}
         MCCLOUD_SIZE: {{ (v.get('size') or '10G') | string | tojson }}
     - require:
       - file: mccloud-kvm-vm-dir{{ s }}
@@ -105,7 +104,7 @@ mccloud-kvm-vm-taps{{ s }}:
     - env:
         MCCLOUD_DIR: {{ d.dir | string | tojson }}
         MCCLOUD_BRIDGE: {{ d.bridge | string | tojson }}
-{%- for nic in dom.nics or [] %}
+{%- for nic in dom.get('nics') or [] %}
         MCCLOUD_TAP_{{ loop.index0 }}: {{ nic.tap | string | tojson }}
 {%- endfor %}
     - require:
@@ -153,5 +152,4 @@ mccloud-kvm-vm-autostart{{ s }}:
     - name: {{ (d.dir ~ '/autostart') | tojson }}
     - require:
       - file: mccloud-kvm-vm-dir{{ s }}
-{%- endif %}
 {%- endfor %}
