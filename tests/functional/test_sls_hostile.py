@@ -43,6 +43,8 @@ DATA_FREE = {
     "makina-states.cloud.generic.compute_node.sshkeys",
     "makina-states.cloud.lxc",
     "makina-states.cloud.lxc.compute_node.grains",
+    "makina-states.cloud.kvm",
+    "makina-states.cloud.kvm.compute_node.grains",
     "makina-states.cloud.lxc.vm.hostsfile",
     "makina-states.cloud.saltify",
 }
@@ -91,6 +93,7 @@ ALLOWED_ARGS = {
     "grains": {"value"},
     "mccloud_certs": {"name", "pillar", "keep"},
     "mccloud_rootfs": {"name", "root", "contents", "text", "dataset", "password_hash", "lower"},
+    "mccloud_kvm": {"name", "dir"},
 }
 REQUISITE_FUN_ARGS = {"unless", "onlyif"}
 EXECUTABLE_MODES = {"755", "0755", "700", "0700", "775", "0775"}

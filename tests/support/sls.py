@@ -14,6 +14,7 @@ from mccloud.orchestration import sls_root
 from mccloud.orchestration.deploy import controller_data, with_node_registry
 from mccloud.orchestration.provision import bootstrap_data
 from mccloud.orchestration.teardown import destroy_data
+from tests.support import kvm as kvm_data
 from tests.support.runners import Offline
 
 CN = "cn1.example.net"
@@ -39,13 +40,31 @@ def sls_data(tmp: Path) -> dict[str, Any]:
     _, vm_data = env.vm_data("a.example.net", CN)
     _, scratch = env.vm_data("b.example.net", CN)
     destroy = destroy_data(env, "a.example.net", CN, {"name": "a.example.net", "lxc_path": "/var/lib/lxc"})
+    bootstrap = bootstrap_data(env, "a.example.net", CN)
     return {"node": node, "vm": vm_data, "scratch": scratch, "controller": controller_data(env),
-            "destroy": destroy, "tmp": tmp, "bootstrap": bootstrap_data(env, "a.example.net", CN),
+            "destroy": destroy, "tmp": tmp, "bootstrap": bootstrap,
             "bootstrap_b": bootstrap_data(env, "b.example.net", CN),
-            "images": lxc.images_data(env, CN), "lxc_controller": {"image_sync": lxc.image_sync(env)}}
+            "images": lxc.images_data(env, CN), "lxc_controller": {"image_sync": lxc.image_sync(env)},
+            **kvm_sls_data(vm_data, node, bootstrap)}
+
+
+def kvm_sls_data(lxc_vm: dict[str, Any], node: dict[str, Any], bootstrap: dict[str, Any]) -> dict[str, Any]:
+    """The data of the kvm SLS, the VM's domain written by hand (see
+    :mod:`tests.support.kvm`)."""
+    from mccloud.drivers import kvm
+
+    vm = kvm_data.vm_job(kvm_data.settings(), lxc_vm)
+    env = kvm_data.StubEnv(kvm_data.StubConfig(images={"images": {"mccloud-kvm-bookworm": {
+        "from": "makina-states-trusty", "version": "0123456789abcdef"}}}))
+    return {"kvm_vm": vm, "kvm_bootstrap": {**vm, "minion": bootstrap["minion"]},
+            "kvm_destroy": {**node, "destroy": kvm.destroy_data(env, kvm_data.VM, CN)},  # type: ignore[arg-type]
+            "kvm_node": {**node, "kvm_path": "/var/lib/mccloud/kvm", "kvm_paths": ["/var/lib/mccloud/kvm"]},
+            "kvm_images": kvm.images_data(env)}  # type: ignore[arg-type]
 
 
 def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
+    if ".kvm." in sls or sls.endswith(".kvm"):
+        return kvm_data_for(sls, data)
     if ".lxc.controller" in sls:
         return data["lxc_controller"]
     if sls.endswith(".vm.destroy"):
@@ -59,6 +78,20 @@ def data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
     if ".controller" in sls:
         return data["controller"]
     return data["node"]
+
+
+def kvm_data_for(sls: str, data: dict[str, Any]) -> dict[str, Any]:
+    if ".kvm.controller" in sls:
+        return data["lxc_controller"]
+    if sls.endswith(".vm.destroy"):
+        return data["kvm_destroy"]
+    if sls.endswith(".vm.bootstrap"):
+        return data["kvm_bootstrap"]
+    if sls.endswith(".compute_node.images"):
+        return data["kvm_images"]
+    if ".vm." in sls:
+        return data["kvm_vm"]
+    return data["kvm_node"]
 
 
 def show_sls(tmp: Path, sls: str, pillar: dict[str, Any]) -> subprocess.CompletedProcess[str]:

@@ -10,13 +10,12 @@ receive the VM's data (see :meth:`Env.vm_data`), applied on its compute node.
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
 from typing import TYPE_CHECKING, Any, Mapping, cast
 
 import mccloud
 from mccloud import saltsupport
 from mccloud.drivers.contract import Driver, NoHooks, Step, StepFunction
+from mccloud.orchestration import images as image_copy
 from mccloud.orchestration import minions
 from mccloud.orchestration.provision import vm_sls
 from mccloud.orchestration.runner import Env, Outcome, guard, run
@@ -270,54 +269,27 @@ def images_data(env: Env, target: str) -> NodeData:
                     bootstrap_script=minions.script_text(env.config.cloud_settings()))
 
 
-def _image_version(path: str) -> str | None:
-    try:
-        with open(os.path.join(path, "mccloud-image-version")) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def sync_images(env: Env, target: str) -> Outcome:
     """Copies the images and the Salt wheelhouse from the controller to the
     node: nothing to do when the node is the controller; rsync over ssh
-    otherwise, skipping images whose version already matches."""
+    otherwise, skipping images whose version already matches (see
+    :mod:`mccloud.orchestration.images`)."""
     out = Outcome()
     if target == env.controller:
         out.add("sync_images", {"result": True, "comment": f"{target} is the controller: images are local"})
         return out
     data = sls_data(env, target)
-    key = env.config.controller_settings()["ssh_key"]
-    known = shlex.quote(f"{key}.known_hosts")  # mccloud's own, never root's known_hosts
-    ssh = (f"ssh -i {shlex.quote(key)} -o BatchMode=yes -o StrictHostKeyChecking=accept-new "
-           f"-o UserKnownHostsFile={known}")
+    ssh = image_sync_ssh(env)
     for name in data["images"]:
-        src = os.path.join(data["lxc_path"], name)
-        version = _image_version(src)
-        if version is None:
-            return out.fail(f"image {name} is not built on the controller ({src}): run mc_cloud_lxc.configure_images")
-        probe = subprocess.run(
-            [*shlex.split(ssh), f"root@{target}", f"cat {shlex.quote(src)}/mccloud-image-version"],
-            capture_output=True, text=True, timeout=60,
-        )
-        if probe.returncode == 0 and probe.stdout.strip() == version:
-            out.add(f"sync {name}", {"result": True, "comment": f"{name} is up to date on {target}"})
-            continue
-        env.progress(f"{target}: copying image {name}")
-        cmd = ["rsync", "-aHAX", "--numeric-ids", "--delete", "-e", ssh, f"{src}/", f"root@{target}:{src}/"]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        out.add(f"sync {name}", {"result": p.returncode == 0,
-                                 "comment": (p.stderr.strip() or f"{name} copied to {target}")})
-        if not out.result:
+        if not image_copy.sync_dir(env, out, target, name, os.path.join(data["lxc_path"], name), ssh):
             return out
-    wheels = str(minions.wheelhouse_dir(env.opts))
-    if minions.wheelhouse_state(minions.wheelhouse_dir(env.opts)) is None:
-        env.progress(f"{target}: copying the Salt wheelhouse")
-        p = subprocess.run(["rsync", "-a", "--delete", "--mkpath", "-e", ssh, f"{wheels}/", f"root@{target}:{wheels}/"],
-                           capture_output=True, text=True)
-        out.add("sync wheelhouse", {"result": p.returncode == 0,
-                                    "comment": p.stderr.strip() or f"wheelhouse {wheels} copied to {target}"})
+    image_copy.sync_wheelhouse(env, out, target, ssh)
     return out
+
+
+def image_sync_ssh(env: Env) -> str:
+    """The ssh command of the image synchronisation (mccloud's key and known hosts)."""
+    return image_copy.ssh_command(env)
 
 
 def upgrade_vt(env: Env, target: str) -> Outcome:

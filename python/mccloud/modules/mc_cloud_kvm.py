@@ -1,6 +1,8 @@
-"""The kvm registry: kvm settings and per-VM settings (the VM's ``domain``:
-the paths of its files on the node and the QEMU argument list)."""
+"""The kvm registry (kvm settings and per-VM settings) and what a compute
+node tells of its kvm guests (see :mod:`mccloud.kvmnode`)."""
 
+import mccloud.kvmnode as _kvmnode
+import mccloud.saltcompat as _saltcompat
 import mccloud.saltsupport as _ms
 
 __virtualname__ = "mc_cloud_kvm"
@@ -12,9 +14,8 @@ def __virtual__():
 
 @_ms.salt_errors
 def settings():
-    """kvm defaults (``kvm_path``, ``bridge``, ``image``, ``cpus``, ``memory``,
-    ``size``, ``accel``, ``machine``, ``autostart``, ``append``), ``images``
-    (``images.kvm``) and ``vms`` as ``{cn: [vm, ...]}``.
+    """kvm defaults (``kvm_path``, ``bridge``, ``image``, ``cpus``,
+    ``memory``, ``size``, ``accel``…) and ``vms`` as ``{cn: [vm, ...]}``.
 
     CLI Example:
 
@@ -22,20 +23,83 @@ def settings():
 
         mastersalt-call mc_cloud_kvm.settings
     """
-    return _ms.open_config(__opts__, __pillar__).kvm_settings()
+    from mccloud.drivers import kvm as _kvm  # the runners' side: imported only when asked
+
+    return _kvm.settings(_ms.open_config(__opts__, __pillar__))
 
 
 @_ms.salt_errors
 def get_settings_for_vm(target, vm, full=True):
-    """The merged settings of a kvm VM on compute node ``target``, with its
-    ``domain``. Allocates its IP, MAC(s) and password on first call, and its
-    ssh/snmp reverse-proxy ports too when ``full``.
+    """The merged settings of a kvm VM on compute node ``target``, its
+    ``domain`` (the QEMU argv and paths) included. Allocates its IP, MAC(s)
+    and password on first call, and its ssh/snmp reverse-proxy ports too
+    when ``full``.
 
     CLI Example:
 
     .. code-block:: bash
 
-        mastersalt-call mc_cloud_kvm.get_settings_for_vm devhost10.local vm1.foo.com
+        mastersalt-call mc_cloud_kvm.get_settings_for_vm devhost10.local vm1.example.net
     """
     full = _ms.boolean("full", full)
     return _ms.open_registry(__opts__, __pillar__, place="rest").vm_settings(str(target), str(vm), full)
+
+
+def accel():
+    """``kvm`` when this node's ``/dev/kvm`` opens and answers, else ``tcg``
+    (grain ``mccloud_kvm_accel``).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call mc_cloud_kvm.accel
+    """
+    return _kvmnode.accel()
+
+
+def guests(paths=None):
+    """The kvm guests of this node, whoever started them: every VM
+    directory ``<kvm_path>/vms/<vm>`` with a ``domain.json`` under the kvm
+    paths ``paths`` (a list; default ``/var/lib/mccloud/kvm``), named after
+    its VM, and every other QEMU process as ``qemu:<name or pid>``:
+    ``{name: {running, ips, mac}}`` (``ips`` is empty: QEMU cannot tell).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call mc_cloud_kvm.guests '["/var/lib/mccloud/kvm"]'
+    """
+    if paths is None:
+        paths = [_kvmnode.DEFAULT_KVM_PATH]
+    elif isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p.startswith("/") for p in paths):
+        raise _invocation_error(f"paths must be a list of absolute kvm paths, not {paths!r}")
+    return _kvmnode.guests(paths)
+
+
+def stop(name, dir, timeout=60):  # noqa: A002 - the VM directory, as the states name it
+    """Stops kvm guest ``name`` whose VM directory is ``dir``: QMP
+    ``system_powerdown``, up to ``timeout`` seconds, then SIGTERM, then
+    SIGKILL. Answers ``{stopped, how, comment}``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call mc_cloud_kvm.stop vm1.example.net /var/lib/mccloud/kvm/vms/vm1.example.net
+    """
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        raise _invocation_error(f"timeout must be a number of seconds, not {timeout!r}") from None
+    try:
+        return _kvmnode.stop(str(name), str(dir), seconds)
+    except _kvmnode.KvmNodeError as exc:
+        raise _saltcompat.exceptions().CommandExecutionError(str(exc)) from None
+
+
+def _invocation_error(message):
+    return _saltcompat.exceptions().SaltInvocationError(message)

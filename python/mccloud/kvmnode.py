@@ -1,0 +1,253 @@
+"""What a compute node knows of its kvm guests, read and done on the node
+itself (the ``mc_cloud_kvm`` execution module and the ``mccloud_kvm``
+states are thin calls of these functions).
+
+A kvm guest is a QEMU process started with ``-daemonize`` from its VM
+directory ``<kvm_path>/vms/<vm>`` (see ``docs/howto/kvm.md``), which holds
+``domain.json`` (the core's rendering of the VM: paths, NICs, argv),
+``qemu.argv`` (that argv, NUL-separated), ``qemu.pid`` and ``qmp.sock``.
+Nothing here keeps state: the guest's state is its pidfile and ``/proc``.
+A pid is trusted only while its ``/proc/<pid>/cmdline`` holds
+``guest=<vm>`` (``-name guest=<vm>``): a pid reused by another process is
+not the guest.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import signal
+import socket
+import time
+from typing import Any, Callable, Iterable
+
+#: ``KVM_GET_API_VERSION`` (``_IO(0xAE, 0)``) and the only version Linux answers.
+KVM_GET_API_VERSION, KVM_API_VERSION = 0xAE00, 12
+#: Where the VM directories (``vms/<vm>``) and images live by default.
+DEFAULT_KVM_PATH = "/var/lib/mccloud/kvm"
+#: What names a QEMU system emulator process (``argv[0]``'s base name starts so).
+QEMU_PREFIX = "qemu-system-"
+
+
+class KvmNodeError(Exception):
+    """A guest that cannot be handled as asked (what and why in the message)."""
+
+
+def accel(device: str = "/dev/kvm") -> str:
+    """``kvm`` when ``device`` opens and answers the KVM API, else ``tcg``
+    (the grain ``mccloud_kvm_accel``: what ``accel: kvm:tcg`` will use)."""
+    try:
+        fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return "tcg"
+    try:
+        return "kvm" if fcntl.ioctl(fd, KVM_GET_API_VERSION) == KVM_API_VERSION else "tcg"
+    except OSError:
+        return "tcg"
+    finally:
+        os.close(fd)
+
+
+def cmdline(pid: int, proc: str = "/proc") -> list[str] | None:
+    """The argv of process ``pid`` (None when it is gone or unreadable)."""
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]] if raw else None
+
+
+def guest_name(argv: list[str]) -> str | None:
+    """The ``guest=`` value of a QEMU argv's ``-name`` (None without one)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg in ("-name", "--name"):
+            for part in argv[i + 1].split(","):
+                if part.startswith("guest="):
+                    return part[len("guest="):]
+            return argv[i + 1].split(",")[0] or None
+    return None
+
+
+def argv_mac(argv: list[str]) -> str | None:
+    """The MAC of the first NIC device of a QEMU argv (``-device …,mac=…``)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg in ("-device", "--device"):
+            for part in argv[i + 1].split(","):
+                if part.startswith("mac="):
+                    return part[len("mac="):].lower()
+    return None
+
+
+def qemu_processes(proc: str = "/proc") -> dict[int, list[str]]:
+    """Every QEMU system emulator running on the node: ``{pid: argv}``."""
+    out: dict[int, list[str]] = {}
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        argv = cmdline(int(entry), proc)
+        if argv and os.path.basename(argv[0]).startswith(QEMU_PREFIX):
+            out[int(entry)] = argv
+    return out
+
+
+def read_domain(vm_dir: str) -> dict[str, Any]:
+    """The VM's ``domain.json`` (``{}`` when absent or unreadable)."""
+    try:
+        with open(os.path.join(vm_dir, "domain.json")) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def pidfile_of(vm_dir: str, domain: dict[str, Any] | None = None) -> str:
+    """The guest's pidfile: its domain's, else ``<dir>/qemu.pid``."""
+    return str((domain or {}).get("pidfile") or os.path.join(vm_dir, "qemu.pid"))
+
+
+def running_pid(name: str, vm_dir: str, proc: str = "/proc") -> int | None:
+    """The pid of guest ``name`` when its pidfile names a live process
+    whose argv says ``-name guest=<name>``; else None."""
+    try:
+        with open(pidfile_of(vm_dir, read_domain(vm_dir))) as f:
+            pid = int(f.read().strip() or "0")
+    except (OSError, ValueError):
+        return None
+    argv = cmdline(pid, proc) if pid > 0 else None
+    return pid if argv and guest_name(argv) == name else None
+
+
+def guests(paths: Iterable[str], proc: str = "/proc") -> dict[str, dict[str, Any]]:
+    """The kvm guests of this node (mccloud's drift, ``{name: {running,
+    ips, mac}}``): every VM directory ``<path>/vms/<vm>`` holding a
+    ``domain.json``, under each kvm path of ``paths``, named after its VM;
+    ``running`` when its pidfile names its live QEMU; ``mac`` its first
+    NIC's; ``ips`` empty (QEMU cannot tell a guest's addresses without an
+    agent in it, so drift skips that comparison). Every other QEMU
+    process is foreign: ``qemu:<its -name, else its pid>``."""
+    live = qemu_processes(proc)
+    out: dict[str, dict[str, Any]] = {}
+    claimed: set[int] = set()
+    for path in sorted(set(paths)):
+        vms = os.path.join(path, "vms")
+        try:
+            names = sorted(os.listdir(vms))
+        except OSError:
+            continue
+        for name in names:
+            vm_dir = os.path.join(vms, name)
+            if not os.path.isfile(os.path.join(vm_dir, "domain.json")):
+                continue
+            domain = read_domain(vm_dir)
+            pid = running_pid(name, vm_dir, proc)
+            nics = domain.get("nics")
+            nics = nics if isinstance(nics, list) else []
+            mac = next((str(n["mac"]).lower() for n in nics if isinstance(n, dict) and n.get("mac")), None)
+            if pid is not None and pid in live:
+                claimed.add(pid)
+                mac = mac or argv_mac(live[pid])
+            out[name] = {"running": pid is not None and pid in live, "ips": [], "mac": mac}
+    for pid, argv in sorted(live.items()):
+        if pid in claimed:
+            continue
+        guest = guest_name(argv)
+        if guest is not None and guest in out and not out[guest]["running"]:
+            # its pidfile was lost, the guest runs: not a stranger
+            out[guest]["running"] = True
+            continue
+        out[f"qemu:{guest or pid}"] = {"running": True, "ips": [], "mac": argv_mac(argv)}
+    return out
+
+
+def qmp(sock_path: str, command: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Runs QMP ``command`` (no arguments) on the monitor socket
+    ``sock_path``: the greeting, ``qmp_capabilities``, then the command;
+    answers its reply (``{"return": …}`` or ``{"error": …}``), events skipped."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(sock_path)
+        reader = s.makefile("rb")
+
+        def reply() -> dict[str, Any]:
+            while True:
+                line = reader.readline()
+                if not line:
+                    raise KvmNodeError(f"the QMP monitor {sock_path} closed the connection")
+                msg = json.loads(line)
+                if isinstance(msg, dict) and ("return" in msg or "error" in msg or "QMP" in msg):
+                    return msg
+
+        reply()  # greeting
+        for execute in ("qmp_capabilities", command):
+            s.sendall(json.dumps({"execute": execute}).encode() + b"\n")
+            answer = reply()
+            if "error" in answer:
+                return answer
+        return answer
+
+
+def _wait_gone(pid: int, name: str, timeout: float, proc: str, sleep: Callable[[float], None]) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        argv = cmdline(pid, proc)
+        if not argv or guest_name(argv) != name:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        sleep(0.2)
+
+
+def stop(name: str, vm_dir: str, timeout: float = 60, proc: str = "/proc",
+         sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Stops guest ``name`` of ``vm_dir``: QMP ``system_powerdown`` (the
+    guest shuts down cleanly), up to ``timeout`` seconds; then SIGTERM
+    (QEMU exits at once), 10 s; then SIGKILL. Answers ``{"stopped": bool,
+    "how": "not running"|"powerdown"|"term"|"kill", "comment": …}``."""
+    pid = running_pid(name, vm_dir, proc)
+    if pid is None:
+        return {"stopped": False, "how": "not running", "comment": f"guest {name} is not running"}
+    domain = read_domain(vm_dir)
+    sock = str(domain.get("qmp") or os.path.join(vm_dir, "qmp.sock"))
+    why = ""
+    try:
+        answer = qmp(sock, "system_powerdown")
+        if "error" in answer:
+            why = f" (QMP answered {answer['error']})"
+    except (OSError, ValueError, KvmNodeError) as exc:
+        why = f" (its QMP monitor {sock} did not answer: {exc})"
+    if not why and _wait_gone(pid, name, timeout, proc, sleep):
+        return {"stopped": True, "how": "powerdown", "comment": f"guest {name} powered down"}
+    for sig, how, wait in ((signal.SIGTERM, "term", 10.0), (signal.SIGKILL, "kill", 10.0)):
+        try:
+            os.kill(pid, sig)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise KvmNodeError(f"cannot signal guest {name} (pid {pid}): {exc}") from None
+        if _wait_gone(pid, name, wait, proc, sleep):
+            late = f" after {timeout:g} s without powering down" if not why else why
+            return {"stopped": True, "how": how, "comment": f"guest {name} stopped by SIG{how.upper()}{late}"}
+    raise KvmNodeError(f"guest {name} (pid {pid}) is still running after SIGKILL")
+
+
+def stale(vm_dir: str) -> bool:
+    """Whether the running guest of ``vm_dir`` started before its seed ISO
+    or its argv were last written (it has not seen them: a restart applies
+    them)."""
+    try:
+        started = os.stat(pidfile_of(vm_dir, read_domain(vm_dir))).st_mtime_ns
+    except OSError:
+        return False
+    for f in ("seed.iso", "qemu.argv"):
+        try:
+            if os.stat(os.path.join(vm_dir, f)).st_mtime_ns > started:
+                return True
+        except OSError:
+            continue
+    return False
