@@ -68,6 +68,18 @@ case "$DISK_SIZE" in
     '') ;;
     *[!0-9KMGT]*|[!0-9]*) die "MCCLOUD_DISK_SIZE '$DISK_SIZE' is not a size like 2G or 1500M" ;;
 esac
+# The recipe's packages, one per line: names (with an optional =version or
+# /release) only, never an option.
+PKG_LIST=''
+set -f
+for pkg in $(printf '%s\n' "$PACKAGES" | tr -d ' \t\r'); do
+    case "$pkg" in
+        -*|*[!A-Za-z0-9.+:=~/_-]*) die "MCCLOUD_PACKAGES: '$pkg' is not a package name" ;;
+    esac
+    PKG_LIST="$PKG_LIST$pkg
+"
+done
+set +f
 HERE=$(cd "$(dirname "$0")" && pwd)
 SEED_SCRIPT=${MCCLOUD_SEED_SCRIPT:-$HERE/mccloud-seed}
 SEED_UNIT=$(dirname "$SEED_SCRIPT")/mccloud-seed.service
@@ -78,14 +90,13 @@ if [ -n "$SRC" ]; then
     [ -d "$SRC/etc" ] && [ -d "$SRC/usr" ] || die "source tree $SRC is not a root filesystem (no etc/ and usr/)"
 fi
 [ ! -e "$OUT" ] || die "$OUT exists: an image version is never rebuilt in place (remove it to rebuild)"
-for tool in mkfs.ext4 qemu-img chroot; do
-    command -v "$tool" >/dev/null 2>&1 || die "$tool not found (packages e2fsprogs, qemu-utils, coreutils)"
+for tool in mkfs.ext4 qemu-img chroot flock; do
+    command -v "$tool" >/dev/null 2>&1 || die "$tool not found (packages e2fsprogs, qemu-utils, coreutils, util-linux)"
 done
 [ -n "$SRC" ] || command -v debootstrap >/dev/null 2>&1 || die "debootstrap not found and no source tree given"
 
 WORK=$OUT.tmp
 TREE=$WORK/tree
-MOUNTS=''
 
 # Mount points under WORK, deepest first (from /proc/mounts: whatever a
 # previous, killed run left there too).
@@ -97,7 +108,6 @@ unmount_all() {
     for m in $(mounted_under "$WORK"); do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
-    MOUNTS=''
 }
 
 cleanup() {
@@ -114,14 +124,15 @@ cleanup() {
     fi
     exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
 
 mount_chroot() {
+    mkdir -p "$TREE/proc" "$TREE/sys" "$TREE/dev"
     mount -t proc proc "$TREE/proc"
     mount -t sysfs sys "$TREE/sys"
     mount --bind /dev "$TREE/dev"
-    mount -t devpts -o newinstance,ptmxmode=0666 devpts "$TREE/dev/pts" 2>/dev/null || true
+    if [ -d "$TREE/dev/pts" ]; then
+        mount --bind /dev/pts "$TREE/dev/pts"
+    fi
 }
 
 in_tree() {
@@ -129,13 +140,22 @@ in_tree() {
         DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"
 }
 
+# One build at a time in the image's directory (its versions side by side).
+PARENT=$(dirname "$OUT")
+mkdir -p "$PARENT"
+exec 9<"$PARENT"
+flock -n 9 || die "another build is running in $PARENT"
 if [ -e "$WORK" ]; then
-    [ -z "$(mounted_under "$WORK")" ] || die "$WORK has mounts from an earlier run: unmount them first"
+    # Left by a build that was killed: no build holds it (the lock).
+    unmount_all
+    [ -z "$(mounted_under "$WORK")" ] || die "$WORK has mounts left by an earlier build that do not unmount"
     say "removing the leftover $WORK"
     rm -rf --one-file-system "$WORK"
 fi
 mkdir -p "$WORK"
 chmod 0755 "$WORK"
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
 start=$(date +%s)
 
 if [ -n "$SRC" ]; then
@@ -170,20 +190,13 @@ printf '# mccloud kvm image: only the modules listed\nMODULES=list\n' \
 printf '%s\n' virtio_pci virtio_blk virtio_net virtio_rng ext4 \
     > "$TREE/usr/share/initramfs-tools/modules.d/mccloud"
 
-# The packages: the recipe's, one per line, as separate arguments.
+# The packages, as separate arguments (the recipe's, checked above).
 set -f
 old_ifs=$IFS
 IFS='
 '
-set -- udev initramfs-tools
-for pkg in $PACKAGES; do
-    pkg=$(printf '%s' "$pkg" | tr -d ' \t\r')
-    [ -n "$pkg" ] || continue
-    case "$pkg" in
-        -*|*[!A-Za-z0-9.+:=~_-]*) die "MCCLOUD_PACKAGES: '$pkg' is not a package name" ;;
-    esac
-    set -- "$@" "$pkg"
-done
+# shellcheck disable=SC2086
+set -- udev initramfs-tools $PKG_LIST
 IFS=$old_ifs
 set +f
 if [ "$CLOUD_INIT" = true ]; then set -- "$@" cloud-init; fi
