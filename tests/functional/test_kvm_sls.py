@@ -216,6 +216,9 @@ BUILDER = """#!/bin/sh
 # a stand-in for the image builder (interface I2): the recipe in the environment
 set -e
 out=$2
+# as the real builder: OUT_DIR must not exist, it is made whole
+[ ! -e "$out" ] || { echo "$out exists" >&2; exit 1; }
+mkdir "$out"
 printf '%s|%s|%s|%s\\n' "$1" "$MCCLOUD_RELEASE" "$MCCLOUD_CLOUD_INIT" "$MCCLOUD_PACKAGES" > "$out/recipe"
 [ "$MCCLOUD_RELEASE" != broken ] || { echo "debootstrap failed" >&2; exit 7; }
 qemu-img create -q -f qcow2 "$out/disk.qcow2" 16M

@@ -581,3 +581,128 @@ def test_saltify_makes_a_bare_metal_stand_in_a_minion(e2e: tuple[PgCloud, Path, 
     phases["saltify, until test.ping answers"] = time.monotonic() - start
     check_secret_kept(cloud)
 
+
+
+#: A KVM virtual machine beside a container on one node. QEMU runs it under
+#: software emulation (TCG): the suite's machines may offer no usable KVM.
+KVM_VM = "e2ekvm.test.lan"
+KVM_IMAGE = "mccloud-e2e-kvm"
+
+
+def kvm_pillar(cloud: Cloud) -> dict[str, Any]:
+    """The kvm type on the e2e node, in flat dotted keys as deployments
+    write them: its VMs on the lxc bridge and network, its image made from
+    the e2e template's tree (Salt included)."""
+    kvm = cloud.root / "kvm"
+    return {
+        "makina-states.cloud.kvm": True,
+        "makina-states.cloud.kvm.defaults.network": f"{NET}.0",
+        "makina-states.cloud.kvm.defaults.netmask": "24",
+        "makina-states.cloud.kvm.defaults.gateway": f"{NET}.1",
+        "makina-states.cloud.kvm.defaults.bridge": cloud.bridge,
+        "makina-states.cloud.kvm.defaults.kvm_path": str(kvm),
+        "makina-states.cloud.kvm.vms." + cloud.node: {
+            KVM_VM: {"accel": "tcg", "cpus": 1, "memory": "512M", "size": "2G"}},
+        "makina-states.cloud.images.kvm": {
+            "default": KVM_IMAGE, "images_root": str(kvm / "images"),
+            "images": {KVM_IMAGE: {"from": TEMPLATE}}, **NO_IMAGE_SYNC},
+    }
+
+
+def qemu_pids(name: str) -> list[int]:
+    """The QEMU processes whose command line names guest ``name``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"qemu-system-x86_64") and f"guest={name}".encode() in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str, float]]) -> None:
+    """One node declaring a container and a KVM VM: its deploy installs
+    both types and builds the KVM image from the template's tree; both are
+    provisioned together; the VM's sshd answers through the node's proxy
+    port and it is a minion of the master, listed as kvm; drift finds it
+    stopped and a QEMU nobody declared; destroy removes its process, taps,
+    directory and key and frees what it held."""
+    cloud, lxc, phases = e2e
+    container = VMS[0]
+    kvm = cloud.root / "kvm"
+    cloud.e2e_declare(without=VMS[1:], more=kvm_pillar(cloud))  # type: ignore[attr-defined]
+    sh("lxc-stop", "-P", str(lxc), "-n", METAL, "-k")  # the saltify test's stand-in, undeclared now
+    sh("lxc-destroy", "-P", str(lxc), "-n", METAL)
+    stray: subprocess.Popen[bytes] | None = None
+    try:
+        timed(phases, "compute node deploy, lxc and kvm (incl. kvm image build)", cloud,
+              "mc_cloud_compute_node.deploy", cloud.node)
+        images = list((kvm / "images" / KVM_IMAGE).iterdir())
+        assert [p.name for p in images if (p / "disk.qcow2").exists() and (p / "vmlinuz").exists()], images
+        start = time.monotonic()
+        data = timed(phases, "orchestrate a container and a KVM VM (TCG)", cloud,
+                     "mc_cloud_vm.orchestrate", cloud.node, "concurrency=2")
+        assert sorted(s["name"] for s in data["steps"]) == sorted([container, KVM_VM]), data
+        s = cloud.call_cli.run("mc_cloud_kvm.get_settings_for_vm", cloud.node, KVM_VM).data
+        assert ssh_banner("127.0.0.1", s["ssh_reverse_proxy_port"]).startswith(b"SSH-2.0-OpenSSH")
+        phases["  the KVM VM, until its sshd answers through the proxy"] = time.monotonic() - start
+        c = check_vm(cloud, lxc, container)
+        # one pool, one bridge: the two types' allocations never collide
+        assert s["ip"].startswith(NET + ".") and s["ip"] != c["ip"] and s["mac"] != c["mac"], (s, c)
+        assert s["ssh_reverse_proxy_port"] != c["ssh_reverse_proxy_port"]
+        [pid] = qemu_pids(KVM_VM)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert f"mac={s['mac']}".encode() in b",".join(argv) and b"tcg" in argv, argv
+        [tap] = [n["tap"] for n in s["domain"]["nics"]]
+        assert f"master {cloud.bridge}" in sh("ip", "-o", "link", "show", tap).stdout
+        # the guest's disk is an overlay of the image, never a copy of it
+        info = json.loads(sh("qemu-img", "info", "--force-share", "--output=json", s["domain"]["disk"]).stdout)
+        assert info["backing-filename"] == s["domain"]["base"] and info["virtual-size"] == 2 << 30, info
+        assert oct((kvm / "vms" / KVM_VM / "seed.iso").stat().st_mode & 0o777) == "0o600"
+        # a minion of the master with its pre-seeded key, its highstate run
+        assert answers(cloud.master, KVM_VM, deadline=60), f"{KVM_VM} does not answer test.ping"
+        salt = cloud.master.salt_cli(timeout=120)
+        assert salt.run("grains.get", "makina-states.cloud.is.vm", minion_tgt=KVM_VM).data is True
+        marker = salt.run("file.read", "/root/mccloud-highstate-marker", minion_tgt=KVM_VM).data
+        assert marker.strip() == KVM_VM, marker
+        shadow = salt.run("file.read", "/etc/shadow", minion_tgt=KVM_VM).data
+        assert f"root:{s['password_hash']}:" in shadow
+        vms = {v["name"]: v for v in cloud.run("mc_cloud_api.vms")[1]["data"]}
+        assert (vms[KVM_VM]["type"], vms[container]["type"]) == ("kvm", "lxc"), vms
+        # drift: clean; then the guest stopped by hand and a QEMU nobody declared
+        rc, found, out = drift_kinds(cloud, "mc_cloud.drift")
+        assert rc == 0 and found == set(), out
+        stray = subprocess.Popen(["qemu-system-x86_64", "-name", "guest=alien", "-machine", "none",
+                                  "-nodefaults", "-display", "none", "-S"])
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(50):
+            if not qemu_pids(KVM_VM):
+                break
+            time.sleep(0.1)
+        rc, found, out = drift_kinds(cloud, "mc_cloud.drift")
+        assert found == {(KVM_VM, "guest_stopped"), ("qemu:alien", "stray_guest")}, out
+        start = time.monotonic()
+        rc, data, out = cloud.run("mc_cloud_vm.destroy", KVM_VM)
+        phases["destroy the KVM VM (mc_cloud_vm.destroy)"] = time.monotonic() - start
+        assert rc == 0 and data["result"] is True and s["ip"] in data["comment"], out
+        assert not (kvm / "vms" / KVM_VM).exists() and sh("ip", "link", "show", tap).returncode != 0
+        assert stray.poll() is None  # never touched: mccloud did not make it
+        assert f"listen lst_{KVM_VM}" not in (cloud.root / "etc" / "haproxy" / "e2e.cfg").read_text()
+        assert KVM_VM not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data["ips"]
+        keys = cloud.master.salt_key_cli().run("--list", "all", "--out=json").data
+        assert not any(KVM_VM in ids for ids in keys.values()), keys
+        assert KVM_VM not in cloud.pg.allocations(DB, cloud.node)
+        rc, data, out = cloud.run("mc_cloud_vm.destroy", container)
+        assert rc == 0 and data["result"] is True, out
+    finally:
+        if stray is not None:
+            stray.kill()
+        for pid in qemu_pids(KVM_VM):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(kvm, ignore_errors=True)
+        cloud.e2e_declare()  # type: ignore[attr-defined]
+    check_secret_kept(cloud)

@@ -38,7 +38,7 @@ mccloud-kvm-image-{{ i }}:
         fi
         [ -f "$MCCLOUD_BUILDER" ] || { echo "the image builder $MCCLOUD_BUILDER is missing" >&2; exit 1; }
         work="$out.build"
-        rm -rf "$work" && mkdir -p "$work" || exit 1
+        mkdir -p "$(dirname "$out")" && rm -rf "$work" "$work.tmp" || exit 1
         log="$work.log"
         sh "$MCCLOUD_BUILDER" "$MCCLOUD_FROM_TREE" "$work" >"$log" 2>&1
         rc=$?
