@@ -236,7 +236,7 @@ fn every_entry_point(reg: &Registry) -> Vec<(String, Result<Value, String>)> {
         ),
     ];
     for cn in [CN, CN2] {
-        for vm in [VM, VM2, KVM_VM] {
+        for vm in [VM, VM2] {
             let at = format!("{cn}/{vm}");
             out.push((format!("vm_settings {at}"), reg.vm_settings(cn, vm, true)));
             out.push((
@@ -250,6 +250,12 @@ fn every_entry_point(reg: &Registry) -> Vec<(String, Result<Value, String>)> {
             out.push((
                 format!("ssh {at}"),
                 reg.port(cn, vm, Kind::Ssh).map(Value::from),
+            ));
+        }
+        if cn == CN2 {
+            out.push((
+                format!("vm_settings {cn}/{KVM_VM}"),
+                reg.vm_settings(cn, KVM_VM, true),
             ));
         }
         out.push((format!("target {cn}"), reg.target_settings(cn, &[])));

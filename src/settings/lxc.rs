@@ -26,13 +26,18 @@ impl Config {
     /// the kvm images). The lxc settings are merged here again rather than
     /// read from the types' settings: the kvm type's settings are
     /// completed with these images.
+    /// Computed once per configuration.
     pub fn images_settings(&self) -> Result<Value> {
+        if let Some(v) = self.images.get() {
+            return Ok(v.clone());
+        }
         let lxc_settings = self.registry_settings(lxc::VT, &lxc::Lxc)?;
         let lxc_path = lxc_settings
             .get("defaults")
             .and_then(|d| d.get("lxc_path"))
             .unwrap_or(&Value::Null);
-        lxc::images::settings(&self.pillar, lxc_path, self.devhost())
+        let v = lxc::images::settings(&self.pillar, lxc_path, self.devhost())?;
+        Ok(self.images.get_or_init(|| v).clone())
     }
 
     /// `mc_cloud_kvm.settings()`: [`Config::vt_settings`] of kvm (its

@@ -76,6 +76,7 @@ pub struct Config {
     cloud: OnceLock<Value>,
     declared: OnceLock<Declared>,
     types: OnceLock<BTreeMap<String, Value>>,
+    images: OnceLock<Value>,
     minions: OnceLock<BTreeMap<String, String>>,
     plans: Arc<Mutex<HashMap<String, Arc<NodePlan>>>>,
     /// Where the VMs declared without a node were placed (VM → node), as
@@ -95,6 +96,7 @@ impl Config {
             cloud: OnceLock::new(),
             declared: OnceLock::new(),
             types: OnceLock::new(),
+            images: OnceLock::new(),
             minions: OnceLock::new(),
             plans: Arc::default(),
             placements: BTreeMap::new(),

@@ -8,6 +8,9 @@ inventory and ``get_vts`` know the type."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from tests.support.pillars import FLAGS
@@ -69,3 +72,29 @@ def test_a_kvm_vm_beside_lxc_vms(salt_env: SaltEnv, sample: dict[str, Any]) -> N
     salt_env.set_pillar({**sample, f"makina-states.cloud.kvm.vms.{CN}.{KVM}": {"fstab": ["/srv srv none bind"]}})
     r = salt_env.call("mc_cloud_kvm.get_settings_for_vm", CN, KVM)
     assert r.returncode != 0 and "kvm VMs have no bind mounts" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_qemu_takes_the_rendered_command_line(salt_env: SaltEnv, sample: dict[str, Any], tmp_path: Path) -> None:
+    """The real QEMU parses the domain's argv and realises its machine and
+    devices: it stops at the (dummy) kernel, past every option. The tap,
+    which needs the node's bridge and CAP_NET_ADMIN, becomes a user-mode
+    backend; the guest is not started (no ``-daemonize``)."""
+    qemu = shutil.which("qemu-system-x86_64")
+    assert qemu, "qemu-system-x86_64 is installed on the test machines"
+    salt_env.set_pillar({
+        **sample,
+        f"makina-states.cloud.kvm.vms.{CN}.{KVM}": {"accel": "tcg", "memory": "128M"},
+        "makina-states.cloud.kvm.defaults.kvm_path": str(tmp_path / "kvm"),
+        "makina-states.cloud.images.kvm.images_root": str(tmp_path / "images"),
+    })
+    d = salt_env.ok("mc_cloud_kvm.get_settings_for_vm", CN, KVM)["domain"]
+    Path(d["dir"]).mkdir(parents=True)
+    Path(d["base"]).parent.mkdir(parents=True)
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", d["disk"], "64M"], check=True)
+    Path(d["seed"]).write_bytes(b"\0" * 4096)
+    for f in (d["kernel"], d["initrd"]):
+        Path(f).write_bytes(b"\0" * 4096)
+    argv = [("user,id=n0" if a.startswith("tap,id=n0,") else a) for a in d["argv"] if a != "-daemonize"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "linux kernel too old to load a ram disk" in r.stderr, (argv, r.stderr)
+    assert not Path(d["pidfile"]).exists()

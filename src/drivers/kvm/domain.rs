@@ -14,6 +14,12 @@ pub const QEMU: &str = "qemu-system-x86_64";
 /// The kernel command line of every guest (its root is the whole disk,
 /// its console the serial port, its first NIC `eth0`).
 pub const CMDLINE: &str = "root=/dev/vda rw console=ttyS0 net.ifnames=0 quiet";
+/// The guest CPU: everything the accelerator offers (`max`) but the
+/// IA32_ARCH_CAPABILITIES MSR, which a nested KVM host refuses to set
+/// (QEMU 7.2 then aborts at start: "failed to set MSR 0x10a",
+/// `kvm_buf_set_msrs` assertion), so that `kvm` and `kvm:tcg` start where
+/// `/dev/kvm` answers from inside another VM; TCG takes the same model.
+pub const CPU: &str = "max,-arch-capabilities";
 /// Longest network interface name Linux accepts (`IFNAMSIZ` - 1).
 pub const IFNAME_MAX: usize = 15;
 
@@ -161,7 +167,7 @@ pub fn render(spec: &Spec) -> Domain {
     }
     argv.extend([
         "-cpu".into(),
-        "max".into(),
+        CPU.into(),
         "-smp".into(),
         spec.cpus.to_string(),
         "-m".into(),
@@ -253,7 +259,7 @@ mod tests {
             "-accel",
             "tcg",
             "-cpu",
-            "max",
+            "max,-arch-capabilities",
             "-smp",
             "1",
             "-m",

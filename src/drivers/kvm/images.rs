@@ -137,6 +137,11 @@ fn check_image(name: &str, v: &Value, lxc: &Map<String, Value>) -> Result<()> {
     if let Some(x) = v.get("disk_size").filter(|x| !x.is_null()) {
         mib(x, &what("disk_size"))?;
     }
+    // A version the pillar gives names the image's directory on the nodes.
+    if let Some(x) = v.get("version").filter(|x| !x.is_null()) {
+        let version = checks::string(&what("version"), x, false)?;
+        validate("image version", version).map_err(|e| e.in_pillar(&what("version")))?;
+    }
     Ok(())
 }
 
@@ -268,6 +273,11 @@ mod tests {
             "packages of kvm image k",
         );
         bad(json!({"other": {}}), "default kvm image k is not declared");
+        bad(
+            json!({"k": {"version": "../../etc"}}),
+            "version of kvm image k",
+        );
+        bad(json!({"k": {"version": 3}}), "version of kvm image k");
         let e = done(json!({"images_root": "rel", "default": "k", "images": {"k": {}}}))
             .unwrap_err()
             .to_string();
