@@ -132,7 +132,8 @@ def _nics(s: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = [{"ip": s.get("ip"), "mac": s.get("mac"), "netmask": s.get("netmask")}]
     for extra in s.get("additional_ips") or []:
         if isinstance(extra, Mapping) and extra.get("ip"):
-            out.append({"ip": extra["ip"], "mac": extra.get("mac"), "netmask": extra.get("netmask") or s.get("netmask")})
+            out.append({"ip": extra["ip"], "mac": extra.get("mac"),
+                        "netmask": extra.get("netmask") or s.get("netmask")})
     return out
 
 
