@@ -639,6 +639,7 @@ def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str
     sh("lxc-destroy", "-P", str(lxc), "-n", METAL)
     stray: subprocess.Popen[bytes] | None = None
     try:
+        cloud.run("mc_cloud_controller.deploy")  # done by the first test already, unless run alone
         timed(phases, "compute node deploy, lxc and kvm (incl. kvm image build)", cloud,
               "mc_cloud_compute_node.deploy", cloud.node)
         images = list((kvm / "images" / KVM_IMAGE).iterdir())
