@@ -225,6 +225,7 @@ def test_the_builder_refuses_bad_arguments_and_recipes_before_any_work(tmp_path:
         (["", str(out)], {"MCCLOUD_PACKAGES": "vim;reboot"}, "'vim;reboot' is not a package name"),
         (["", str(out)], {"MCCLOUD_DISK_SIZE": "lots"}, "MCCLOUD_DISK_SIZE 'lots' is not a size"),
         (["", str(out)], {"MCCLOUD_CLOUD_INIT": "maybe"}, "MCCLOUD_CLOUD_INIT must be true or false"),
+        (["", str(out)], {"MCCLOUD_MIRROR": "--keyring=/tmp/k"}, "is not an http(s):// or file:/// URL"),
         ([str(tmp_path / "nothing"), str(out)], {}, "is not a root filesystem"),
         (["only-one"], {}, "usage: kvm-image-build.sh SRC_TREE_OR_EMPTY OUT_DIR"),
     ]
