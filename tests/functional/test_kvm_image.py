@@ -20,12 +20,11 @@ from typing import Any
 
 import pytest
 
-from mccloud import saltsupport
-
 #: No Salt code runs here: the previous Salt line's suite leaves it out.
 pytestmark = pytest.mark.salt_free
 
-DATA = Path(saltsupport.bootstrap_script()).parent
+#: The source tree's copies (the wheel ships these; an installed wheel may be older).
+DATA = Path(__file__).resolve().parents[2] / "python" / "mccloud" / "data"
 SEED = DATA / "mccloud-seed"
 BUILD = DATA / "kvm-image-build.sh"
 #: ``openssl passwd -6 -salt saltsaltsalt not-this-one``
@@ -65,6 +64,7 @@ def guest_root(tmp_path: Path) -> Path:
     (root / "etc/shadow").write_text("root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n")
     (root / "etc/shadow").chmod(0o640)
     (root / "etc/hostname").write_text("vm\n")
+    (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n127.0.1.1\tvm\n::1\tlocalhost ip6-localhost\n")
     return root
 
 
@@ -127,6 +127,8 @@ def test_the_seed_applies_tree_password_hostname_network_and_host_keys_once(tmp_
     assert (root / "etc/shadow").read_text() == f"root:{HASH}:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"
     assert (root / "etc/shadow").stat().st_mode & 0o777 == 0o640
     assert (root / "etc/hostname").read_text() == "kvm1.test.lan\n"
+    assert (root / "etc/hosts").read_text() == \
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\tkvm1.test.lan kvm1\n"
     assert (root / "etc/network/interfaces.d/mccloud").read_text() == STANZAS
     keys = sorted(p.name for p in (root / "etc/ssh").iterdir())
     assert keys == ["ssh_host_ecdsa_key", "ssh_host_ecdsa_key.pub", "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub"]
@@ -144,6 +146,8 @@ def test_a_new_seed_reaches_the_guest_at_its_next_boot(tmp_path: Path) -> None:
     assert run_seed(root, seed).returncode == 0
     assert "address 10.5.0.77/24" in (root / "etc/network/interfaces.d/mccloud").read_text()
     assert (root / "etc/hostname").read_text() == "kvm2.test.lan\n"
+    assert (root / "etc/hosts").read_text().count("127.0.1.1") == 1
+    assert "127.0.1.1\tkvm2.test.lan kvm2\n" in (root / "etc/hosts").read_text()
     assert (root / "etc/ssh/ssh_host_ed25519_key").read_bytes() == key, "host keys are made once"
 
 
@@ -221,6 +225,7 @@ def test_the_builder_refuses_bad_arguments_and_recipes_before_any_work(tmp_path:
         (["", str(out)], {"MCCLOUD_PACKAGES": "vim;reboot"}, "'vim;reboot' is not a package name"),
         (["", str(out)], {"MCCLOUD_DISK_SIZE": "lots"}, "MCCLOUD_DISK_SIZE 'lots' is not a size"),
         (["", str(out)], {"MCCLOUD_CLOUD_INIT": "maybe"}, "MCCLOUD_CLOUD_INIT must be true or false"),
+        (["", str(out)], {"MCCLOUD_MIRROR": "--keyring=/tmp/k"}, "is not an http(s):// or file:/// URL"),
         ([str(tmp_path / "nothing"), str(out)], {}, "is not a root filesystem"),
         (["only-one"], {}, "usage: kvm-image-build.sh SRC_TREE_OR_EMPTY OUT_DIR"),
     ]

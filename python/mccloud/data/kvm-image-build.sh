@@ -47,7 +47,6 @@ case "$OUT" in
 esac
 OUT=${OUT%/}
 [ -n "$OUT" ] || die "OUT_DIR must not be /"
-[ "$(id -u)" = 0 ] || die "must run as root (chroot, mounts, device nodes in the tree)"
 VERSION=${MCCLOUD_VERSION:-}
 [ -n "$VERSION" ] || die "MCCLOUD_VERSION is empty: the image version is required"
 case "$VERSION" in
@@ -86,10 +85,15 @@ SEED_UNIT=$(dirname "$SEED_SCRIPT")/mccloud-seed.service
 [ -f "$SEED_SCRIPT" ] || die "MCCLOUD_SEED_SCRIPT: no file $SEED_SCRIPT"
 [ -f "$SEED_UNIT" ] || die "no unit $SEED_UNIT next to MCCLOUD_SEED_SCRIPT"
 MIRROR=${MCCLOUD_MIRROR:-http://deb.debian.org/debian}
+case "$MIRROR" in
+    http://*|https://*|file:///*) ;;
+    *) die "MCCLOUD_MIRROR '$MIRROR' is not an http(s):// or file:/// URL" ;;
+esac
 if [ -n "$SRC" ]; then
     [ -d "$SRC/etc" ] && [ -d "$SRC/usr" ] || die "source tree $SRC is not a root filesystem (no etc/ and usr/)"
 fi
 [ ! -e "$OUT" ] || die "$OUT exists: an image version is never rebuilt in place (remove it to rebuild)"
+[ "$(id -u)" = 0 ] || die "must run as root (chroot, mounts, device nodes in the tree)"
 for tool in mkfs.ext4 qemu-img chroot flock; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found (packages e2fsprogs, qemu-utils, coreutils, util-linux)"
 done
