@@ -81,11 +81,17 @@ pub struct Domain {
     pub qmp: String,
     /// The serial console's log.
     pub console: String,
-    /// The image's base disk, `<images_root>/<image>/<version>/disk.qcow2`.
+    /// The image version's directory, `<images_root>/<image>/<version>`
+    /// (its `disk.qcow2`, `vmlinuz` and `initrd.img`).
+    pub image_dir: String,
+    /// The image's base disk, `<image_dir>/disk.qcow2`: a new disk is made
+    /// as an overlay of it.
     pub base: String,
-    /// The image's kernel, next to the base.
+    /// The VM's own copy of its image's kernel, `<dir>/vmlinuz`, made with
+    /// its disk: the guest boots the kernel matching its disk's base for
+    /// its whole life, whatever image version is declared later.
     pub kernel: String,
-    /// The image's initrd, next to the base.
+    /// The VM's own copy of its image's initrd, `<dir>/initrd.img`.
     pub initrd: String,
     /// Its interfaces.
     pub nics: Vec<Nic>,
@@ -138,8 +144,7 @@ pub fn render(spec: &Spec) -> Domain {
         file("console.log"),
     );
     let base = format!("{image_dir}/disk.qcow2");
-    let kernel = format!("{image_dir}/vmlinuz");
-    let initrd = format!("{image_dir}/initrd.img");
+    let (kernel, initrd) = (file("vmlinuz"), file("initrd.img"));
     let nics: Vec<Nic> = spec
         .nics
         .iter()
@@ -214,6 +219,7 @@ pub fn render(spec: &Spec) -> Domain {
         pidfile,
         qmp,
         console,
+        image_dir,
         base,
         kernel,
         initrd,
@@ -269,9 +275,9 @@ mod tests {
             "-display",
             "none",
             "-kernel",
-            &format!("{img}/vmlinuz"),
+            &format!("{dir}/vmlinuz"),
             "-initrd",
-            &format!("{img}/initrd.img"),
+            &format!("{dir}/initrd.img"),
             "-append",
             "root=/dev/vda rw console=ttyS0 net.ifnames=0 quiet",
             "-drive",
@@ -297,9 +303,10 @@ mod tests {
         .collect();
         assert_eq!(d.argv, want);
         assert_eq!(d.dir, dir);
+        assert_eq!(d.image_dir, img);
         assert_eq!(d.base, format!("{img}/disk.qcow2"));
-        assert_eq!(d.kernel, format!("{img}/vmlinuz"));
-        assert_eq!(d.initrd, format!("{img}/initrd.img"));
+        assert_eq!(d.kernel, format!("{dir}/vmlinuz"));
+        assert_eq!(d.initrd, format!("{dir}/initrd.img"));
         assert_eq!(
             d.nics,
             vec![Nic {
@@ -310,8 +317,19 @@ mod tests {
         );
         let j = d.to_json();
         for k in [
-            "name", "dir", "disk", "seed", "pidfile", "qmp", "console", "base", "kernel", "initrd",
-            "nics", "argv",
+            "name",
+            "dir",
+            "disk",
+            "seed",
+            "pidfile",
+            "qmp",
+            "console",
+            "image_dir",
+            "base",
+            "kernel",
+            "initrd",
+            "nics",
+            "argv",
         ] {
             assert!(j.get(k).is_some(), "{k}");
         }
