@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.functional.test_metrics import mccloud as metrics, of, samples
 from tests.support.pillars import FLAGS
 from tests.support.saltenv import CN, SaltEnv
 
@@ -61,6 +62,12 @@ def test_a_kvm_vm_beside_lxc_vms(salt_env: SaltEnv, sample: dict[str, Any]) -> N
         values = [vm[key] for vm in vms.values()]
         assert len(set(values)) == len(values) == len(sample[f"makina-states.services.cloud.lxc.targets.{CN}"]) + 1
     assert salt_env.ok("mc_cloud_kvm.settings")["vms"] == {CN: [KVM]}
+    # The metrics count it with the node's containers, in the same pools.
+    p = metrics(salt_env)
+    assert p.returncode == 0, p.stderr
+    m = samples(p.stdout)
+    assert of(m, "mccloud_vms", state="allocated") == of(m, "mccloud_vms", state="declared") == len(vms)
+    assert of(m, "mccloud_pool_used", pool="ip") == len(vms) + 1  # its additional IP too
 
     inventory = salt_env.ok("mc_cloud.inventory")
     assert inventory[CN]["vms"][KVM]["vt"] == "kvm"
