@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -388,6 +389,11 @@ NO_STORE = [
     *[c for c in CASES if c.name in {"two vms declare one ip", "cli set ip declared vm", "cli unknown vm"}],
 ]
 ALL = [*[(c, True) for c in CASES], *[(c, False) for c in NO_STORE]]
+#: On the previous Salt line (the second stage of ``./run test``) one case
+#: in four runs: every message checked comes from mccloud's core and reads
+#: the same on either line; what that line adds is Salt's command-line path
+#: (exit code, usage on bad arguments, no traceback), which any case shows.
+RUN = ALL[::4] if os.environ.get("MCCLOUD_TEST_SALT_LINE") == "previous" else ALL
 
 
 def sha(path: Path) -> str | None:
@@ -441,7 +447,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], 
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {
             (c.name, s): pool.submit(_run, tmp_path_factory.mktemp("case"), c, s, baseline, macs, sample)
-            for c, s in ALL
+            for c, s in RUN
         }
         return {k: f.result() for k, f in futures.items()}
 
@@ -451,7 +457,7 @@ def test_the_matrix_is_large_and_names_are_unique() -> None:
     assert len({c.name for c in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize(("case", "with_store"), ALL, ids=[f"{c.name}{'' if s else ' (no store)'}" for c, s in ALL])
+@pytest.mark.parametrize(("case", "with_store"), RUN, ids=[f"{c.name}{'' if s else ' (no store)'}" for c, s in RUN])
 def test_bad_input_is_refused_clearly_and_changes_nothing(
     results: dict[tuple[str, bool], Outcome], case: Case, with_store: bool
 ) -> None:
