@@ -253,3 +253,33 @@ def test_images_are_built_once_into_their_version_directory_by_the_builder(tmp_p
     p = minion.call("state.sls", "makina-states.cloud.kvm.compute_node.images", pillar={"mccloud": data})
     assert p.returncode != 0 and "debootstrap failed" in p.stdout and "exit 7" in p.stdout
     assert not (root / "bad" / "fedcba9876543210").exists()
+
+
+def test_images_leave_the_builders_work_dir_alone_and_never_cross_a_mount(tmp_path: Path) -> None:
+    """The builder's own work directory (``<version>.build.tmp``, where the
+    host's /dev is mounted during a build) is never removed by the SLS; a
+    stale ``<version>.build`` is removed on its own file system only, and
+    refused while something is mounted under it."""
+    builder = tmp_path / "build.sh"
+    builder.write_text(BUILDER)
+    root = tmp_path / "images"
+    data = {"images_root": str(root), "builder": str(builder), "seed_script": "/nonexistent/mccloud-seed",
+            "images": {"img": {"version": "0123456789abcdef", "from_tree": "", "release": "bookworm"}}}
+    work = root / "img" / "0123456789abcdef.build"
+    (work / "dev").mkdir(parents=True)
+    (work.parent / (work.name + ".tmp")).mkdir()
+    keep = work.parent / (work.name + ".tmp") / "host-file"
+    keep.write_text("the builder's")
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(work / "dev")], check=True)
+    try:
+        (work / "dev" / "null-ish").write_text("a mounted file system")
+        minion = Minion(tmp_path / "minion")
+        p = minion.call("state.sls", "makina-states.cloud.kvm.compute_node.images", pillar={"mccloud": data})
+        assert p.returncode != 0 and "mounted under the stale" in p.stdout, p.stdout
+        assert (work / "dev" / "null-ish").exists()
+    finally:
+        subprocess.run(["umount", str(work / "dev")], check=True)
+    ran = states(minion.apply("makina-states.cloud.kvm.compute_node.images", data))
+    assert ran["mccloud-kvm-image-0"]["changes"], ran
+    assert (root / "img" / "0123456789abcdef" / "disk.qcow2").exists() and not work.exists()
+    assert keep.read_text() == "the builder's"
