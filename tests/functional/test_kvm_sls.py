@@ -78,11 +78,16 @@ def node(tmp_path: Path, netns: str, data: dict[str, Any]) -> dict[str, Any]:
             "kvm_path": kvm_path, "base": base, "ns": netns}
 
 
-def destroy(n: dict[str, Any], stop_timeout: int = 60) -> dict[str, dict[str, Any]]:
+def destroy_data(n: dict[str, Any], stop_timeout: int = 60, kvm_path: Any = None,
+                 kvm_paths: list[str] | None = None) -> dict[str, Any]:
     vm = n["job"]["vm"]["name"]
-    data = {"destroy": {"name": vm, "kvm_path": str(n["kvm_path"]), "dir": str(n["dir"]),
-                        "tap_prefix": kvm.tap_prefix(vm), "stop_timeout": stop_timeout}}
-    return states(n["minion"].apply(DESTROY, data))
+    path = str(kvm_path or n["kvm_path"])
+    return {"destroy": {"name": vm, "kvm_path": path, "dir": f"{path.rstrip('/')}/vms/{vm}",
+                        "kvm_paths": kvm_paths or [], "tap_prefix": kvm.tap_prefix(vm), "stop_timeout": stop_timeout}}
+
+
+def destroy(n: dict[str, Any], stop_timeout: int = 60, **where: Any) -> dict[str, dict[str, Any]]:
+    return states(n["minion"].apply(DESTROY, destroy_data(n, stop_timeout, **where)))
 
 
 def links(ns: str) -> dict[str, dict[str, Any]]:
@@ -165,8 +170,18 @@ def test_a_started_guest_is_seen_running_then_stopped_and_removed_by_destroy(nod
         again = states(minion.apply(SETUP, job))
         assert again["mccloud-kvm-vm-start"]["comment"] == f"guest {vm} is running"
         assert again["mccloud-kvm-vm-restart"]["changes"] == {}
+        # its pidfile lost: still the guest (found by its argv), never removed under a running QEMU
+        (vm_dir / "qemu.pid").unlink()
+        assert kvmnode.running_pid(vm, str(vm_dir)) == pid
+        # destroyed as no longer declared (the default kvm path's data): its directory is not there,
+        # the node's kvm paths do not hold it, its QEMU runs: refused, nothing touched
+        elsewhere = node["kvm_path"].parent / "elsewhere"
+        p = node["minion"].call("state.sls", DESTROY, pillar={"mccloud": destroy_data(node, 1, elsewhere)})
+        assert p.returncode != 0 and f"its QEMU runs (pid {pid})" in p.stdout, p.stdout
+        assert vm_dir.exists() and kvmnode.running_pid(vm, str(vm_dir)) == pid
         start = time.monotonic()
-        gone = destroy(node, stop_timeout=1)
+        # the same, with the node's kvm paths holding it (and a trailing slash): found and destroyed
+        gone = destroy(node, stop_timeout=1, kvm_path=f"{elsewhere}/", kvm_paths=[f"{node['kvm_path']}/"])
         assert gone["mccloud-kvm-vm-destroy-stop"]["changes"] == {"stopped": "term"}, gone
         assert time.monotonic() - start < 30
         assert not vm_dir.exists() and kvm.tap_name(vm, 0) not in links(node["ns"])
@@ -283,3 +298,44 @@ def test_images_leave_the_builders_work_dir_alone_and_never_cross_a_mount(tmp_pa
     assert ran["mccloud-kvm-image-0"]["changes"], ran
     assert (root / "img" / "0123456789abcdef" / "disk.qcow2").exists() and not work.exists()
     assert keep.read_text() == "the builder's"
+
+
+def test_a_vm_keeps_the_kernel_of_its_base_and_its_disk_the_cores_size(node: dict[str, Any]) -> None:
+    """When the core boots the VM's own kernel copies (domain kernel and
+    initrd in its directory, image_dir the image version), spawn copies
+    them when it makes the disk, never after: a new image version changes
+    nothing for an existing VM; a VM dir without copies gets those of its
+    disk's base. The disk is disk_mib MiB, refused below its base's size."""
+    minion, job, vm_dir, base = node["minion"], node["job"], node["dir"], node["base"]
+    v1 = base.parent
+    (v1 / "vmlinuz").write_text("kernel 1")
+    (v1 / "initrd.img").write_text("initrd 1")
+    v2 = v1.parent / "fedcba9876543210"
+    v2.mkdir()
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(v2 / "disk.qcow2"), "16M"], check=True)
+    (v2 / "vmlinuz").write_text("kernel 2")
+    (v2 / "initrd.img").write_text("initrd 2")
+    job["vm"]["size"] = "64"  # MiB for the core (disk_mib 64), bytes for qemu-img
+    dom = job["domain"]
+    dom.update(kernel=f"{vm_dir}/vmlinuz", initrd=f"{vm_dir}/initrd.img", image_dir=str(v1))
+    small = {**job, "vm": {**job["vm"], "disk_mib": 8, "size": "8"}}
+    p = minion.call("state.sls", SPAWN, pillar={"mccloud": small})
+    assert p.returncode != 0 and "below its image's (16 MiB" in p.stdout and not (vm_dir / "disk.qcow2").exists()
+    ran = states(minion.apply(SPAWN, job))
+    assert ran["mccloud-kvm-vm-disk"]["changes"], ran["mccloud-kvm-vm-disk"]
+    assert (vm_dir / "vmlinuz").read_text() == "kernel 1" and (vm_dir / "initrd.img").read_text() == "initrd 1"
+    assert stat.S_IMODE((vm_dir / "vmlinuz").stat().st_mode) == 0o600
+    # a new image version: the existing VM keeps its kernel
+    dom.update(image_dir=str(v2), base=str(v2 / "disk.qcow2"))
+    again = states(minion.apply(SPAWN, job))
+    assert again["mccloud-kvm-vm-disk"]["changes"] == {}
+    assert (vm_dir / "vmlinuz").read_text() == "kernel 1"
+    # a VM made before it had copies: those of its disk's base
+    (vm_dir / "vmlinuz").unlink()
+    again = states(minion.apply(SPAWN, job))
+    assert again["mccloud-kvm-vm-disk"]["changes"]
+    assert (vm_dir / "vmlinuz").read_text() == "kernel 1" and (vm_dir / "initrd.img").read_text() == "initrd 1"
+    # the size is the core's disk_mib (a bare "2048" is MiB for the core, bytes for qemu-img)
+    info = json.loads(subprocess.run(["qemu-img", "info", "--output=json", str(vm_dir / "disk.qcow2")],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["virtual-size"] == 64 * 1024 * 1024
