@@ -160,11 +160,19 @@ def test_a_started_guest_is_seen_running_then_stopped_and_removed_by_destroy(nod
     dom["argv"] = ["qemu-system-x86_64", "-name", f"guest={vm}", "-machine", "none", "-nodefaults",
                    "-display", "none", "-qmp", f"unix:{dom['qmp']},server=on,wait=off",
                    "-pidfile", dom["pidfile"], "-daemonize"]
-    ran = states(minion.apply(f"{SPAWN},{SETUP}", job))
+    states(minion.apply(SPAWN, job))
+    job["vm"]["disk_mib"] = 96  # a bigger size: the start grows the disk before QEMU starts
+    ran = states(minion.apply(SETUP, job))
     try:
         assert ran["mccloud-kvm-vm-start"]["changes"], ran["mccloud-kvm-vm-start"]
+        assert "disk grown from 67108864 to 100663296 bytes" in ran["mccloud-kvm-vm-start"]["comment"]
         pid = kvmnode.running_pid(vm, str(vm_dir))
         assert pid is not None
+        # running: reconfigure leaves its disk to its next start
+        job["vm"]["disk_mib"] = 128
+        ran = states(minion.apply("makina-states.cloud.kvm.vm.reconfigure", job))
+        assert "grows at its next start" in ran["mccloud-kvm-vm-grow"]["comment"], ran["mccloud-kvm-vm-grow"]
+        assert kvmnode.running_pid(vm, str(vm_dir)) == pid
         found = kvmnode.guests([str(node["kvm_path"])])
         assert found[vm] == {"running": True, "ips": [], "mac": "00:16:3e:00:00:07"}
         again = states(minion.apply(SETUP, job))
@@ -339,3 +347,37 @@ def test_a_vm_keeps_the_kernel_of_its_base_and_its_disk_the_cores_size(node: dic
     info = json.loads(subprocess.run(["qemu-img", "info", "--output=json", str(vm_dir / "disk.qcow2")],
                                      capture_output=True, text=True, check=True).stdout)
     assert info["virtual-size"] == 64 * 1024 * 1024
+
+
+def test_the_shell_trusts_a_pid_only_as_the_vms_qemu(tmp_path: Path) -> None:
+    """``is_guest`` of the node's shell (start, reconfigure, boot service):
+    the pid is the guest only as a ``qemu-system-*`` holding ``guest=<vm>``
+    and the VM's ``-pidfile``, as :func:`mccloud.kvmnode.is_guest`."""
+    import sys
+
+    import jinja2
+
+    from tests.support.minion import sls_root
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(sls_root()), extensions=["jinja2.ext.do"])
+    is_guest = env.get_template("makina-states/cloud/kvm/vm/qemu.jinja").module.IS_GUEST  # type: ignore[attr-defined]
+    pidfile = str(tmp_path / "vms" / "v" / "qemu.pid")
+    code = "import time; time.sleep(60)"
+    procs = {
+        "guest": ["qemu-system-x86_64", "-c", code, "-name", "guest=v,debug-threads=on", "-pidfile", pidfile],
+        "not qemu": ["/usr/bin/sleeper", "-c", code, "-name", "guest=v", "-pidfile", pidfile],
+        "other pidfile": ["qemu-system-x86_64", "-c", code, "-name", "guest=v", "-pidfile", pidfile + "x"],
+        "other name": ["qemu-system-x86_64", "-c", code, "-name", "guest=vv", "-pidfile", pidfile],
+    }
+    running = {k: subprocess.Popen(argv, executable=sys.executable) for k, argv in procs.items()}
+    try:
+        time.sleep(0.2)
+        for what, p in running.items():
+            rc = subprocess.run(["sh", "-c", f'{is_guest}\nis_guest "$1" v "$2"', "sh", str(p.pid), pidfile]).returncode
+            assert (rc == 0) == (what == "guest"), what
+            argv = kvmnode.cmdline(p.pid)
+            assert kvmnode.is_guest(argv, "v", pidfile) == (what == "guest"), what
+    finally:
+        for p in running.values():
+            p.kill()
+            p.wait()
