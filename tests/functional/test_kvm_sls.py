@@ -144,6 +144,35 @@ def test_spawn_and_initial_setup_write_the_guest_and_its_seed_without_starting_i
     assert tree.extractfile(pem).read().decode() == job["minion"]["pem"]  # type: ignore[union-attr]
     assert f"{conf}/minion.d/mccloud.conf" in members
 
+    # the ISO keeps the files' real modes (private: root's, 0600), and the guest's seed unit (root)
+    # reads them: here copied out with those modes (no iso9660 mount in a container)
+    listing = subprocess.run(["isoinfo", "-R", "-l", "-i", str(iso)], capture_output=True, text=True,
+                             check=True).stdout
+    modes, here = {}, ""
+    for line in listing.splitlines():
+        if line.startswith("Directory listing of "):
+            here = line[len("Directory listing of "):].strip()
+        elif line[:1] in ("-", "d") and line.split()[-1] not in (".", ".."):
+            f = line.split()
+            modes[here + f[-1]] = (f[0], f[2], f[3])
+    assert modes["/mccloud/tree.tar"] == ("-rw-------", "0", "0") and modes["/user-data"][0] == "-rw-------"
+    assert modes["/mccloud"][0] == "drwx------"
+    copy = node["kvm_path"].parent / "cidata"
+    for path, (mode, _, _) in sorted(modes.items()):
+        if mode.startswith("d"):
+            (copy / path.lstrip("/")).mkdir(parents=True)
+        else:
+            (copy / path.lstrip("/")).write_bytes(isoinfo(iso, path))
+            (copy / path.lstrip("/")).chmod(0o600)
+    guest = node["kvm_path"].parent / "guest"
+    (guest / "etc").mkdir(parents=True)
+    (guest / "etc" / "shadow").write_text("root:*:19000:0:99999:7:::\n")
+    seed_env = {"PATH": os.environ["PATH"] + ":/usr/sbin:/sbin", "MCCLOUD_SEED_ROOT": str(guest),
+                "MCCLOUD_SEED_DIR": str(copy)}
+    r = subprocess.run(["/bin/sh", kvm.SEED_SCRIPT], env=seed_env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (guest / conf / "pki/minion/minion.pem").read_text() == job["minion"]["pem"]
+
     again = states(minion.apply(SETUP, job))
     assert again["mccloud-kvm-vm-seed-iso"]["changes"] == {}, again["mccloud-kvm-vm-seed-iso"]
 

@@ -77,7 +77,7 @@ mccloud-kvm-vm-seed-iso{{ s }}:
             echo "changed=no comment='seed of $MCCLOUD_NAME unchanged'"; exit 0
         fi
         mv "$S/mccloud/tree.tar.new" "$S/mccloud/tree.tar" || exit 1
-        err=$(genisoimage -quiet -V cidata -J -r -o "$MCCLOUD_DIR/seed.iso.new" "$S" 2>&1) || {
+        err=$(genisoimage -quiet -V cidata -J -R -o "$MCCLOUD_DIR/seed.iso.new" "$S" 2>&1) || {
             rc=$?; echo "genisoimage failed (exit $rc): $err" >&2; exit "$rc"; }
         chmod 0600 "$MCCLOUD_DIR/seed.iso.new" && mv "$MCCLOUD_DIR/seed.iso.new" "$MCCLOUD_DIR/seed.iso" || exit 1
         printf '%s\n' "$sum" > "$MCCLOUD_DIR/seed.sum"
