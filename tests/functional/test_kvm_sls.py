@@ -262,6 +262,17 @@ def test_every_write_into_the_seed_tree_comes_before_the_seed_is_packed(data: di
     assert len(writes) >= 8 and "mccloud-vm-minion-pem" in writes and "mccloud-vm-resolv" in writes
     assert max(order(w) for w in writes) < order("mccloud-kvm-vm-seed-iso") < order("mccloud-kvm-vm-start")
     assert order("mccloud-kvm-vm-seed-root") < min(order(w) for w in writes)
+    # not only by order: the seed ISO requires every SLS writing into seed-root, there even for a start alone
+    writers = {"makina-states.cloud.generic.vm.fix_dns", "makina-states.cloud.generic.vm.preprovision",
+               "makina-states.cloud.generic.vm.registry", "makina-states.cloud.kvm.vm.preprovision"}
+    assert {str(high[w]["__sls__"]) for w in writes} <= writers | {"makina-states.cloud.generic.vm.bootstrap"}
+    p = show_sls(data["tmp"], f"{kvm.VM_SLS}.start", {**data["kvm_bootstrap"], "minion": None})
+    assert p.returncode == 0, p.stdout + p.stderr
+    alone = json.loads(p.stdout)["local"]
+    requires = [r for args in alone["mccloud-kvm-vm-seed-iso"]["cmd"] if isinstance(args, dict)
+                for r in args.get("require") or []]
+    assert {r["sls"] for r in requires if "sls" in r} == writers
+    assert {str(alone[w]["__sls__"]) for w in alone if "mccloud_rootfs" in alone[w]} == writers
 
 
 BUILDER = """#!/bin/sh
