@@ -7,9 +7,12 @@ directory ``<kvm_path>/vms/<vm>`` (see ``docs/howto/kvm.md``), which holds
 ``domain.json`` (the core's rendering of the VM: paths, NICs, argv),
 ``qemu.argv`` (that argv, NUL-separated), ``qemu.pid`` and ``qmp.sock``.
 Nothing here keeps state: the guest's state is its pidfile and ``/proc``.
-A pid is trusted only while its ``/proc/<pid>/cmdline`` holds
-``guest=<vm>`` (``-name guest=<vm>``): a pid reused by another process is
-not the guest.
+A pid is trusted only while its ``/proc/<pid>/cmdline`` is a QEMU system
+emulator's (``argv[0]``'s base name starts with ``qemu-system-``) holding
+``-name guest=<vm>`` and ``-pidfile <the VM's pidfile>`` (:func:`is_guest`):
+a pid reused by another process, or another QEMU naming itself so, is not
+the guest. A guest whose pidfile was lost is found by that same argv
+(:func:`running_pid`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any, Callable, Iterable
 KVM_GET_API_VERSION, KVM_API_VERSION = 0xAE00, 12
 #: Where the VM directories (``vms/<vm>``) and images live by default.
 DEFAULT_KVM_PATH = "/var/lib/mccloud/kvm"
+#: The kvm paths of this node, one a line (written by the install_kvm SLS).
+KVM_PATHS_FILE = "/etc/mccloud/kvm-paths"
 #: What names a QEMU system emulator process (``argv[0]``'s base name starts so).
 QEMU_PREFIX = "qemu-system-"
 
@@ -71,6 +76,24 @@ def guest_name(argv: list[str]) -> str | None:
     return None
 
 
+def argv_pidfile(argv: list[str]) -> str | None:
+    """The ``-pidfile`` of a QEMU argv (None without one)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg in ("-pidfile", "--pidfile"):
+            return argv[i + 1]
+    return None
+
+
+def is_guest(argv: list[str] | None, name: str, pidfile: str) -> bool:
+    """Whether ``argv`` is the QEMU of guest ``name`` whose pidfile is
+    ``pidfile``: a QEMU system emulator, ``-name guest=<name>``, ``-pidfile
+    <pidfile>``."""
+    if not argv or not os.path.basename(argv[0]).startswith(QEMU_PREFIX):
+        return False
+    named = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-name", "--name")), "")
+    return f"guest={name}" in named.split(",") and argv_pidfile(argv) == pidfile
+
+
 def argv_mac(argv: list[str]) -> str | None:
     """The MAC of the first NIC device of a QEMU argv (``-device …,mac=…``)."""
     for i, arg in enumerate(argv[:-1]):
@@ -112,16 +135,64 @@ def pidfile_of(vm_dir: str, domain: dict[str, Any] | None = None) -> str:
     return str((domain or {}).get("pidfile") or os.path.join(vm_dir, "qemu.pid"))
 
 
-def running_pid(name: str, vm_dir: str, proc: str = "/proc") -> int | None:
-    """The pid of guest ``name`` when its pidfile names a live process
-    whose argv says ``-name guest=<name>``; else None."""
+def running_pid(name: str, vm_dir: str, proc: str = "/proc", scan: bool = True) -> int | None:
+    """The pid of guest ``name`` of ``vm_dir``: the one its pidfile names
+    when that is its QEMU (:func:`is_guest`); else (its pidfile lost or
+    stale), with ``scan``, the QEMU process whose argv is its guest's;
+    else None."""
+    pidfile = pidfile_of(vm_dir, read_domain(vm_dir))
     try:
-        with open(pidfile_of(vm_dir, read_domain(vm_dir))) as f:
+        with open(pidfile) as f:
             pid = int(f.read().strip() or "0")
     except (OSError, ValueError):
+        pid = 0
+    if pid > 0 and is_guest(cmdline(pid, proc), name, pidfile):
+        return pid
+    if scan:
+        for other, argv in sorted(qemu_processes(proc).items()):
+            if is_guest(argv, name, pidfile):
+                return other
+    return None
+
+
+def locate(name: str, paths: Iterable[str]) -> str | None:
+    """The directory of VM ``name`` on this node: the first
+    ``<path>/vms/<name>`` of ``paths`` that is a directory (not a symbolic
+    link); None when there is none."""
+    if name in ("", ".", "..") or "/" in name:
         return None
-    argv = cmdline(pid, proc) if pid > 0 else None
-    return pid if argv and guest_name(argv) == name else None
+    for path in paths:
+        path = str(path).rstrip("/")
+        if not path.startswith("/"):
+            continue
+        vm_dir = f"{path}/vms/{name}"
+        if os.path.isdir(vm_dir) and not os.path.islink(vm_dir):
+            return vm_dir
+    return None
+
+
+def node_kvm_paths(paths: Iterable[str] = (), paths_file: str = KVM_PATHS_FILE) -> list[str]:
+    """The kvm paths to look in on this node: ``paths``, then those of
+    ``paths_file`` (absent: none), then :data:`DEFAULT_KVM_PATH`; each once,
+    without trailing slashes, absolute ones only."""
+    listed: list[str] = [str(p) for p in paths]
+    try:
+        with open(paths_file) as f:
+            listed += [line.strip() for line in f]
+    except OSError:
+        pass
+    out: list[str] = []
+    for path in [*listed, DEFAULT_KVM_PATH]:
+        path = path.rstrip("/")
+        if path.startswith("/") and path not in out:
+            out.append(path)
+    return out
+
+
+def guest_pids(name: str, proc: str = "/proc") -> list[int]:
+    """Every QEMU process of this node named ``guest=<name>``, whatever
+    its pidfile."""
+    return sorted(pid for pid, argv in qemu_processes(proc).items() if guest_name(argv) == name)
 
 
 def guests(paths: Iterable[str], proc: str = "/proc") -> dict[str, dict[str, Any]]:
@@ -135,6 +206,7 @@ def guests(paths: Iterable[str], proc: str = "/proc") -> dict[str, dict[str, Any
     live = qemu_processes(proc)
     out: dict[str, dict[str, Any]] = {}
     claimed: set[int] = set()
+    pidfiles: dict[str, str] = {}
     for path in sorted(set(paths)):
         vms = os.path.join(path, "vms")
         try:
@@ -146,7 +218,8 @@ def guests(paths: Iterable[str], proc: str = "/proc") -> dict[str, dict[str, Any
             if not os.path.isfile(os.path.join(vm_dir, "domain.json")):
                 continue
             domain = read_domain(vm_dir)
-            pid = running_pid(name, vm_dir, proc)
+            pidfiles[name] = pidfile_of(vm_dir, domain)
+            pid = running_pid(name, vm_dir, proc, scan=False)
             nics = domain.get("nics")
             nics = nics if isinstance(nics, list) else []
             mac = next((str(n["mac"]).lower() for n in nics if isinstance(n, dict) and n.get("mac")), None)
@@ -158,7 +231,7 @@ def guests(paths: Iterable[str], proc: str = "/proc") -> dict[str, dict[str, Any
         if pid in claimed:
             continue
         guest = guest_name(argv)
-        if guest is not None and guest in out and not out[guest]["running"]:
+        if guest is not None and guest in out and not out[guest]["running"] and is_guest(argv, guest, pidfiles[guest]):
             # its pidfile was lost, the guest runs: not a stranger
             out[guest]["running"] = True
             continue
@@ -193,11 +266,11 @@ def qmp(sock_path: str, command: str, timeout: float = 5.0) -> dict[str, Any]:
         return answer
 
 
-def _wait_gone(pid: int, name: str, timeout: float, proc: str, sleep: Callable[[float], None]) -> bool:
+def _wait_gone(pid: int, name: str, pidfile: str, timeout: float, proc: str,
+               sleep: Callable[[float], None]) -> bool:
     deadline = time.monotonic() + timeout
     while True:
-        argv = cmdline(pid, proc)
-        if not argv or guest_name(argv) != name:
+        if not is_guest(cmdline(pid, proc), name, pidfile):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -209,11 +282,13 @@ def stop(name: str, vm_dir: str, timeout: float = 60, proc: str = "/proc",
     """Stops guest ``name`` of ``vm_dir``: QMP ``system_powerdown`` (the
     guest shuts down cleanly), up to ``timeout`` seconds; then SIGTERM
     (QEMU exits at once), 10 s; then SIGKILL. Answers ``{"stopped": bool,
-    "how": "not running"|"powerdown"|"term"|"kill", "comment": …}``."""
+    "how": "not running"|"powerdown"|"term"|"kill", "comment": …}``. A
+    guest whose pidfile was lost is found by its argv (:func:`running_pid`)."""
     pid = running_pid(name, vm_dir, proc)
     if pid is None:
         return {"stopped": False, "how": "not running", "comment": f"guest {name} is not running"}
     domain = read_domain(vm_dir)
+    pidfile = pidfile_of(vm_dir, domain)
     sock = str(domain.get("qmp") or os.path.join(vm_dir, "qmp.sock"))
     why = ""
     try:
@@ -222,7 +297,7 @@ def stop(name: str, vm_dir: str, timeout: float = 60, proc: str = "/proc",
             why = f" (QMP answered {answer['error']})"
     except (OSError, ValueError, KvmNodeError) as exc:
         why = f" (its QMP monitor {sock} did not answer: {exc})"
-    if not why and _wait_gone(pid, name, timeout, proc, sleep):
+    if not why and _wait_gone(pid, name, pidfile, timeout, proc, sleep):
         return {"stopped": True, "how": "powerdown", "comment": f"guest {name} powered down"}
     for sig, how, wait in ((signal.SIGTERM, "term", 10.0), (signal.SIGKILL, "kill", 10.0)):
         try:
@@ -230,7 +305,7 @@ def stop(name: str, vm_dir: str, timeout: float = 60, proc: str = "/proc",
         except OSError as exc:
             if exc.errno != errno.ESRCH:
                 raise KvmNodeError(f"cannot signal guest {name} (pid {pid}): {exc}") from None
-        if _wait_gone(pid, name, wait, proc, sleep):
+        if _wait_gone(pid, name, pidfile, wait, proc, sleep):
             late = f" after {timeout:g} s without powering down" if not why else why
             return {"stopped": True, "how": how, "comment": f"guest {name} stopped by SIG{how.upper()}{late}"}
     raise KvmNodeError(f"guest {name} (pid {pid}) is still running after SIGKILL")

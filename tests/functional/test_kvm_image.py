@@ -268,3 +268,25 @@ def test_a_failed_build_unmounts_what_it_mounted_and_leaves_nothing(tmp_path: Pa
     # the source tree is copied, never changed
     assert (src / "etc/resolv.conf").read_text() == "nameserver 192.0.2.53\n"
     assert not (src / "usr/sbin/policy-rc.d").exists()
+
+
+def test_a_vm_name_with_an_underscore_is_the_hostname_and_the_shadow_copy_is_private(tmp_path: Path) -> None:
+    """A VM name the core accepts (``_`` included) becomes the hostname
+    (exit 0); the temporary copy of /etc/shadow is 0600 from its creation
+    (seen by an ``awk`` stand-in that reports its output file's mode)."""
+    root = guest_root(tmp_path)
+    seed = seed_dir(tmp_path, net_env=NET_ENV.replace("kvm1.test.lan", "kvm_1.test.lan"))
+    bin_dir, log = tmp_path / "bin", tmp_path / "awk.log"
+    bin_dir.mkdir()
+    awk = shutil.which("awk")
+    (bin_dir / "awk").write_text(f"#!/bin/sh\nmode=$(stat -L -c '%F %a' /proc/$$/fd/1)\n"
+                                 f"echo \"$mode\" >> {log}\nexec {awk} \"$@\"\n")
+    (bin_dir / "awk").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:" + os.environ.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin",
+           "MCCLOUD_SEED_ROOT": str(root), "MCCLOUD_SEED_DIR": str(seed)}
+    r = subprocess.run(["/bin/sh", str(SEED)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (root / "etc/hostname").read_text() == "kvm_1.test.lan\n"
+    files = [line for line in log.read_text().splitlines() if line.startswith("regular")]
+    assert files and all(line.endswith(" 600") for line in files), files
+    assert (root / "etc/shadow").stat().st_mode & 0o777 == 0o640

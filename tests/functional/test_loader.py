@@ -28,7 +28,7 @@ DOCUMENTED_FUNCTIONS = {
     ],
     "mc_cloud_vm": ["vm_settings"],
     "mc_cloud_lxc": ["settings", "get_settings_for_vm"],
-    "mc_cloud_kvm": ["settings", "get_settings_for_vm", "guests", "stop", "accel"],
+    "mc_cloud_kvm": ["settings", "get_settings_for_vm", "guests", "locate", "stop", "accel"],
     "mc_cloud_saltify": ["settings", "settings_for_target", "gen_id"],
     "mc_cloud_images": ["settings"],
 }
@@ -68,6 +68,7 @@ FAILURES: dict[str, tuple[tuple[Any, ...], dict[str, Any], type[Exception]]] = {
     "mc_cloud_kvm.settings": ((), BAD_KVM_IMAGE, CommandExecutionError),
     "mc_cloud_kvm.get_settings_for_vm": ((CN, "ghost"), {}, CommandExecutionError),
     "mc_cloud_kvm.guests": ((42,), {}, SaltInvocationError),
+    "mc_cloud_kvm.locate": (("vm1.foo", 42), {}, SaltInvocationError),
     "mc_cloud_kvm.stop": (("vm1.foo", "/nonexistent", "soon"), {}, SaltInvocationError),
     "mc_cloud_saltify.settings": ((), BAD_MODE, CommandExecutionError),
     "mc_cloud_saltify.settings_for_target": (("ghost",), {}, CommandExecutionError),

@@ -81,7 +81,7 @@ def test_destroy_sends_the_vms_own_directory_and_tap_prefix(functions: dict[str,
     vm_dir = "/var/lib/mccloud/kvm/vms/gone.example.net"
     assert sent == [("gone.example.net", "cn1.example.net", "makina-states.cloud.kvm.vm.destroy", {
         "name": "gone.example.net", "kvm_path": "/var/lib/mccloud/kvm", "dir": vm_dir,
-        "tap_prefix": kvm.tap_prefix("gone.example.net"), "pidfile": f"{vm_dir}/qemu.pid",
+        "kvm_paths": ["/var/lib/mccloud/kvm"], "tap_prefix": kvm.tap_prefix("gone.example.net"), "pidfile": f"{vm_dir}/qemu.pid",
         "qmp": f"{vm_dir}/qmp.sock"})]
     assert kvm.tap_name("gone.example.net", 0).startswith(kvm.tap_prefix("gone.example.net"))
     assert len(kvm.tap_name("x" * 250 + ".example.net", 9)) == 14
@@ -139,11 +139,14 @@ def fake_vm(kvm_path: Path, name: str, pid: int | None, mac: str) -> Path:
 def test_guests_are_the_vm_directories_and_every_other_qemu_is_a_stranger(tmp_path: Path) -> None:
     proc, path = tmp_path / "proc", tmp_path / "kvm"
     qemu = "/usr/bin/qemu-system-x86_64"
-    fake_process(proc, 100, [qemu, "-name", "guest=up.example.net", "-device", "virtio-net-pci,mac=00:16:3e:00:00:01"])
+    vms = path / "vms"
+    fake_process(proc, 100, [qemu, "-name", "guest=up.example.net", "-device", "virtio-net-pci,mac=00:16:3e:00:00:01",
+                             "-pidfile", f"{vms}/up.example.net/qemu.pid"])
     fake_process(proc, 200, [qemu, "-name", "guest=alien", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:AA:BB:CC"])
     fake_process(proc, 300, [qemu, "-machine", "none"])
-    fake_process(proc, 400, ["/bin/sh", "-c", "qemu-system-x86_64 -name guest=down.example.net"])
-    fake_process(proc, 500, [qemu, "-name", "guest=lost.example.net"])
+    fake_process(proc, 400, ["/bin/sh", "-c", "qemu-system-x86_64 -name guest=down.example.net",
+                             "-pidfile", f"{vms}/down.example.net/qemu.pid"])
+    fake_process(proc, 500, [qemu, "-name", "guest=lost.example.net", "-pidfile", f"{vms}/lost.example.net/qemu.pid"])
     fake_vm(path, "up.example.net", 100, "00:16:3E:00:00:01")
     fake_vm(path, "down.example.net", 400, "00:16:3e:00:00:02")  # its pid is another program now
     fake_vm(path, "lost.example.net", None, "00:16:3e:00:00:05")  # its pidfile is gone, its QEMU runs
@@ -223,3 +226,42 @@ def subprocess_result(code: int, stdout: str) -> Any:
     import subprocess
 
     return subprocess.CompletedProcess([], code, stdout, "")
+
+
+def test_a_pid_is_the_guest_only_when_qemu_with_its_name_and_its_pidfile(tmp_path: Path) -> None:
+    """The pidfile's pid is trusted only as a QEMU system emulator holding
+    ``guest=<vm>`` and the VM's own ``-pidfile``; a guest whose pidfile was
+    lost is found by that argv (so stop and destroy see it)."""
+    proc, path = tmp_path / "proc", tmp_path / "kvm"
+    qemu = "/usr/bin/qemu-system-x86_64"
+    own = str(path / "vms" / "v" / "qemu.pid")
+    fake_process(proc, 10, ["/usr/bin/sleep", "-name", "guest=v", "-pidfile", own])  # not a QEMU
+    fake_process(proc, 11, [qemu, "-name", "guest=v", "-pidfile", "/elsewhere/qemu.pid"])  # another VM dir's
+    fake_process(proc, 12, [qemu, "-name", "guest=w", "-pidfile", own])  # another guest's name
+    vm_dir = fake_vm(path, "v", 10, "00:16:3e:00:00:01")
+    for pid in (10, 11, 12):
+        (vm_dir / "qemu.pid").write_text(f"{pid}\n")
+        assert kvmnode.running_pid("v", str(vm_dir), str(proc)) is None, pid
+    fake_process(proc, 13, [qemu, "-name", "guest=v,debug-threads=on", "-pidfile", own])
+    assert kvmnode.running_pid("v", str(vm_dir), str(proc)) == 13  # its pidfile names 12: found by argv
+    (vm_dir / "qemu.pid").unlink()
+    assert kvmnode.running_pid("v", str(vm_dir), str(proc)) == 13
+    assert kvmnode.running_pid("v", str(vm_dir), str(proc), scan=False) is None
+    assert kvmnode.guest_pids("v", str(proc)) == [11, 13]
+
+
+def test_a_vm_directory_is_found_under_any_kvm_path_of_the_node(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    fake_vm(b, "v", None, "00:16:3e:00:00:01")
+    (a / "vms").mkdir(parents=True)
+    (a / "vms" / "l").symlink_to(b / "vms" / "v")
+    assert kvmnode.locate("v", [str(a), f"{b}/", "relative"]) == f"{b}/vms/v"
+    assert kvmnode.locate("l", [str(a)]) is None and kvmnode.locate("..", [str(b / "vms" / "v")]) is None
+
+
+def test_a_kvm_path_is_compared_without_its_trailing_slash() -> None:
+    s = kvm_data.settings(kvm_path="/srv/kvm/")
+    got = kvm.vm_data(kvm_data.StubEnv(), kvm_data.VM, kvm_data.CN, s)  # type: ignore[arg-type]
+    assert (got["kvm_path"], got["dir"]) == ("/srv/kvm", f"/srv/kvm/vms/{kvm_data.VM}")
+    with pytest.raises(mccloud.MccloudError, match="kvm_path"):
+        kvm.vm_data(kvm_data.StubEnv(), kvm_data.VM, kvm_data.CN, {**s, "kvm_path": "//"})  # type: ignore[arg-type]

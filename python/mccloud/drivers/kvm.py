@@ -176,6 +176,17 @@ def seed(vm: str, s: Mapping[str, Any]) -> dict[str, str]:
             "version": f"{SEED_VERSION}\n"}
 
 
+def norm_kvm_path(path: Any, where: str = "kvm_path") -> str:
+    """``path`` without its trailing slashes, as the core trims it (its VM
+    directories are ``<kvm_path>/vms/<vm>`` on both sides); ``/`` itself,
+    or a relative path, is refused."""
+    text = str(path).rstrip("/")
+    if not text.startswith("/"):
+        raise mccloud.MccloudError(f"{where} {path!r} is not an absolute directory other than /: "
+                                   f"set it to one (default {DEFAULT_KVM_PATH})")
+    return text
+
+
 def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What kvm VM SLS need besides the VM's settings: ``kvm_path``,
     ``dir`` (``<kvm_path>/vms/<vm>``), ``rootfs`` (``<dir>/seed-root``, the
@@ -187,10 +198,12 @@ def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str,
     cn = target or env.config.node_of(vm)
     s: Mapping[str, Any] = settings if settings is not None else env.config.vm_declared_settings(cn, vm)
     d = defaults(env)
-    kvm_path = str(s.get("kvm_path") or d["kvm_path"])
+    kvm_path = norm_kvm_path(s.get("kvm_path") or d["kvm_path"], f"kvm_path of {vm}")
     vm_dir = f"{kvm_path}/vms/{vm}"
     domain = s.get("domain") if isinstance(s.get("domain"), Mapping) else None
-    if domain is not None and domain.get("base"):
+    if domain is not None and domain.get("image_dir"):
+        image = str(domain["image_dir"])
+    elif domain is not None and domain.get("base"):
         image = os.path.dirname(str(domain["base"]))
     else:
         imgs = images_settings(env)
@@ -212,7 +225,7 @@ def kvm_paths(env: Env, target: str) -> list[str]:
     """The kvm paths of the node's declared kvm VMs and the default one."""
     vms = (env.config.compute_node_settings().get("targets") or {}).get(target, {}).get("vms") or {}
     paths = {str(vm_data(env, vm, target)["kvm_path"]) for vm, vt in vms.items() if vt == VT}
-    paths.add(str(defaults(env)["kvm_path"]))
+    paths.add(norm_kvm_path(defaults(env)["kvm_path"], "the default kvm_path"))
     return sorted(paths)
 
 
@@ -247,7 +260,7 @@ def node_data(env: Env, target: str) -> dict[str, Any]:
     full: Mapping[str, Any] = env.node_data(target)
     imgs = images_settings(env)
     return {**{k: full[k] for k in ("target", "network") if k in full},
-            "kvm_path": str(full.get("kvm_path") or defaults(env)["kvm_path"]),
+            "kvm_path": norm_kvm_path(full.get("kvm_path") or defaults(env)["kvm_path"], f"kvm_path of {target}"),
             "kvm_paths": kvm_paths(env, target), "images_root": imgs["images_root"], "images": imgs["images"]}
 
 
@@ -371,14 +384,17 @@ def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:
 def destroy_data(env: Env, vm: str, cn: str) -> dict[str, Any]:
     """What the kvm destroy SLS receives: the VM's ``name``, ``kvm_path``
     and ``dir`` (its own, when still declared, else the default kvm path's),
-    the tap name prefix of its NICs, its pidfile and QMP socket."""
+    ``kvm_paths`` (every kvm path known for the node: the SLS looks for
+    the VM's directory under each, and under those the node lists), the
+    tap name prefix of its NICs, its pidfile and QMP socket."""
     try:
-        kvm_path = str(env.config.vm_declared_settings(cn, vm).get("kvm_path") or defaults(env)["kvm_path"])
+        declared = env.config.vm_declared_settings(cn, vm).get("kvm_path")
     except mccloud.NotFoundError:
-        kvm_path = str(defaults(env)["kvm_path"])
+        declared = None
+    kvm_path = norm_kvm_path(declared or defaults(env)["kvm_path"], f"kvm_path of {vm}")
     vm_dir = f"{kvm_path}/vms/{vm}"
-    return {"name": vm, "kvm_path": kvm_path, "dir": vm_dir, "tap_prefix": tap_prefix(vm),
-            "pidfile": f"{vm_dir}/qemu.pid", "qmp": f"{vm_dir}/qmp.sock"}
+    return {"name": vm, "kvm_path": kvm_path, "dir": vm_dir, "kvm_paths": kvm_paths(env, cn),
+            "tap_prefix": tap_prefix(vm), "pidfile": f"{vm_dir}/qemu.pid", "qmp": f"{vm_dir}/qmp.sock"}
 
 
 def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:

@@ -80,6 +80,31 @@ def guests(paths=None):
     return _kvmnode.guests(paths)
 
 
+def locate(name, paths=None):
+    """Where VM ``name`` lives on this node: ``dir``, the first
+    ``<kvm_path>/vms/<name>`` directory under the kvm paths ``paths`` (a
+    list, looked in first), those of ``/etc/mccloud/kvm-paths`` and the
+    default one (None when it is under none), and ``guests``, the pids of
+    every QEMU process named ``guest=<name>`` (the destroy refuses to free
+    a VM whose guest runs from a directory it cannot find).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call mc_cloud_kvm.locate vm1.example.net '["/srv/kvm"]'
+    """
+    if paths is None:
+        paths = []
+    elif isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, (list, tuple)):
+        raise _invocation_error(f"paths must be a list of kvm paths, not {paths!r}")
+    name = str(name)
+    candidates = _kvmnode.node_kvm_paths([str(p) for p in paths])
+    return {"dir": _kvmnode.locate(name, candidates), "paths": candidates, "guests": _kvmnode.guest_pids(name)}
+
+
 def stop(name, dir, timeout=60):  # noqa: A002 - the VM directory, as the states name it
     """Stops kvm guest ``name`` whose VM directory is ``dir``: QMP
     ``system_powerdown``, up to ``timeout`` seconds, then SIGTERM, then

@@ -37,8 +37,27 @@ mccloud-kvm-image-{{ i }}:
             exit 1
         fi
         [ -f "$MCCLOUD_BUILDER" ] || { echo "the image builder $MCCLOUD_BUILDER is missing" >&2; exit 1; }
+        # $work is the builder's OUT_DIR (it must not exist); the builder
+        # works in $work.tmp, with the host's /dev, /proc, /sys mounted
+        # into it while it runs: that one is the builder's alone (it cleans
+        # a leftover under its lock, unmounting first).
         work="$out.build"
-        mkdir -p "$(dirname "$out")" && rm -rf "$work" "$work.tmp" || exit 1
+        parent=$(dirname "$out")
+        mkdir -p "$parent" || exit 1
+        if [ -e "$work" ] || [ -L "$work" ]; then
+            exec 9<"$parent"
+            flock -n 9 || { echo "kvm image $MCCLOUD_NAME: a build is running in $parent: try again once it ends" >&2; exit 1; }
+            canon=$(realpath -m -- "$work") || exit 1
+            if awk -v p="$canon/" '{ m = $2; gsub(/\\040/, " ", m); gsub(/\\011/, "\t", m); gsub(/\\012/, "\n", m);
+                                     gsub(/\\134/, "\\", m); if (index(m "/", p) == 1) found = 1 }
+                                   END { exit !found }' /proc/mounts; then
+                echo "kvm image $MCCLOUD_NAME: something is mounted under the stale $work: unmount it" \
+                    "(findmnt -R $canon), then configure the images again" >&2
+                exit 1
+            fi
+            rm -rf --one-file-system -- "$work" || { echo "cannot remove the stale $work" >&2; exit 1; }
+            exec 9<&-
+        fi
         log="$work.log"
         sh "$MCCLOUD_BUILDER" "$MCCLOUD_FROM_TREE" "$work" >"$log" 2>&1
         rc=$?

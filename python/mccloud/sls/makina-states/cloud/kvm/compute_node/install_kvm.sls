@@ -15,6 +15,7 @@
     release alongside (a downgrade). Data: pillar mccloud (the node's
     settings: network, kvm_path, kvm_paths; upgrade). #}
 {%- from "makina-states/cloud/generic/job.jinja" import job with context %}
+{%- from "makina-states/cloud/kvm/vm/qemu.jinja" import IS_GUEST with context %}
 {%- set d = job %}
 include:
   - makina-states.cloud.generic.compute_node.vm_network
@@ -83,9 +84,9 @@ mccloud-kvm-boot-script:
         # powers every running guest down (ACPI through QMP, 60 s, then
         # SIGTERM), for each kvm path of /etc/mccloud/kvm-paths.
         PATHS=/etc/mccloud/kvm-paths
+        {{ IS_GUEST | indent(8) }}
         running() {
-            pid=$(cat "$1/qemu.pid" 2>/dev/null) && [ -n "$pid" ] &&
-                tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qxF -e "guest=$2"
+            pid=$(cat "$1/qemu.pid" 2>/dev/null) && is_guest "$pid" "$2" "$1/qemu.pid"
         }
         start_one() {
             running "$1" "$2" && return 0

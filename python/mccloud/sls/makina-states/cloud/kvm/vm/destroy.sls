@@ -8,18 +8,35 @@
     and firewall (pillar mccloud: the node's settings without the VM). #}
 {%- from "makina-states/cloud/generic/job.jinja" import job with context %}
 {%- set d = job.destroy %}
-{%- set name, kvm_path, dir = d.name | string, d.kvm_path | string, d.dir | string %}
-{%- set ok = dir == kvm_path ~ '/vms/' ~ name and kvm_path.startswith('/') and kvm_path not in ['/']
+{%- set name, kvm_path, dir = d.name | string, (d.kvm_path | string).rstrip('/'), (d.dir | string).rstrip('/') %}
+{%- set ok = dir == kvm_path ~ '/vms/' ~ name and kvm_path.startswith('/')
              and '/' not in name and name not in ['', '.', '..'] and '/../' not in dir ~ '/' %}
+{#- The VM's directory is looked for under its kvm path, then every other
+    one the node knows (the data's kvm_paths, /etc/mccloud/kvm-paths, the
+    default): a VM no longer declared, or whose kvm path changed, is found
+    where it lives. Found nowhere while a QEMU named after it runs: the
+    destroy fails (nothing is freed) rather than leave it running. #}
+{%- set where = {'dir': none, 'guests': []} %}
+{%- if ok %}
+{%- set where = salt['mc_cloud_kvm.locate'](name, [kvm_path] + ((d.get('kvm_paths') or []) | map('string') | list)) %}
+{%- if where.dir %}
+{%- set dir = where.dir | string %}
+{%- set kvm_path = dir[:-(('/vms/' ~ name) | length)] %}
+{%- endif %}
+{%- endif %}
+{%- set lost = ok and not where.dir and where.guests %}
 mccloud-kvm-vm-destroy-path:
   test.configurable_test_state:
     - failhard: true
     - name: the VM's directory is its own
     - changes: false
-    - result: {{ (ok and true or false) | tojson }}
+    - result: {{ (ok and not lost and true or false) | tojson }}
     - allow_test_mode_failure: true
-    - comment: {{ (('removing ' ~ dir) if ok else ('not destroying ' ~ name ~ ': its directory ' ~ dir
-                   ~ ' is not <kvm_path>/vms/<vm> of kvm path ' ~ kvm_path)) | tojson }}
+    - comment: {{ (('not destroying ' ~ name ~ ': its QEMU runs (pid ' ~ (where.guests | join(', ')) ~ ') but its '
+                    ~ 'directory is under none of the kvm paths ' ~ ((where.get('paths') or [kvm_path]) | join(', '))
+                    ~ ' of this node: stop that QEMU, or declare the VM with its kvm_path, then destroy it again')
+                   if lost else ('removing ' ~ dir) if ok else ('not destroying ' ~ name ~ ': its directory ' ~ d.dir
+                   ~ ' is not <kvm_path>/vms/<vm> of kvm path ' ~ d.kvm_path)) | tojson }}
 
 mccloud-kvm-vm-destroy-stop:
   mccloud_kvm.stopped:

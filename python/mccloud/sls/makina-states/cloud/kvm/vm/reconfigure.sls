@@ -1,13 +1,14 @@
 {#- Reconfigure: the changed settings of an existing VM applied on its
     node: its domain files and taps (spawn.sls), its disk grown to its
     size (never shrunk; only while the guest is stopped: a running QEMU
-    holds the disk's lock, the disk grows at the next restart), and a
+    holds the disk's lock; the start state grows it before QEMU starts,
+    so its next start, or a restart below, applies it), and a
     running guest whose argv or seed changed since it started is restarted
     (ACPI powerdown, 60 s, then SIGTERM), as lxc restarts a container whose
     configuration changed. A stopped guest stays stopped (initial_setup
     starts it). Data: as spawn (vm.disk_mib: the size in MiB). #}
 {%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
-{%- from "makina-states/cloud/kvm/vm/qemu.jinja" import start_state with context %}
+{%- from "makina-states/cloud/kvm/vm/qemu.jinja" import start_state, IS_GUEST with context %}
 include:
   - makina-states.cloud.kvm.vm.spawn
 {%- for j in jobs %}
@@ -34,9 +35,10 @@ mccloud-kvm-vm-grow{{ s }}:
     - name: |
         want=$((MCCLOUD_DISK_MIB * 1048576))
         if [ "$want" -le 0 ]; then echo "changed=no comment='no disk size to grow to'"; exit 0; fi
+        {{ IS_GUEST | indent(8) }}
         pid=$(cat "$MCCLOUD_PIDFILE" 2>/dev/null)
-        if [ -n "$pid" ] && tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qxF -e "guest=$MCCLOUD_NAME"; then
-            echo "changed=no comment='guest $MCCLOUD_NAME is running: its disk grows when it is stopped'"; exit 0
+        if is_guest "$pid" "$MCCLOUD_NAME" "$MCCLOUD_PIDFILE"; then
+            echo "changed=no comment='guest $MCCLOUD_NAME is running: its disk grows at its next start (mc_cloud_kvm.vm_stop, then vm_start)'"; exit 0
         fi
         have=$(qemu-img info --output=json "$MCCLOUD_DISK" | sed -n 's/^ *"virtual-size": *\([0-9]*\).*/\1/p' | head -n 1)
         [ -n "$have" ] || { echo "cannot read the size of $MCCLOUD_DISK" >&2; exit 1; }

@@ -1,5 +1,10 @@
 {#- Spawn: the VM's directory on its node (<kvm_path>/vms/<vm>, 0700), its
-    disk (a qcow2 overlay of its image's versioned base, at the VM's size),
+    disk (a qcow2 overlay of its image's versioned base, at the VM's size
+    disk_mib, never below the base's) with, when the core boots the VM's
+    own kernel copies (domain kernel/initrd in its directory), those
+    copies taken from the image once, when the disk is made (from the
+    image of its backing file for a VM made before it had them): a new
+    image version never changes the kernel of an existing VM;
     the staging tree of its seed (seed-root, 0700: the generic VM SLS write
     the guest's files there), a tap per NIC on the node's bridge, and its
     domain files: domain.json (the core's rendering) and qemu.argv (the
@@ -7,7 +12,8 @@
     is NOT started: its first boot is at initial_setup, once its seed is
     complete. Running it again changes nothing. Commands receive the data
     through their environment only (the argv as MCCLOUD_ARG_<n>).
-    Data: the job's (vm, dir, kvm_path, rootfs, domain, bridge). #}
+    Data: the job's (vm, dir, kvm_path, rootfs, domain, bridge); domain.image_dir
+    (else the directory of domain.base) names the image version. #}
 {%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
 {%- from "makina-states/cloud/kvm/vm/qemu.jinja" import argv_env, REBUILD_ARGV with context %}
 {%- for j in jobs %}
@@ -15,8 +21,12 @@
 {%- set v = d.vm %}
 {%- set dom = d.get('domain') or {} %}
 {%- set name = v.name | string %}
-{%- set ok_dir = dom and (d.dir | string) == (d.kvm_path | string) ~ '/vms/' ~ name and (dom.dir | string) == (d.dir | string)
-                 and (d.kvm_path | string).startswith('/') and '/' not in name and name not in ['', '.', '..'] %}
+{%- set base = (dom.get('base') or '') | string %}
+{#- paths compared without trailing slashes (the core trims kvm_path's) #}
+{%- set kvm_path = (d.kvm_path | string).rstrip('/') %}
+{%- set vm_dir = (d.dir | string).rstrip('/') %}
+{%- set ok_dir = dom and kvm_path.startswith('/') and vm_dir == kvm_path ~ '/vms/' ~ name
+                 and (dom.dir | string).rstrip('/') == vm_dir and '/' not in name and name not in ['', '.', '..'] %}
 
 mccloud-kvm-vm-domain{{ s }}:
   test.configurable_test_state:
@@ -52,20 +62,75 @@ mccloud-kvm-vm-disk{{ s }}:
     - failhard: true
     - stateful: true
     - name: |
-        if [ -e "$MCCLOUD_DISK" ]; then echo "changed=no comment='disk $MCCLOUD_DISK exists'"; exit 0; fi
+        umask 077
+        vsize() {  # the virtual size in bytes of disk image $1
+            qemu-img info --output=json --force-share "$1" | sed -n 's/^ *"virtual-size": *\([0-9]*\).*/\1/p' | head -n 1
+        }
+        copy() {  # copy SRC DEST: mode 0600, atomically (DEST.new, then renamed)
+            [ -f "$1" ] || { echo "kvm VM $MCCLOUD_NAME: its image has no $1: run mc_cloud_kvm.sync_images" >&2; return 1; }
+            rm -f -- "$2.new" && cp -- "$1" "$2.new" && chmod 0600 "$2.new" && mv -f -- "$2.new" "$2"
+        }
+        # The VM boots its own copies of its image's kernel and initrd
+        # (domain kernel and initrd in its directory), taken when its disk
+        # is made: a VM keeps the kernel of its base for its life, a new
+        # image version changes nothing for it. A core booting the image's
+        # own files needs no copies.
+        own() { case "$1" in "$MCCLOUD_DIR"/*) return 0 ;; *) return 1 ;; esac; }
+        kernels() {  # kernels IMAGE_DIR: the copies the VM lacks (all with "all")
+            for pair in "vmlinuz:$MCCLOUD_KERNEL" "initrd.img:$MCCLOUD_INITRD"; do
+                src=$1/${pair%%:*}; dest=${pair#*:}
+                own "$dest" || continue
+                [ "$2" = all ] || [ ! -e "$dest" ] || continue
+                copy "$src" "$dest" || return 1
+                copied="$copied ${dest##*/}"
+            done
+        }
+        copied=
+        if [ -e "$MCCLOUD_DISK" ]; then
+            if { own "$MCCLOUD_KERNEL" && [ ! -e "$MCCLOUD_KERNEL" ]; } || { own "$MCCLOUD_INITRD" && [ ! -e "$MCCLOUD_INITRD" ]; }; then
+                # a VM made before it had copies: its disk's base says its image
+                backing=$(qemu-img info --output=json --force-share "$MCCLOUD_DISK" |
+                    sed -n 's/^ *"backing-filename": *"\(.*\)",\{0,1\}$/\1/p' | head -n 1)
+                case "$backing" in
+                    '') echo "kvm VM $MCCLOUD_NAME: its disk $MCCLOUD_DISK has no backing file: its kernel is unknown" >&2; exit 1 ;;
+                    *\\*) echo "kvm VM $MCCLOUD_NAME: cannot read the backing file of $MCCLOUD_DISK" >&2; exit 1 ;;
+                    /*) ;;
+                    *) backing=$(dirname "$MCCLOUD_DISK")/$backing ;;
+                esac
+                kernels "$(dirname "$backing")" || exit 1
+                echo "changed=yes comment='disk $MCCLOUD_DISK exists; kernel copied from its base $backing:$copied'"; exit 0
+            fi
+            echo "changed=no comment='disk $MCCLOUD_DISK exists'"; exit 0
+        fi
         if [ ! -f "$MCCLOUD_BASE" ]; then
             echo "the image of $MCCLOUD_NAME is not on this node ($MCCLOUD_BASE): run mc_cloud_kvm.sync_images" >&2
             exit 1
         fi
-        umask 077
-        qemu-img create -q -f qcow2 -F qcow2 -b "$MCCLOUD_BASE" "$MCCLOUD_DISK.new" "$MCCLOUD_SIZE" || exit $?
+        case "$MCCLOUD_DISK_MIB" in
+            ''|0|*[!0-9]*) echo "kvm VM $MCCLOUD_NAME: its settings have no disk size (disk_mib): this mccloud core" \
+                                "does not render kvm VMs; upgrade it, then provision again" >&2; exit 1 ;;
+        esac
+        want=$((MCCLOUD_DISK_MIB * 1048576))
+        base_size=$(vsize "$MCCLOUD_BASE")
+        [ -n "$base_size" ] || { echo "cannot read the size of $MCCLOUD_BASE" >&2; exit 1; }
+        if [ "$want" -lt "$base_size" ]; then
+            echo "kvm VM $MCCLOUD_NAME: its size ($MCCLOUD_DISK_MIB MiB) is below its image's ($((base_size / 1048576)) MiB," \
+                 "$MCCLOUD_BASE): set its size to at least that" >&2
+            exit 1
+        fi
+        kernels "$MCCLOUD_IMAGE_DIR" all || exit 1
+        qemu-img create -q -f qcow2 -F qcow2 -b "$MCCLOUD_BASE" "$MCCLOUD_DISK.new" "${MCCLOUD_DISK_MIB}M" || exit $?
         mv "$MCCLOUD_DISK.new" "$MCCLOUD_DISK" || exit $?
-        echo "changed=yes comment='disk $MCCLOUD_DISK made ($MCCLOUD_SIZE over $MCCLOUD_BASE)'"
+        echo "changed=yes comment='disk $MCCLOUD_DISK made (${MCCLOUD_DISK_MIB} MiB over $MCCLOUD_BASE)${copied:+, kernel copied:$copied}'"
     - env:
         MCCLOUD_NAME: {{ name | tojson }}
+        MCCLOUD_DIR: {{ d.dir | string | tojson }}
         MCCLOUD_DISK: {{ (dom.get('disk') or '') | string | tojson }}
-        MCCLOUD_BASE: {{ (dom.get('base') or '') | string | tojson }}
-        MCCLOUD_SIZE: {{ (v.get('size') or '10G') | string | tojson }}
+        MCCLOUD_BASE: {{ base | tojson }}
+        MCCLOUD_IMAGE_DIR: {{ (dom.get('image_dir') or base.rsplit('/', 1)[0]) | string | tojson }}
+        MCCLOUD_KERNEL: {{ (dom.get('kernel') or '') | string | tojson }}
+        MCCLOUD_INITRD: {{ (dom.get('initrd') or '') | string | tojson }}
+        MCCLOUD_DISK_MIB: {{ (v.get('disk_mib') or 0) | int | string | tojson }}
     - require:
       - file: mccloud-kvm-vm-dir{{ s }}
 

@@ -15,16 +15,27 @@
     changed. Job data start: false writes the seed without starting the
     guest (tests, an operator preparing a VM).
 
-    When the job makes the VM a minion too (data `minion`), the generic
+    The generic fix_dns, preprovision and registry SLS and the kvm
+    preprovision write into seed-root: included here, the seed ISO
+    requires each. When the job makes the VM a minion too (data `minion`), the generic
     bootstrap SLS place the minion's configuration and keys into seed-root
     before the seed is packed: the guest's minion starts on its first boot.
-    Data: the job's (vm, dir, rootfs, seed, domain[, minion]). #}
+    Data: the job's (vm, target, dir, rootfs, seed, domain, controller_pubkey,
+    vm_registry[, minion]). #}
 {%- from "makina-states/cloud/generic/job.jinja" import jobs with context %}
 {%- from "makina-states/cloud/kvm/vm/qemu.jinja" import start_state with context %}
 {%- set minions = [] %}
 {%- for j in jobs if j.job.get('minion') %}{% do minions.append(j) %}{% endfor %}
-{%- if minions %}
+{#- The SLS writing into seed-root: the seed is packed after each (explicit
+    requisites, not only the order of the job's SLS); included, so that a
+    start alone (vm_start) packs a complete seed too. #}
+{%- set WRITERS = ['makina-states.cloud.generic.vm.fix_dns', 'makina-states.cloud.generic.vm.preprovision',
+                   'makina-states.cloud.generic.vm.registry', 'makina-states.cloud.kvm.vm.preprovision'] %}
 include:
+{%- for w in WRITERS %}
+  - {{ w }}
+{%- endfor %}
+{%- if minions %}
   - makina-states.cloud.generic.vm.bootstrap
 {%- endif %}
 {%- for j in jobs %}
@@ -77,7 +88,7 @@ mccloud-kvm-vm-seed-iso{{ s }}:
             echo "changed=no comment='seed of $MCCLOUD_NAME unchanged'"; exit 0
         fi
         mv "$S/mccloud/tree.tar.new" "$S/mccloud/tree.tar" || exit 1
-        err=$(genisoimage -quiet -V cidata -J -r -o "$MCCLOUD_DIR/seed.iso.new" "$S" 2>&1) || {
+        err=$(genisoimage -quiet -V cidata -J -R -o "$MCCLOUD_DIR/seed.iso.new" "$S" 2>&1) || {
             rc=$?; echo "genisoimage failed (exit $rc): $err" >&2; exit "$rc"; }
         chmod 0600 "$MCCLOUD_DIR/seed.iso.new" && mv "$MCCLOUD_DIR/seed.iso.new" "$MCCLOUD_DIR/seed.iso" || exit 1
         printf '%s\n' "$sum" > "$MCCLOUD_DIR/seed.sum"
@@ -86,8 +97,11 @@ mccloud-kvm-vm-seed-iso{{ s }}:
         MCCLOUD_NAME: {{ v.name | string | tojson }}
         MCCLOUD_DIR: {{ d.dir | string | tojson }}
         MCCLOUD_ROOTFS: {{ d.rootfs | string | tojson }}
-{%- if d.get('minion') %}
     - require:
+{%- for w in WRITERS %}
+      - sls: {{ w }}
+{%- endfor %}
+{%- if d.get('minion') %}
       - sls: makina-states.cloud.generic.vm.bootstrap
 {%- endif %}
 
