@@ -1,9 +1,10 @@
-{#- Destroy: the VM's guest stopped (ACPI powerdown through QMP, 60 s, then
-    SIGTERM, then SIGKILL), its taps deleted (every interface named with
+{#- Destroy: the VM's guest stopped at once (SIGTERM, then SIGKILL: its
+    disk is removed right after, a clean shutdown would gain nothing), its taps deleted (every interface named with
     its tap prefix), its directory removed (disk, seed, domain files). Only
     the VM's own directory <kvm_path>/vms/<vm> is ever removed: the path
     is checked here and again by the command. Data: pillar mccloud:destroy
-    (name, kvm_path, dir, tap_prefix; stop_timeout, default 60 s), given to the command through its
+    (name, kvm_path, dir, tap_prefix; stop_timeout, seconds of ACPI powerdown
+    before SIGTERM, default 0), given to the command through its
     environment. Applied in one job with the node's reverse proxy, hosts
     and firewall (pillar mccloud: the node's settings without the VM). #}
 {%- from "makina-states/cloud/generic/job.jinja" import job with context %}
@@ -43,7 +44,7 @@ mccloud-kvm-vm-destroy-stop:
     - failhard: true
     - name: {{ name | tojson }}
     - dir: {{ dir | tojson }}
-    - timeout: {{ d.get('stop_timeout', 60) | int }}
+    - timeout: {{ d.get('stop_timeout', 0) | int }}
     - require:
       - test: mccloud-kvm-vm-destroy-path
 
