@@ -265,3 +265,27 @@ def test_a_kvm_path_is_compared_without_its_trailing_slash() -> None:
     assert (got["kvm_path"], got["dir"]) == ("/srv/kvm", f"/srv/kvm/vms/{kvm_data.VM}")
     with pytest.raises(mccloud.MccloudError, match="kvm_path"):
         kvm.vm_data(kvm_data.StubEnv(), kvm_data.VM, kvm_data.CN, {**s, "kvm_path": "//"})  # type: ignore[arg-type]
+
+
+def test_a_node_builds_and_syncs_only_the_images_its_vms_use() -> None:
+    """Each kvm VM's image, else the default; the built-in default image
+    and a declared image no VM of the node names are left alone."""
+    import yaml
+
+    import mccloud
+    from mccloud.cli import sample_pillar
+
+    cn = "devhost10.local"
+    pillar = {
+        **yaml.safe_load(sample_pillar()),
+        "makina-states.cloud.kvm": True,
+        f"makina-states.cloud.kvm.vms.{cn}": {"k1.foo.com": {}, "k2.foo.com": {"image": "other"}},
+        "makina-states.cloud.images.kvm": {"default": "mine", "images": {"mine": {}, "other": {}, "unused": {}}},
+    }
+
+    class Env:
+        config = mccloud.Config({"minion_id": "controller", "mastersalt": True}, pillar)
+
+    assert sorted(kvm.images(Env())) == ["mccloud-kvm-bookworm", "mine", "other", "unused"]  # type: ignore[arg-type]
+    assert sorted(kvm.used_images(Env(), cn)) == ["mine", "other"]  # type: ignore[arg-type]
+    assert kvm.used_images(Env(), "elsewhere.local") == {}  # type: ignore[arg-type]

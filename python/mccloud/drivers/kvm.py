@@ -91,6 +91,18 @@ def images(env: Env) -> dict[str, Any]:
     return images_settings(env)["images"]
 
 
+def used_images(env: Env, target: str) -> dict[str, Any]:
+    """The kvm images compute node ``target``'s kvm VMs use (each VM's
+    ``image``, else the default), by name: what its deploy builds and
+    syncs. A declared image no VM of the node names is left alone (the
+    built-in default among them, when the pillar declares its own)."""
+    imgs = images_settings(env)
+    names = set()
+    for vm in (env.config.kvm_settings().get("vms") or {}).get(target) or []:
+        names.add(str(env.config.vm_declared_settings(target, vm).get("image") or imgs["default"]))
+    return {n: imgs["images"][n] for n in sorted(names) if n in imgs["images"]}
+
+
 def image_dir(images_root: str, name: str, image: Mapping[str, Any]) -> str:
     """The versioned directory of kvm image ``name``: ``<images_root>/<name>/<version>``."""
     return f"{images_root}/{name}/{image.get('version') or 'unversioned'}"
@@ -286,26 +298,30 @@ def install_vt(env: Env, target: str) -> Outcome:
     return out
 
 
-def images_data(env: Env) -> dict[str, Any]:
+def images_data(env: Env, only: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the kvm images SLS receives on the controller: the images
-    (each with ``from_tree``, the root filesystem of its ``from`` lxc
-    image), their root, the builder and the seed applier."""
+    (``only`` those when given; each with ``from_tree``, the root
+    filesystem of its ``from`` lxc image), their root, the builder and
+    the seed applier."""
     imgs = images_settings(env)
     lxc_path = str((env.config.lxc_settings().get("defaults") or {}).get("lxc_path") or "/var/lib/lxc")
     out = {}
-    for name, img in imgs["images"].items():
+    for name, img in (imgs["images"] if only is None else only).items():
         out[name] = {**img, "from_tree": f"{lxc_path}/{img['from']}/rootfs" if img.get("from") else ""}
     return {"images_root": imgs["images_root"], "images": out, "builder": BUILDER, "seed_script": SEED_SCRIPT}
 
 
 def configure_images(env: Env, target: str) -> Outcome:
-    """Builds the kvm images on the controller when their version
-    directory is absent: first the lxc images they are made ``from``
-    (that image only, by the lxc images SLS), then each kvm image by the
-    image builder (SLS ``<CN_SLS>.images``). They are synchronised to the
-    node afterwards."""
+    """Builds the kvm images node ``target``'s VMs use (:func:`used_images`)
+    on the controller when their version directory is absent: first the
+    lxc images they are made ``from`` (those only, by the lxc images SLS),
+    then each kvm image by the image builder (SLS ``<CN_SLS>.images``).
+    They are synchronised to the node afterwards."""
     out = Outcome()
-    imgs = images(env)
+    imgs = used_images(env, target)
+    if not imgs:
+        out.add(f"{CN_SLS}.images", {"result": True, "comment": f"no kvm VM of {target} uses an image yet"})
+        return out
     lxc_imgs = lxc.images(env)
     froms = sorted({str(img["from"]) for img in imgs.values() if img.get("from")})
     unknown = [f for f in froms if f not in lxc_imgs]
@@ -318,12 +334,12 @@ def configure_images(env: Env, target: str) -> Outcome:
                                         or "/var/lib/lxc"))
         if not out.add(f"{lxc.CN_SLS}.images", env.sls(env.controller, f"{lxc.CN_SLS}.images", data)):
             return out
-    out.add(f"{CN_SLS}.images", env.sls(env.controller, f"{CN_SLS}.images", images_data(env)))
+    out.add(f"{CN_SLS}.images", env.sls(env.controller, f"{CN_SLS}.images", images_data(env, imgs)))
     return out
 
 
 def sync_images(env: Env, target: str) -> Outcome:
-    """Copies the kvm images the node's VMs use (every declared one) from
+    """Copies the kvm images the node's VMs use (:func:`used_images`) from
     the controller to the node as versioned directories
     (``<images_root>/<image>/<version>``), never rewriting one already
     there (see :func:`mccloud.orchestration.images.sync_version`); nothing
@@ -334,11 +350,12 @@ def sync_images(env: Env, target: str) -> Outcome:
         return out
     imgs = images_settings(env)
     ssh = image_copy.ssh_command(env)
-    for name, img in sorted(imgs["images"].items()):
+    used = used_images(env, target)
+    for name, img in used.items():
         if not image_copy.sync_version(env, out, target, name, image_dir(imgs["images_root"], name, img), ssh):
             return out
-    if not imgs["images"]:
-        out.add("sync_images", {"result": True, "comment": "no kvm image declared"})
+    if not used:
+        out.add("sync_images", {"result": True, "comment": f"no kvm VM of {target} uses an image yet"})
     return out
 
 
