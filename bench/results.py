@@ -381,7 +381,10 @@ def render_kvm(data: dict[str, Any]) -> str:
     for r in k.get("ratios", []):
         ratios.setdefault(r["of"], []).append(r)
     rows = ["| KVM VM (TCG): measure | median (min–max) | ratio | goal |", "|---|---|---|---|"]
-    for key, fig in k["figures"].items():
+    order = ["floor", "provision", "salt: one runner call", "provision, every step (minion answers)",
+             "destroy floor", "destroy"]
+    figures = sorted(k["figures"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    for key, fig in figures:
         mine = ratios.get(key, [])
         ratio = "; ".join(f"{r['ratio']:.2f}× {r['to']}" for r in mine)
         goal = "; ".join(f"≤ {r['goal']:g}× ({'met' if r['ratio'] <= r['goal'] else 'missed'})"
