@@ -519,7 +519,18 @@ def test_kvm_figures(cloud: Cloud, host: str) -> None:
     if OPTS.get("minion"):
         for r in range(1, runs + 1):
             say(f"round {r}/{runs}: provision with every step (until the minion answers test.ping)")
-            bench.record("provision, every step (minion answers)", bench.provision())
+            try:
+                bench.record("provision, every step (minion answers)", bench.provision())
+            except BenchError as exc:
+                # The other figures stand; the guest's console says how far it got.
+                console = bench.kvm / "vms" / VM / "console.log"
+                kept = ROOT / "bench" / "kvm-minion-console.log"
+                if console.exists():
+                    shutil.copyfile(console, kept)
+                say(f"  provision with every step FAILED: {exc} (the guest's console: {kept})")
+                bench.notes.add(f"provision with every step failed: {str(exc)[:300]}")
+                bench.cloud.run("mc_cloud_vm.destroy", VM)
+                break
             bench.breakdown()
             bench.destroy()
     report(bench)
