@@ -5,9 +5,10 @@ section with the commit and machine it measured, then renders the registry
 table of the performance page (``docs/explanation/performance.md``) from
 that file (between the ``bench:registry`` markers);
 ``bench/provision.py``, ``bench/store.py``, ``bench/metrics.py`` and
-``bench/dns.py``, ``bench/firewall.py`` and ``bench/api.py`` record sections of
-their own, rendered between the ``bench:provisioning``, ``bench:store``,
-``bench:metrics``, ``bench:dns``, ``bench:firewall`` and ``bench:api`` markers.
+``bench/dns.py``, ``bench/firewall.py``, ``bench/api.py`` and ``bench/kvm.py``
+record sections of their own, rendered between the ``bench:provisioning``,
+``bench:store``, ``bench:metrics``, ``bench:dns``, ``bench:firewall``,
+``bench:api`` and ``bench:kvm`` markers.
 The tests check that the page's tables are the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
@@ -42,6 +43,8 @@ DSTART, DEND = "<!-- bench:dns:start -->", "<!-- bench:dns:end -->"
 FSTART, FEND = "<!-- bench:firewall:start -->", "<!-- bench:firewall:end -->"
 #: The API table's markers (``bench/api.py`` records its section, ``api``).
 ASTART, AEND = "<!-- bench:api:start -->", "<!-- bench:api:end -->"
+#: The KVM table's markers (``bench/kvm.py`` records its section, ``kvm``).
+KSTART, KEND = "<!-- bench:kvm:start -->", "<!-- bench:kvm:end -->"
 #: Goal of the inventory of a 10,000-VM cloud over HTTP (``mc_cloud_api.vms``), seconds.
 GOAL_API_S = 1.0
 #: Goal of a node's names: every one answering on every nameserver, seconds
@@ -369,6 +372,33 @@ def render_api(data: dict[str, Any]) -> str:
                                  f"`bench/results.json`): {_stamp(a)}"])
 
 
+def render_kvm(data: dict[str, Any]) -> str:
+    """The KVM virtual machines' table (markdown) of ``data``'s ``kvm`` section."""
+    k = data.get("kvm")
+    if not k:
+        return "No KVM figures recorded yet: run ./run bench kvm."
+    ratios: dict[str, list[dict[str, Any]]] = {}
+    for r in k.get("ratios", []):
+        ratios.setdefault(r["of"], []).append(r)
+    rows = ["| KVM VM (TCG): measure | median (min–max) | ratio | goal |", "|---|---|---|---|"]
+    order = ["floor", "provision", "salt: one runner call", "provision, every step (minion answers)",
+             "destroy floor", "destroy"]
+    figures = sorted(k["figures"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    for key, fig in figures:
+        mine = ratios.get(key, [])
+        ratio = "; ".join(f"{r['ratio']:.2f}× {r['to']}" for r in mine)
+        goal = "; ".join(f"≤ {r['goal']:g}× ({'met' if r['ratio'] <= r['goal'] else 'missed'})"
+                         for r in mine if r.get("goal"))
+        rows.append(f"| {key} | {fig['median']:.2f} s ({fig['min']:.2f}–{fig['max']:.2f}) | {ratio} | {goal} |")
+    vm = k.get("vm") or {}
+    guest = (f"the guest: {vm.get('cpus')} vCPU, {vm.get('memory')}, {vm.get('size')} disk, "
+             f"accel {k.get('accel')}. ") if vm else ""
+    notes = [f"- {note}" for note in k.get("notes", [])]
+    return "\n".join([*rows, "", *notes, *([""] if notes else []),
+                      f"Median of {k['runs']} run(s); {guest}Measured (`./run bench kvm`, `bench/results.json`): "
+                      f"{_stamp(k)}"])
+
+
 def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
     try:
         head, rest = text.split(start, 1)
@@ -394,6 +424,7 @@ def update_page(page: str | os.PathLike[str], data: dict[str, Any], check: bool 
     new = _replace(path, new, DSTART, DEND, render_dns(data), required=False)
     new = _replace(path, new, FSTART, FEND, render_firewall(data), required=False)
     new = _replace(path, new, ASTART, AEND, render_api(data), required=False)
+    new = _replace(path, new, KSTART, KEND, render_kvm(data), required=False)
     if check:
         return new == text
     if new != text:
