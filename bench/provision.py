@@ -40,13 +40,7 @@ one run and on the same machine state:
 - the provision time (and its floor) for each backing this machine offers:
   ``dir`` and ``overlayfs`` always, ``btrfs`` on a loop-device file system
   mounted as a separate lxc path, ``lvm-thin``/``zfs`` when the kernel has
-  them (otherwise the reason is printed);
-- with ``--kvm`` (or ``--only kvm``), the kvm floor by hand: the image built
-  once by ``kvm-image-build.sh`` (from lxc-debian's debootstrap cache when
-  present; its time and size printed), then per run a qcow2 overlay of it, a
-  NoCloud seed ISO (genisoimage), a tap on the bridge, QEMU started
-  (``--kvm-accel``, default ``tcg``) until the guest's sshd sends its banner;
-  QEMU stopped, the tap and overlay removed, untimed. Needs no master.
+  them (otherwise the reason is printed).
 
 Each timed measure starts after ``sync`` (untimed), so no measure pays for
 the writeback of the copies made before it. Salt's own cost per runner call
@@ -67,8 +61,8 @@ loop device, bridge and firewall rule it made is removed at the end, also
 on failure. Needs root, LXC, and Debian's package mirror (or the lxc
 debian template's cache) for the template container.
 
-Usage: python3 bench/provision.py [--runs N] [--vms N] [--deploy-vms N] [--only deploy|minion|kvm]
-       [--backings dir,overlayfs,btrfs,...] [--kvm] [--kvm-accel tcg|kvm]
+Usage: python3 bench/provision.py [--runs N] [--vms N] [--deploy-vms N] [--only deploy|minion]
+       [--backings dir,overlayfs,btrfs,...]
 """
 
 from __future__ import annotations
@@ -87,10 +81,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
-# bench/ last on the path: its dns.py would shadow dnspython's dns package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"] + [str(ROOT / "bench")]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# bench/ last on the path: its dns.py would shadow dnspython's dns package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"] + [str(ROOT / "bench")]
 
 import pytest  # noqa: E402
 
@@ -112,10 +107,6 @@ FLOOR_IP = f"{NET}.250"
 FLOOR_MAC = "02:00:0a:c7:09:fa"
 MINION_FLOOR_IP = f"{NET}.249"
 MINION_FLOOR_MAC = "02:00:0a:c7:09:f9"
-KVM_FLOOR_IP = f"{NET}.248"
-KVM_FLOOR_MAC = "00:16:3e:0a:c7:f8"
-#: lxc-debian's debootstrap cache: the kvm floor's image starts from it when present.
-LXC_DEBIAN_CACHE = Path("/var/cache/lxc/debian/rootfs-bookworm-amd64")
 UNCONFINED = {"lxc_conf": [{"lxc.apparmor.profile": "unconfined"}], "lxc_conf_unset": ["lxc.apparmor.profile"]}
 BACKINGS = ("dir", "overlayfs", "btrfs", "lvm-thin", "zfs")
 #: The deploy-scale measure's network (a /20), bridge and port ranges (below the
@@ -895,99 +886,13 @@ def test_deploy_scale_figures(cloud: Cloud, host: tuple[str, Storage]) -> None:
                                                 "many_s": round(many, 2)}})
 
 
-# -- the kvm floor -------------------------------------------------------------
-
-
-def kvm_floor(image: Path, work: Path, bridge: str, accel: str) -> float:
-    """One kvm guest by hand, timed from the overlay's creation to the ssh
-    banner: overlay, seed ISO, tap, QEMU (the driver's argv); then stopped
-    and removed, untimed."""
-    tap = "mckbench" + uuid.uuid4().hex[:6]
-    seed = work / "seed"
-    shutil.rmtree(seed, ignore_errors=True)
-    (seed / "mccloud").mkdir(parents=True)
-    os.sync()
-    t0 = time.monotonic()
-    sh("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(image / "disk.qcow2"),
-       str(work / "disk.qcow2"), "2G", check=True)
-    (seed / "meta-data").write_text(f"instance-id: kvmfloor-{uuid.uuid4().hex[:8]}\nlocal-hostname: kvmfloor\n")
-    (seed / "user-data").write_text("#cloud-config\n{}\n")
-    (seed / "mccloud/version").write_text("1\n")
-    (seed / "mccloud/net.env").write_text(
-        f"MCCLOUD_HOSTNAME=kvmfloor.bench.lan\nMCCLOUD_MAC_0={KVM_FLOOR_MAC}\nMCCLOUD_IP_0={KVM_FLOOR_IP}\n"
-        f"MCCLOUD_PREFIX_0=24\nMCCLOUD_GATEWAY={NET}.1\nMCCLOUD_DNS={NET}.1\n")
-    sh("genisoimage", "-quiet", "-V", "cidata", "-J", "-r", "-o", str(work / "seed.iso"), str(seed), check=True)
-    sh("ip", "tuntap", "add", "dev", tap, "mode", "tap", check=True)
-    pidfile = work / "qemu.pid"
-    try:
-        sh("ip", "link", "set", tap, "master", bridge, "up", check=True)
-        sh("qemu-system-x86_64", "-name", "guest=kvmfloor", "-machine", "q35", "-accel", accel, "-cpu", "max",
-           "-smp", "1", "-m", "512", "-nodefaults", "-no-user-config", "-display", "none",
-           "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"),
-           "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 quiet",
-           "-drive", f"file={work / 'disk.qcow2'},if=virtio,format=qcow2,discard=unmap",
-           "-drive", f"file={work / 'seed.iso'},if=virtio,format=raw,readonly=on",
-           "-netdev", f"tap,id=n0,ifname={tap},script=no,downscript=no",
-           "-device", f"virtio-net-pci,netdev=n0,mac={KVM_FLOOR_MAC}", "-device", "virtio-rng-pci",
-           "-serial", f"file:{work / 'console.log'}", "-pidfile", str(pidfile), "-daemonize", check=True)
-        done = banner(KVM_FLOOR_IP, 22, deadline=300)
-        return done - t0
-    finally:
-        if pidfile.exists():
-            pid = int(pidfile.read_text().split()[0])
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            end = time.monotonic() + 10
-            while time.monotonic() < end and Path(f"/proc/{pid}").exists():
-                time.sleep(0.05)
-            pidfile.unlink(missing_ok=True)
-        sh("ip", "link", "del", tap)
-        (work / "disk.qcow2").unlink(missing_ok=True)
-
-
-def test_kvm_floor_figures(bench_root: Path, host: tuple[str, Storage]) -> None:
-    """The kvm floor: a guest by hand until its ssh banner (the runner's
-    provision of a kvm VM is measured against it once the driver exists)."""
-    if not OPTS.get("kvm") and OPTS.get("only") != "kvm":
-        pytest.skip("--kvm not given")
-    runs = int(OPTS.get("runs", 3))
-    accel = str(OPTS.get("kvm_accel") or "tcg")
-    work = bench_root / "kvm"
-    work.mkdir(exist_ok=True)
-    image = work / "image" / "bench"
-    src = str(LXC_DEBIAN_CACHE) if LXC_DEBIAN_CACHE.is_dir() else ""
-    say(f"kvm image: kvm-image-build.sh {src or '(debootstrap)'}")
-    from mccloud import saltsupport
-
-    builder = Path(saltsupport.bootstrap_script()).parent / "kvm-image-build.sh"
-    t0 = time.monotonic()
-    p = subprocess.run(["/bin/sh", str(builder), src, str(image)], capture_output=True, text=True,
-                       env={**os.environ, "MCCLOUD_VERSION": "bench"})
-    built = time.monotonic() - t0
-    if p.returncode != 0:
-        raise BenchError(f"kvm-image-build.sh failed ({p.returncode}): {p.stderr[-2000:]}")
-    size = (image / "disk.qcow2").stat().st_size
-    figures: dict[str, list[float]] = {}
-    for r in range(1, runs + 1):
-        say(f"round {r}/{runs}: the kvm floor by hand ({accel})")
-        figures.setdefault(f"kvm floor ({accel}: overlay, seed, QEMU, to banner)", []).append(
-            kvm_floor(image, work, host[0], accel))
-    print(f"\n## kvm floor\n\nkvm image build (from {src or 'debootstrap'})  {built:.1f} s, "
-          f"disk.qcow2 {size / 1e6:.0f} MB\n" +
-          "\n".join(f"{k:<50} {stats(v)}" for k, v in figures.items()) + "\n", flush=True)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="repeats of each measure (median printed)")
     ap.add_argument("--vms", type=int, default=4, help="VMs provisioned by the orchestrate measure")
     ap.add_argument("--deploy-vms", type=int, default=1000, help="VMs the large node deploy declares")
-    ap.add_argument("--kvm", action="store_true", help="also the kvm floor (an image build, QEMU guests)")
-    ap.add_argument("--kvm-accel", choices=["tcg", "kvm"], default="tcg", help="QEMU's accelerator for --kvm")
-    ap.add_argument("--only", choices=["deploy", "minion", "kvm"],
-                    help="only the deploy-scale measure, the minion measures or the kvm floor")
+    ap.add_argument("--only", choices=["deploy", "minion"],
+                    help="only the deploy-scale measure, or only the minion measures")
     ap.add_argument("--backings", default=",".join(BACKINGS),
                     help=f"comma-separated, among {', '.join(BACKINGS)} (dir is always measured)")
     args = ap.parse_args()
@@ -999,12 +904,8 @@ def main() -> int:
         if not shutil.which(tool):
             print(f"bench/provision.py needs {tool}: ./run setup installs the Debian packages", file=sys.stderr)
             return 2
-    for tool in (("qemu-system-x86_64", "qemu-img", "genisoimage") if args.kvm or args.only == "kvm" else ()):
-        if not shutil.which(tool):
-            print(f"bench/provision.py --kvm needs {tool}: ./run setup installs the Debian packages", file=sys.stderr)
-            return 2
     opts = {"runs": args.runs, "vms": args.vms, "backings": [b for b in args.backings.split(",") if b],
-            "deploy_vms": args.deploy_vms, "only": args.only, "kvm": args.kvm, "kvm_accel": args.kvm_accel}
+            "deploy_vms": args.deploy_vms, "only": args.only}
     os.environ["MCCLOUD_BENCH_OPTS"] = json.dumps(opts)
     print(f"\n## provisioning benchmark ({args.runs} runs per measure; progress below)", flush=True)
     return int(pytest.main([
