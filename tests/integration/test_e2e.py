@@ -35,6 +35,7 @@ import yaml
 from tests.integration.conftest import NET, NFT_TABLE, NO_IMAGE_SYNC, Cloud, running_master, running_minion
 from tests.support.net import ssh_banner
 from tests.support.postgres import Postgres
+from mccloud.drivers.kvm import tap_name
 
 pytestmark = pytest.mark.slow
 
@@ -704,6 +705,8 @@ def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str
             stray.kill()
         for pid in qemu_pids(KVM_VM):
             os.kill(pid, signal.SIGKILL)
+        for n in range(2):  # its taps, should a failure have left them
+            sh("ip", "link", "del", tap_name(KVM_VM, n))
         shutil.rmtree(kvm, ignore_errors=True)
         cloud.e2e_declare()  # type: ignore[attr-defined]
     check_secret_kept(cloud)
