@@ -32,10 +32,10 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+from mccloud.drivers.kvm import tap_name
 from tests.integration.conftest import NET, NFT_TABLE, NO_IMAGE_SYNC, Cloud, running_master, running_minion
 from tests.support.net import ssh_banner
 from tests.support.postgres import Postgres
-from mccloud.drivers.kvm import tap_name
 
 pytestmark = pytest.mark.slow
 
