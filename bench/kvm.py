@@ -382,6 +382,8 @@ class Bench:
         fdir.mkdir(mode=0o700)
         sh("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(s["domain"]["base"]),
            str(fdir / "disk.qcow2"), str(VM_DECL["size"]), check=True)
+        for f in ("vmlinuz", "initrd.img"):  # the VM's own copies, as the driver makes them with its disk
+            shutil.copyfile(Path(s["domain"]["image_dir"]) / f, fdir / f)
         sd = fdir / "seed"
         (sd / "mccloud").mkdir(parents=True, mode=0o700)
         for name, key in (("meta-data", "meta_data"), ("user-data", "user_data"),
@@ -391,7 +393,7 @@ class Bench:
         (sd / "mccloud" / "password_hash").write_text(str(s.get("password_hash") or ""))
         with tarfile.open(sd / "mccloud" / "tree.tar", "w"):
             pass
-        sh("genisoimage", "-quiet", "-V", "cidata", "-J", "-r", "-o", str(fdir / "seed.iso"), str(sd), check=True)
+        sh("genisoimage", "-quiet", "-V", "cidata", "-J", "-R", "-o", str(fdir / "seed.iso"), str(sd), check=True)
         os.chmod(fdir / "seed.iso", 0o600)
         sh("ip", "tuntap", "add", "dev", FLOOR_TAP, "mode", "tap", check=True)
         sh("ip", "link", "set", FLOOR_TAP, "master", self.cloud.bridge, "up", check=True)
