@@ -69,6 +69,7 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
+from tests.support.kvm import qemu_pids  # noqa: E402
 from tests.support.net import bridge_up, ssh_banner  # noqa: E402
 from tests.integration.conftest import NO_IMAGE_SYNC, Cloud, accept_only, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
 
@@ -118,21 +119,6 @@ def banner(ip: str, port: int, deadline: float = 300) -> float:
     ssh_banner(ip, port, deadline, interval=0.1)
     return time.monotonic()
 
-
-def qemu_pids(*names: str) -> list[int]:
-    """The QEMU processes whose command line names one of guests ``names``."""
-    wanted = {f"guest={n}".encode() for n in names}
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"qemu-system-x86_64") and wanted & set(argv):
-            pids.append(int(proc.name))
-    return pids
 
 
 def kill_guests(*names: str, deadline: float = 10) -> None:

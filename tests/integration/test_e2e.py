@@ -35,6 +35,7 @@ import yaml
 from mccloud.drivers.kvm import tap_name
 from tests.integration.conftest import NET, NFT_TABLE, NO_IMAGE_SYNC, Cloud, running_master, running_minion
 from tests.support.net import ssh_banner
+from tests.support.kvm import qemu_pids
 from tests.support.postgres import Postgres
 
 pytestmark = pytest.mark.slow
@@ -613,20 +614,6 @@ def kvm_pillar(cloud: Cloud) -> dict[str, Any]:
             "images": {KVM_IMAGE: {"from": TEMPLATE}}, **NO_IMAGE_SYNC},
     }
 
-
-def qemu_pids(name: str) -> list[int]:
-    """The QEMU processes whose command line names guest ``name``."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].endswith(b"qemu-system-x86_64") and f"guest={name}".encode() in argv:
-            pids.append(int(proc.name))
-    return pids
 
 
 def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str, float]]) -> None:

@@ -5,6 +5,8 @@ argv) for the SLS tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import copy
 from typing import Any, Mapping
 
@@ -107,3 +109,21 @@ def vm_job(vm_settings: Mapping[str, Any], base_job: Mapping[str, Any] | None = 
     job["vm"] = dict(vm_settings)
     job.update(kvm.vm_data(env or StubEnv(), str(vm_settings["name"]), CN, vm_settings))  # type: ignore[arg-type]
     return job
+
+
+def qemu_pids(*names: str) -> list[int]:
+    """The QEMU processes whose command line names one of guests ``names``,
+    read from ``/proc`` by the tests themselves (not through the driver's
+    own lookup, which they check)."""
+    wanted = {f"guest={n}".encode() for n in names}
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"qemu-system-x86_64") and wanted & set(argv):
+            pids.append(int(proc.name))
+    return pids
