@@ -231,3 +231,10 @@ def test_a_driver_of_its_own_is_deployed_provisioned_listed_and_destroyed(nsbox:
     assert ssh_banner(seen[GUESTS[1]]["ip"], 22) == f"SSH-2.0-nsbox {GUESTS[1]}\r\n".encode()
 
     check_repair_acts_on_evidence(cloud, seen)
+
+    # The destroyed guest, provisioned again without a deploy of its node:
+    # its routes are rendered first, and its proxy port answers at once.
+    again = ok(cloud, "mc_cloud_vm.provision", gone, "skip=bootstrap,initial_highstate,ping")
+    assert "makina-states.cloud.generic.compute_node.reverse_proxy" in [s["name"] for s in again["steps"]], again
+    port = settings(cloud, gone)["ssh_reverse_proxy_port"]
+    assert ssh_banner("127.0.0.1", port) == f"SSH-2.0-nsbox {gone}\r\n".encode()

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import pytest
 
 from mccloud.orchestration import Env, compute_node_deploy, guard, parallel, minions, transport, vm_destroy, vm_orchestrate, vm_provision
+from mccloud.orchestration.deploy import NODE_VM_SLS
 from tests.support.runners import Jobs, Minions, Offline
 
 CN = "cn1.example.net"
@@ -30,9 +31,16 @@ def jobs(monkeypatch: pytest.MonkeyPatch) -> Jobs:
     return j
 
 
+def deployed(tmp: Path, pillar: Mapping[str, Any] = PILLAR, opts: Mapping[str, Any] | None = None) -> Offline:
+    """A controller whose node is registered (every VM allocated), as its deploy leaves it."""
+    offline = Offline(tmp, pillar, opts)
+    offline.registry.inner.target_settings(CN)
+    return offline
+
+
 @pytest.fixture
 def offline(tmp_path: Path) -> Offline:
-    return Offline(tmp_path, PILLAR)
+    return deployed(tmp_path)
 
 
 def state(sls: str, sid: str, run: int, result: bool = True, comment: str = "ok", changes: Any = None) -> Any:
@@ -101,7 +109,7 @@ def test_a_provision_sends_its_sls_steps_as_one_job_and_asks_the_registry_once(o
     assert names[0] == "key" and names[-4:] == [
         "mc_cloud_vm.vm_bootstrap", "minion", "mc_cloud_vm.vm_initial_highstate", "mc_cloud_vm.vm_ping"]
     # settings asked once; the key seeded and the provision noted in the audit journal
-    assert offline.registry.calls == {"vm_settings": 1, "record": 2}
+    assert offline.registry.calls == {"allocated": 1, "vm_settings": 1, "record": 2}
     data = jobs.sent[0][2]
     assert data["rootfs"].endswith("/vm1.example.net/rootfs") and "password" not in data["vm"]
     assert data["vm"]["vt"] == "lxc" and data["controller_pubkey"] == "ssh-ed25519 AAAA test"
@@ -155,7 +163,7 @@ def test_destroy_removes_the_vms_declaration_made_through_the_api(tmp_path: Path
     Offline(tmp_path, PILLAR).registry.inner.declare_vm(CN, "api.example.net", "lxc", {"owners": ["teama"]}, "alice")
     # the controller's pillar as the ext_pillar serves it, over the same store
     served = Offline(tmp_path, PILLAR).registry.inner.api_pillar()["keys"][f"makina-states.cloud.lxc.vms.{CN}"]
-    api = Offline(tmp_path, {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": {**VMS, **served}})
+    api = deployed(tmp_path, {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": {**VMS, **served}})
     reg = api.registry.inner
     assert vm_provision(api.env, "api.example.net").result
     jobs.fail[f"{LXC}.destroy"] = "busy"
@@ -174,6 +182,46 @@ def test_destroy_removes_the_vms_declaration_made_through_the_api(tmp_path: Path
     assert vm_provision(api.env, "vm3.example.net").result
     ret = api.functions["mc_cloud_vm.destroy"]("vm3.example.net")
     assert ret["result"] is True and "declaration" not in [s["name"] for s in ret["steps"]]
+
+
+def routed(data: Mapping[str, Any]) -> set[str]:
+    """The VMs of a node job's data and of the registry it pushes."""
+    vms = set(data["vms"])
+    assert vms == set(json.loads(data["cn_registry_json"])["cnSettings"]["cn"]["vms"])
+    return vms
+
+
+def test_a_vm_its_nodes_last_rendering_did_not_hold_is_routed_before_its_first_step(tmp_path: Path,
+                                                                                     jobs: Jobs) -> None:
+    """A VM declared since its node's deploy, or destroyed and provisioned
+    again, gets its node's proxy, firewall and hosts rendered with it
+    first; a VM the node's registration holds does not."""
+    offline = Offline(tmp_path, PILLAR)  # declared, never deployed
+    skip = "bootstrap,initial_highstate,ping"
+    out = vm_provision(offline.env, "vm1.example.net", skip=skip).as_dict()
+    assert out["result"] is True, out
+    assert jobs.sent[0][1] == list(NODE_VM_SLS) and "vm1.example.net" in routed(jobs.sent[0][2])
+    assert [s["name"] for s in out["steps"]][:len(NODE_VM_SLS)] == list(NODE_VM_SLS)
+    jobs.sent.clear()
+    assert vm_provision(offline.env, "vm1.example.net", skip=skip).result
+    assert [mods for _, mods, _ in jobs.sent if mods == list(NODE_VM_SLS)] == []
+    assert vm_destroy(offline.env, "vm1.example.net", CN, f"{LXC}.destroy", {"name": "vm1.example.net"}).result
+    assert "vm1.example.net" not in routed(jobs.sent[-1][2])
+    jobs.sent.clear()
+    assert vm_provision(offline.env, "vm1.example.net", skip=skip).result
+    assert jobs.sent[0][1] == list(NODE_VM_SLS) and "vm1.example.net" in routed(jobs.sent[0][2])
+
+
+def test_orchestrate_routes_the_vms_no_rendering_held_once_before_provisioning(tmp_path: Path, jobs: Jobs) -> None:
+    offline = Offline(tmp_path, PILLAR)
+    out = vm_orchestrate(offline.env, CN, concurrency=3, skip_steps="bootstrap,initial_highstate,ping").as_dict()
+    assert out["result"] is True, out
+    routes = [data for _, mods, data in jobs.sent if mods == list(NODE_VM_SLS)]
+    assert len(routes) == 1 and routed(routes[0]) == set(VMS)
+    assert jobs.sent[0][1] == list(NODE_VM_SLS)
+    jobs.sent.clear()
+    assert vm_orchestrate(offline.env, CN, concurrency=3, skip_steps="bootstrap,initial_highstate,ping").result
+    assert [mods for _, mods, _ in jobs.sent if mods == list(NODE_VM_SLS)] == []
 
 
 def test_orchestrate_runs_vms_in_parallel_within_the_bound(offline: Offline) -> None:
@@ -202,7 +250,7 @@ def test_orchestrate_runs_vms_in_parallel_within_the_bound(offline: Offline) -> 
 
 
 def test_orchestrate_concurrency_comes_from_the_master_option(tmp_path: Path) -> None:
-    offline = Offline(tmp_path, PILLAR, opts={"mccloud_concurrency": 1})
+    offline = deployed(tmp_path, opts={"mccloud_concurrency": 1})
     active, seen = [0], [0]
 
     def provision(env: Env, vm: str) -> Mapping[str, Any]:
@@ -219,7 +267,7 @@ def test_orchestrate_concurrency_comes_from_the_master_option(tmp_path: Path) ->
 
 def test_orchestrate_provisions_for_real_bodies_in_threads(tmp_path: Path, jobs: Jobs) -> None:
     overlay = {vm: {"profile_type": "overlayfs", "privileged": True} for vm in VMS}
-    offline = Offline(tmp_path, {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
+    offline = deployed(tmp_path, {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
     out = vm_orchestrate(offline.env, CN, concurrency=4).as_dict()
     assert out["result"] is True, out
     # The first four VMs' jobs (their bootstrap included) are one job; the
@@ -229,7 +277,7 @@ def test_orchestrate_provisions_for_real_bodies_in_threads(tmp_path: Path, jobs:
     alone = [job[2]["vm"]["name"] for job in jobs.sent]
     assert sorted(alone + [vm for job in jobs.shared for vm in job[2]]) == sorted(VMS)
     assert all("minion" in job[2] for job in jobs.sent)
-    assert offline.registry.calls == {"vm_settings": len(VMS), "record": 2 * len(VMS)}
+    assert offline.registry.calls == {"allocated": 2 + len(VMS), "vm_settings": len(VMS), "record": 2 * len(VMS)}
 
 
 def test_gathered_jobs_fail_only_their_own_vm(tmp_path: Path, jobs: Jobs, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,7 +286,7 @@ def test_gathered_jobs_fail_only_their_own_vm(tmp_path: Path, jobs: Jobs, monkey
     full copies (dir: the copies would run one after another in one job),
     go to the node one VM at a time."""
     overlay = {vm: {"profile_type": "overlayfs", "privileged": True} for vm in VMS}
-    offline = Offline(tmp_path / "ovl", {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
+    offline = deployed(tmp_path / "ovl", {**PILLAR, f"makina-states.cloud.lxc.vms.{CN}": overlay})
 
     def provision(env: Env, vm: str) -> Mapping[str, Any]:
         if vm == "vm3.example.net":
@@ -251,7 +299,7 @@ def test_gathered_jobs_fail_only_their_own_vm(tmp_path: Path, jobs: Jobs, monkey
     assert "no data for vm3" in out["comment"]
     assert len(jobs.shared) == 1 and sorted(jobs.shared[0][2]) == sorted(set(VMS) - {"vm3.example.net"})
     jobs.shared.clear()
-    dirs = Offline(tmp_path / "dir", PILLAR)
+    dirs = deployed(tmp_path / "dir")
     assert vm_orchestrate(dirs.env, CN, concurrency=6).result
     assert jobs.shared == [] and len(jobs.sent) == len(VMS)
     jobs.sent.clear()

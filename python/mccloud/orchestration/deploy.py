@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from mccloud import localreg, saltsupport
 from mccloud.orchestration import dnspub, minions
 from mccloud.orchestration.drivers import drivers_for, run_hooks
-from mccloud.orchestration.runner import Env, Outcome
+from mccloud.orchestration.runner import Env, Outcome, Step
 from mccloud.orchestration.steps import timed
 
 #: Compute-node SLS, in order: the node's registry first (what the others
@@ -91,6 +91,15 @@ def node_render(env: Env, target: str) -> Outcome:
     data = env.node_data(target)
     out.add_all(env.batch(target, [(s, s) for s in NODE_SLS], with_node_registry(env, data)))
     return out
+
+
+def node_routes(env: Env, target: str) -> list[tuple[str, Step]]:
+    """Applies the node SLS that follow its VMs (registry, reverse proxy,
+    firewall, hosts) for its current registration: what provisioning does
+    for a VM the node's last rendering did not hold (a VM declared since
+    the node's deploy, or destroyed and provisioned again)."""
+    env.forget(target)
+    return env.batch(target, [(s, s) for s in NODE_VM_SLS], with_node_registry(env, env.node_data(target)))
 
 
 def node_registry(env: Env, data: Mapping[str, Any]) -> dict[str, Any]:

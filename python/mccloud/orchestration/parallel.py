@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import mccloud
 from mccloud.orchestration import transport
 from mccloud.orchestration.drivers import driver_for
+from mccloud.orchestration.deploy import node_routes
 from mccloud.orchestration.provision import vm_provision
 from mccloud.orchestration.runner import Env, Outcome, Progress, Step, guard, names
 
@@ -128,6 +129,26 @@ class Gathering:
             return self.results.pop(vm)
 
 
+def fresh_routes(env: Env, target: str, vms: Sequence[str]) -> Outcome:
+    """Allocates the VMs of ``vms`` that hold nothing yet (declared since
+    the node's deploy, or destroyed and asked for again) and renders the
+    node's routes once for all of them, before any is provisioned (each
+    provisioning would otherwise render them, at the same time)."""
+    out = Outcome()
+    held = set(env.registry.allocated(target, "ip")) | set(env.registry.allocated(target, "ssh"))
+    fresh = [vm for vm in vms if vm not in held]
+    for vm in fresh:
+        try:
+            env.registry.vm_settings(target, vm)
+        except mccloud.MccloudError:
+            continue  # its provisioning says why
+    if fresh:
+        env.progress(f"{target}: routing {len(fresh)} VM(s) its last rendering did not hold")
+        if not out.add_all(node_routes(env, target)):
+            out.comment = f"{target}: the routes of {', '.join(fresh)} could not be rendered: {out.comment}"
+    return out
+
+
 def vm_orchestrate(
     env: Env,
     target: str,
@@ -146,6 +167,9 @@ def vm_orchestrate(
     workers = concurrency_of(env, concurrency)
     provision = provision or (lambda e, vm: guard("provision", vm_provision, e, vm, None, skip_steps).as_dict())
     env.registry.store_path  # one registry for every thread, opened before they start
+    routes = fresh_routes(env, target, vms)
+    if not routes.result:
+        return routes
     env.progress(f"{target}: provisioning {len(vms)} VM(s), {workers} at a time")
     lock = threading.Lock()
     done: list[str] = []

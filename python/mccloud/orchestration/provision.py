@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import mccloud
 from mccloud.drivers.contract import Driver
 from mccloud.orchestration import dnspub, minions, transport
+from mccloud.orchestration.deploy import node_routes
 from mccloud.orchestration.drivers import StepFunctions, driver_for, run_hooks
 from mccloud.orchestration.runner import Env, Outcome, names
 from mccloud.orchestration.steps import VM_STEPS, run_steps, sls_steps, step_functions, timed
@@ -44,6 +45,10 @@ def provision_vm(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
         raise mccloud.ArgumentError(
             f"unknown step(s) {', '.join(unknown)}: steps are {', '.join(VM_STEPS)}, ping, post_provision"
         )
+    # A VM without allocations until this call (declared since its node's
+    # deploy, or destroyed and asked for again) is in none of the node's
+    # renderings: its routes are rendered before its first step.
+    fresh = not allocated(env, env.config.node_of(vm), vm)
     cn, data = env.vm_data(vm)
     vt = str(data["vm"]["vt"])
     todo = [s for s in wanted if s not in set(names(skip))]
@@ -58,6 +63,8 @@ def provision_vm(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
         return run_steps(functions, vt, phase, (vm, cn), env.progress, outcome=out, sls=sls,
                          batch=lambda pairs: env.batch(cn, pairs, job))
 
+    if fresh and not out.add_all(node_routes(env, cn)):
+        return out
     joined = joined_bootstrap(env, driver) if "bootstrap" in vm_steps else None
     if joined:
         job = bootstrap_data(env, vm, cn)
@@ -87,6 +94,11 @@ def provision_vm(env: Env, vm: str, steps: Any = None, skip: Any = None) -> Outc
         if step is not None:
             out.add("dns", step)
     return out
+
+
+def allocated(env: Env, cn: str, vm: str) -> bool:
+    """Whether ``vm`` holds an IP or an ssh port on ``cn``."""
+    return vm in env.registry.allocated(cn, "ip") or vm in env.registry.allocated(cn, "ssh")
 
 
 #: The generic bootstrap step, which provisioning joins to the VM's first job.
