@@ -90,6 +90,13 @@ pub trait Driver: Sync {
         Ok(())
     }
 
+    /// The keys of the type's defaults a compute node's `conf` may set
+    /// for its own VMs, besides the network ([`crate::settings::NODE_KEYS`]):
+    /// the paths of its guests on the node (`lxc_path`, `kvm_path`).
+    fn node_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Checks the registry's settings where a call gives them whole.
     fn check_settings(&self, _s: &Value) -> Result<()> {
         Ok(())

@@ -206,6 +206,17 @@ impl Config {
         out(py, self.inner.kvm_settings())
     }
 
+    /// The defaults of type `vt` for the VMs of compute node `cn`: the
+    /// type's, with what the node's `conf` sets of them (its network,
+    /// bridge and paths).
+    fn node_defaults(&self, py: Python<'_>, vt: &str, cn: &str) -> PyResult<Py<PyAny>> {
+        let r = self
+            .inner
+            .node_type_settings(vt, cn)
+            .map(|t| t.defaults().clone());
+        out(py, r)
+    }
+
     /// The compute-node settings (`mc_cloud_compute_node.settings`): every
     /// declared node (`targets`) with its VMs, ports and reverse proxy.
     fn compute_node_settings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -236,7 +247,7 @@ impl Config {
         let r = self
             .inner
             .vm_plan(cn, vm)
-            .and_then(|p| self.inner.merged_settings(&p));
+            .and_then(|p| self.inner.merged_settings(cn, &p));
         out(py, r)
     }
 

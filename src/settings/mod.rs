@@ -31,6 +31,7 @@ pub mod vm_checks;
 pub use crate::pillar::values::MODES;
 pub use declared::{Declared, DeclaredVm, NodeDecl};
 pub use node::{IpClaim, NodePlan};
+pub use types::{NodeTypeSettings, NODE_KEYS};
 pub use vm::{MacRequest, VmAllocation, VmPlan};
 
 /// Pillar prefix of the global cloud settings.
@@ -66,6 +67,9 @@ pub struct Context {
     pub store_key: Option<String>,
 }
 
+/// The types' settings per (type, node), shared by a configuration's clones.
+type NodeTypes = Arc<Mutex<HashMap<(String, String), Arc<NodeTypeSettings>>>>;
+
 /// Settings computation over one pillar and one context. What it computes
 /// depends only on both, which never change: each part is computed once
 /// (node plans are shared by the clones of a configuration).
@@ -79,6 +83,8 @@ pub struct Config {
     images: OnceLock<Value>,
     minions: OnceLock<BTreeMap<String, String>>,
     plans: Arc<Mutex<HashMap<String, Arc<NodePlan>>>>,
+    /// The types' settings per node (see [`Config::node_type_settings`]).
+    node_types: NodeTypes,
     /// Where the VMs declared without a node were placed (VM → node), as
     /// the store holds it; see [`placement`].
     placements: BTreeMap<String, String>,
@@ -99,6 +105,7 @@ impl Config {
             images: OnceLock::new(),
             minions: OnceLock::new(),
             plans: Arc::default(),
+            node_types: Arc::default(),
             placements: BTreeMap::new(),
             unplaced: BTreeMap::new(),
         }

@@ -92,6 +92,35 @@ fn index_claims(vms: &[VmPlan]) -> Vec<(Ipv4Addr, usize, String)> {
     main.chain(extra).collect()
 }
 
+/// The bounds of the reverse-proxy port ranges, cloud-wide or in a node's `conf`.
+const PORT_KEYS: [&str; 4] = [
+    "ssh_port_range_start",
+    "ssh_port_range_end",
+    "snmp_port_range_start",
+    "snmp_port_range_end",
+];
+
+/// The ssh and snmp port ranges of `s` (the merged compute-node settings,
+/// with a node's own bounds where it sets them), which must be disjoint;
+/// `prefix` is the pillar key holding them.
+fn ranges(s: &Value, prefix: &str) -> Result<(PortRange, PortRange)> {
+    let get = |kind: &'static str| -> Result<PortRange> {
+        let k = |end: &str| format!("{kind}_port_range_{end}");
+        let start = as_int(&s[k("start")], &format!("{prefix}.{}", k("start")))?;
+        let end = as_int(&s[k("end")], &format!("{prefix}.{}", k("end")))?;
+        PortRange::new(kind, start, end, prefix)
+    };
+    let (ssh, snmp) = (get("ssh")?, get("snmp")?);
+    if ssh.start <= snmp.end && snmp.start <= ssh.end {
+        return Err(Error::invalid(format!(
+            "ssh port range {}-{} overlaps snmp port range {}-{}: a port would serve two VMs; \
+             make {prefix}.ssh_port_range_start/_end and snmp_port_range_start/_end disjoint",
+            ssh.start, ssh.end, snmp.start, snmp.end
+        )));
+    }
+    Ok((ssh, snmp))
+}
+
 /// The node's subordinate id range (`idmap_range_start`/`_end` of the
 /// merged compute-node settings `s`).
 fn id_range(s: &Value) -> Result<IdRange> {
@@ -170,21 +199,32 @@ impl Config {
     }
 
     fn port_ranges(&self, s: &Value) -> Result<(PortRange, PortRange)> {
-        let get = |kind: &'static str| -> Result<PortRange> {
-            let k = |end: &str| format!("{kind}_port_range_{end}");
-            let start = as_int(&s[k("start")], &format!("{COMPUTE_NODE}.{}", k("start")))?;
-            let end = as_int(&s[k("end")], &format!("{COMPUTE_NODE}.{}", k("end")))?;
-            PortRange::new(kind, start, end, COMPUTE_NODE)
-        };
-        let (ssh, snmp) = (get("ssh")?, get("snmp")?);
-        if ssh.start <= snmp.end && snmp.start <= ssh.end {
-            return Err(Error::invalid(format!(
-                "ssh port range {}-{} overlaps snmp port range {}-{}: a port would serve two VMs; \
-                 make {COMPUTE_NODE}.ssh_port_range_start/_end and snmp_port_range_start/_end disjoint",
-                ssh.start, ssh.end, snmp.start, snmp.end
-            )));
+        ranges(s, COMPUTE_NODE)
+    }
+
+    /// The port ranges of node `cn`: the cloud-wide ones of the merged
+    /// compute-node settings `merged`, each bound its `conf` sets
+    /// (`ssh_port_range_start` …) taking their place.
+    fn node_port_ranges(
+        &self,
+        cn: &str,
+        merged: &mut Value,
+        conf: &Value,
+    ) -> Result<(PortRange, PortRange)> {
+        let own: Vec<&str> = PORT_KEYS
+            .iter()
+            .copied()
+            .filter(|k| conf.get(*k).is_some_and(|v| !v.is_null()))
+            .collect();
+        if own.is_empty() {
+            return self.port_ranges(merged);
         }
-        Ok((ssh, snmp))
+        if let Value::Object(m) = merged {
+            for k in &own {
+                m.insert((*k).to_owned(), conf[*k].clone());
+            }
+        }
+        ranges(merged, &format!("{COMPUTE_NODE}.conf.{cn}"))
     }
 
     /// Everything allocation needs of node `cn`, validated at once: network,
@@ -213,15 +253,18 @@ impl Config {
             types.push(crate::drivers::DEFAULT_TYPE.to_owned());
         }
         let network = self.node_network(cn, &types)?;
-        let merged = self.compute_node_merged()?;
-        let (ssh, snmp) = self.port_ranges(&merged)?;
+        let conf = self.node_conf(cn)?;
+        let mut merged = self.compute_node_merged()?;
+        let (ssh, snmp) = self.node_port_ranges(cn, &mut merged, &conf)?;
         let idmap = id_range(&merged)?;
         // Read by the node's data after registration: checked before.
         self.idmap_allow_login_defs_range()?;
-        let conf = self.node_conf(cn)?;
         let plans = vms
             .iter()
-            .map(|d| self.vm_plan_with(self.type_settings(&d.vt)?, &network, cn, d))
+            .map(|d| {
+                let t = self.node_type_settings(&d.vt, cn)?;
+                self.vm_plan_with(&t, &network, cn, d)
+            })
             .collect::<Result<Vec<_>>>()?;
         self.check_vms_fit_alone(cn, vms)?;
         Ok(NodePlan {
@@ -242,8 +285,15 @@ impl Config {
     fn node_network(&self, cn: &str, types: &[String]) -> Result<Network> {
         let mut found: Option<(Network, &str)> = None;
         for vt in types {
-            let d = &self.type_settings(vt)?["defaults"];
-            let key = |k: &str| format!("{CLOUD}.{vt}.defaults.{k}");
+            let t = self.node_type_settings(vt, cn)?;
+            let d = t.defaults();
+            let key = |k: &str| {
+                if t.from_node.contains(&k) {
+                    format!("{COMPUTE_NODE}.conf.{cn}.{k}")
+                } else {
+                    format!("{CLOUD}.{vt}.defaults.{k}")
+                }
+            };
             let net = Network::new(
                 &scalar(&d["network"], &key("network"))?,
                 &scalar(&d["netmask"], &key("netmask"))?,

@@ -1035,7 +1035,7 @@ fn lxc_settings_keep_their_keys_and_other_types_get_the_generic_defaults() {
     assert!(kvm.get("vms").is_none());
     let plan = cfg.vm_plan(CN, "k.test").unwrap();
     assert_eq!(plan.vt, "nsbox");
-    let merged = cfg.merged_settings(&plan).unwrap();
+    let merged = cfg.merged_settings(CN, &plan).unwrap();
     assert_eq!(merged["ssh_username"], "debian");
     assert!(merged.get("lxc_path").is_none());
 }
@@ -1693,4 +1693,116 @@ fn sizeless_vms_weigh_their_profile_and_a_vm_bigger_than_its_node_is_refused() {
         }
     }
     assert_eq!(took, 3, "1024 MiB: fixed.test (256) and three of 256");
+}
+
+// --- two nodes, each with its own network, bridge, paths and ports ----------
+
+/// Two nodes on one machine, as a deployment declares them (flat dotted
+/// keys): the second sets its own network, bridge, lxc path and port
+/// ranges in its `conf`; the first keeps the cloud-wide ones.
+fn two_nodes() -> Config {
+    let cn2 = "node2.local";
+    config(json!({
+        format!("{LXC}.vms.{CN}"): {VM: {}},
+        format!("{LXC}.vms.{cn2}"): {"vm2.test.com": {}, "vm3.test.com": {"ip": "10.6.0.9"}},
+        format!("{LXC}.defaults.lxc_path"): "/srv/lxc1",
+        format!("{COMPUTE_NODE}.conf.{cn2}.network"): "10.6.0.0",
+        format!("{COMPUTE_NODE}.conf.{cn2}.netmask"): "16",
+        format!("{COMPUTE_NODE}.conf.{cn2}.gateway"): "10.6.0.1",
+        format!("{COMPUTE_NODE}.conf.{cn2}.bridge"): "mcbr2",
+        format!("{COMPUTE_NODE}.conf.{cn2}.lxc_path"): "/srv/lxc2",
+        format!("{COMPUTE_NODE}.conf.{cn2}.ssh_port_range_start"): 42000,
+        format!("{COMPUTE_NODE}.conf.{cn2}.ssh_port_range_end"): 42009,
+        format!("{COMPUTE_NODE}.conf.{cn2}.snmp_port_range_start"): 32000,
+        format!("{COMPUTE_NODE}.conf.{cn2}.snmp_port_range_end"): 32009,
+    }))
+}
+
+#[test]
+fn a_node_conf_sets_its_own_network_bridge_paths_and_ports() {
+    let cfg = two_nodes();
+    let (one, two) = (
+        cfg.node_plan(CN).unwrap(),
+        cfg.node_plan("node2.local").unwrap(),
+    );
+    assert_eq!(one.network.network, Ipv4Addr::new(10, 5, 0, 0));
+    assert_eq!(
+        (one.ssh.start, one.ssh.end, one.snmp.start),
+        (40000, 50000, 30000)
+    );
+    assert_eq!(two.network.network, Ipv4Addr::new(10, 6, 0, 0));
+    assert_eq!(
+        (two.network.prefix, two.network.gateway),
+        (16, Ipv4Addr::new(10, 6, 0, 1))
+    );
+    assert_eq!(
+        (two.ssh.start, two.ssh.end, two.snmp.start, two.snmp.end),
+        (42000, 42009, 32000, 32009)
+    );
+    // The VMs' settings follow their node's.
+    let s1 = finish(&cfg, CN, VM).unwrap();
+    assert_eq!(
+        (s1["lxc_path"].as_str(), s1["gateway"].as_str()),
+        (Some("/srv/lxc1"), Some("10.5.0.1"))
+    );
+    let s2 = finish(&cfg, "node2.local", "vm3.test.com").unwrap();
+    assert_eq!(s2["lxc_path"], "/srv/lxc2");
+    assert_eq!(
+        (s2["network"].as_str(), s2["netmask"].as_str()),
+        (Some("10.6.0.0"), Some("16"))
+    );
+    assert_eq!(
+        (s2["gateway"].as_str(), s2["bridge"].as_str()),
+        (Some("10.6.0.1"), Some("mcbr2"))
+    );
+    assert_eq!(s2["ip"], "10.6.0.9");
+    // The cloud-wide defaults stay the cloud's.
+    assert_eq!(cfg.lxc_defaults().unwrap()["lxc_path"], "/srv/lxc1");
+}
+
+#[test]
+fn a_node_conf_slip_names_the_nodes_key() {
+    let with = |k: &str, v: Value| {
+        let mut p = object(json!({format!("{LXC}.vms.n2"): {VM: {}}}));
+        p.insert(format!("{COMPUTE_NODE}.conf.n2.{k}"), v);
+        config(Value::Object(p))
+    };
+    invalid(
+        with("gateway", json!("10.9.0.1")).node_plan("n2"),
+        &["n2", "10.9.0.1"],
+    );
+    invalid(
+        with("lxc_path", json!("relative/lxc")).vm_plan("n2", VM),
+        &["lxc_path", &format!("{COMPUTE_NODE}.conf.n2.lxc_path")],
+    );
+    let cfg = config(json!({
+        format!("{LXC}.vms.n2"): {VM: {}},
+        format!("{COMPUTE_NODE}.conf.n2.ssh_port_range_start"): 30005,
+        format!("{COMPUTE_NODE}.conf.n2.ssh_port_range_end"): 30010,
+    }));
+    invalid(
+        cfg.node_plan("n2"),
+        &[
+            "30005-30010",
+            "overlaps",
+            &format!("{COMPUTE_NODE}.conf.n2.ssh_port_range_start"),
+        ],
+    );
+    invalid(
+        with("ssh_port_range_end", json!("many")).node_plan("n2"),
+        &[
+            &format!("{COMPUTE_NODE}.conf.n2.ssh_port_range_end"),
+            "many",
+        ],
+    );
+    // A VM may not leave its node's network.
+    invalid(
+        config(json!({
+            format!("{LXC}.vms.n2"): {VM: {"gateway": "10.5.0.1"}},
+            format!("{COMPUTE_NODE}.conf.n2.network"): "10.6.0.0",
+            format!("{COMPUTE_NODE}.conf.n2.gateway"): "10.6.0.1",
+        }))
+        .node_plan("n2"),
+        &[VM, "gateway", "share its network"],
+    );
 }

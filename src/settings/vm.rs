@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::vm_checks::{additional_ips, check_vm_values, domains, with_branch};
-use super::{Config, DeclaredVm, CLOUD};
+use super::{Config, DeclaredVm, NodeTypeSettings, CLOUD, COMPUTE_NODE};
 use crate::drivers::{self, Driver, TypePlan, DEFAULT_REGISTRY};
 use crate::error::{Error, Result};
 use crate::pillar::checks;
@@ -97,7 +97,12 @@ pub(crate) fn not_declared(cn: &str, vm: &str) -> Error {
 /// How a setting of VM `d` (`whose` names it) is named in a message:
 /// its key, the VM, and the pillar key it comes from (the VM's own, else
 /// its type's defaults or name servers).
-fn setting_of<'a>(d: &'a DeclaredVm, whose: &'a str) -> impl Fn(&str) -> String + 'a {
+fn setting_of<'a>(
+    d: &'a DeclaredVm,
+    whose: &'a str,
+    cn: &'a str,
+    from_node: &'a [&'static str],
+) -> impl Fn(&str) -> String + 'a {
     let vt = &d.vt;
     move |key: &str| -> String {
         if key == "dnsservers" && !d.pillar.contains_key(key) {
@@ -105,6 +110,8 @@ fn setting_of<'a>(d: &'a DeclaredVm, whose: &'a str) -> impl Fn(&str) -> String 
         }
         if d.pillar.contains_key(key) {
             format!("{key} of {whose} (pillar key {})", d.key)
+        } else if from_node.contains(&key) {
+            format!("{key} of {whose} (pillar {COMPUTE_NODE}.conf.{cn}.{key})")
         } else {
             format!("{key} of {whose} (pillar {CLOUD}.{vt}.defaults.{key})")
         }
@@ -235,16 +242,17 @@ impl Config {
     /// anything is allocated.
     pub(super) fn vm_plan_with(
         &self,
-        t: &Value,
+        node_t: &NodeTypeSettings,
         network: &Network,
         cn: &str,
         d: &DeclaredVm,
     ) -> Result<VmPlan> {
         crate::counters::count(crate::counters::Work::VmPlan);
+        let t = &node_t.settings;
         let whose = format!("VM {} on compute node {cn}", d.name);
         self.check_vm_id(&d.name, &whose)?;
         let driver = drivers::of(&d.vt);
-        let at = setting_of(d, &whose);
+        let at = setting_of(d, &whose, cn, &node_t.from_node);
         check_shared_network(t, d, &at)?;
         let s = merged(t, &d.name, &d.pillar);
         let declared_at = format!("{whose} (pillar key {})", d.key);
@@ -296,10 +304,12 @@ impl Config {
         check_mode(values::at(s, "mode"), &format!("mode of {declared_at}"))
     }
 
-    /// A VM's merged settings before allocation (defaults, then its own
-    /// pillar), from its validated plan.
-    pub fn merged_settings(&self, plan: &VmPlan) -> Result<Map<String, Value>> {
-        let mut s = merged(self.type_settings(&plan.vt)?, &plan.vm, &plan.own);
+    /// A VM's merged settings before allocation (its type's defaults as
+    /// its node `cn` sets them, then its own pillar), from its validated
+    /// plan.
+    pub fn merged_settings(&self, cn: &str, plan: &VmPlan) -> Result<Map<String, Value>> {
+        let t = self.node_type_settings(&plan.vt, cn)?;
+        let mut s = merged(&t.settings, &plan.vm, &plan.own);
         let prefix = parse_prefix(&scalar(values::at(&s, "netmask"), "netmask")?)?;
         s.insert("netmask".into(), json!(prefix.to_string()));
         // Always present, as makina-states gave it (`[]` when none).

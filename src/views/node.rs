@@ -205,8 +205,8 @@ fn network_and_facts(
         .filter(|t| *t == DEFAULT_TYPE)
         .chain(node.types.iter().filter(|t| *t != DEFAULT_TYPE));
     for vt in default_first {
-        let defaults = &config.type_settings(vt)?["defaults"];
-        drivers::of(vt).node_facts(defaults, &mut network, &mut facts);
+        let t = config.node_type_settings(vt, &node.cn)?;
+        drivers::of(vt).node_facts(t.defaults(), &mut network, &mut facts);
     }
     Ok((network, facts))
 }

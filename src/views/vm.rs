@@ -20,7 +20,7 @@ pub fn finish(
     full: bool,
 ) -> Result<Value> {
     let whose = format!("VM {} on compute node {cn}", plan.vm);
-    let mut s = config.merged_settings(plan)?;
+    let mut s = config.merged_settings(cn, plan)?;
     plan.type_plan.finish_vm(&mut s, &plan.own);
     // The master runs on the controller: when the compute node is the
     // controller (the VM's master names it, or the caller is it), the VM

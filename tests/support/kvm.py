@@ -38,6 +38,9 @@ class StubConfig:
     def lxc_settings(self) -> dict[str, Any]:
         return {"defaults": {"lxc_path": "/var/lib/lxc"}}
 
+    def node_defaults(self, vt: str, cn: str) -> dict[str, Any]:
+        return dict(self.lxc_settings()["defaults"]) if vt == "lxc" else {}
+
     def node_of(self, vm: str) -> str:
         return CN
 

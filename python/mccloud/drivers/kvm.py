@@ -72,9 +72,12 @@ def settings(config: mccloud.Config) -> dict[str, Any]:
     return {"defaults": dict(DEFAULTS), "vms": vms}
 
 
-def defaults(env: Env) -> dict[str, Any]:
-    """The kvm defaults, :data:`DEFAULTS` under the pillar's."""
-    return {**DEFAULTS, **(settings(env.config).get("defaults") or {})}
+def defaults(env: Env, target: str | None = None) -> dict[str, Any]:
+    """The kvm defaults, :data:`DEFAULTS` under the pillar's; those of the
+    VMs of compute node ``target`` when given (its ``conf`` may set its
+    own ``kvm_path``, bridge and network)."""
+    own = env.config.node_defaults(VT, target) if target else settings(env.config).get("defaults")
+    return {**DEFAULTS, **(own or {})}
 
 
 def images_settings(env: Env) -> dict[str, Any]:
@@ -209,7 +212,7 @@ def vm_data(env: Env, vm: str, target: str | None = None, settings: Mapping[str,
     allocation)."""
     cn = target or env.config.node_of(vm)
     s: Mapping[str, Any] = settings if settings is not None else env.config.vm_declared_settings(cn, vm)
-    d = defaults(env)
+    d = defaults(env, cn)
     kvm_path = norm_kvm_path(s.get("kvm_path") or d["kvm_path"], f"kvm_path of {vm}")
     vm_dir = f"{kvm_path}/vms/{vm}"
     domain = s.get("domain") if isinstance(s.get("domain"), Mapping) else None
@@ -238,6 +241,7 @@ def kvm_paths(env: Env, target: str) -> list[str]:
     vms = (env.config.compute_node_settings().get("targets") or {}).get(target, {}).get("vms") or {}
     paths = {str(vm_data(env, vm, target)["kvm_path"]) for vm, vt in vms.items() if vt == VT}
     paths.add(norm_kvm_path(defaults(env)["kvm_path"], "the default kvm_path"))
+    paths.add(norm_kvm_path(defaults(env, target)["kvm_path"], f"the kvm_path of {target}"))
     return sorted(paths)
 
 
@@ -272,7 +276,8 @@ def node_data(env: Env, target: str) -> dict[str, Any]:
     full: Mapping[str, Any] = env.node_data(target)
     imgs = images_settings(env)
     return {**{k: full[k] for k in ("target", "network") if k in full},
-            "kvm_path": norm_kvm_path(full.get("kvm_path") or defaults(env)["kvm_path"], f"kvm_path of {target}"),
+            "kvm_path": norm_kvm_path(full.get("kvm_path") or defaults(env, target)["kvm_path"],
+                                      f"kvm_path of {target}"),
             "kvm_paths": kvm_paths(env, target), "images_root": imgs["images_root"], "images": imgs["images"]}
 
 
@@ -390,7 +395,7 @@ def cn_sls_pillar(env: Env, target: str) -> dict[str, Any]:
     """What the kvm driver adds to a compute node's registry:
     ``kvmSettings`` (the kvm defaults) and ``kvmImgSettings`` (the kvm
     images by name)."""
-    return {"kvmSettings": defaults(env), "kvmImgSettings": images(env)}
+    return {"kvmSettings": defaults(env, target), "kvmImgSettings": images(env)}
 
 
 def vm_step(env: Env, vm: str, target: str | None, step: str) -> Outcome:
@@ -408,7 +413,7 @@ def destroy_data(env: Env, vm: str, cn: str) -> dict[str, Any]:
         declared = env.config.vm_declared_settings(cn, vm).get("kvm_path")
     except mccloud.NotFoundError:
         declared = None
-    kvm_path = norm_kvm_path(declared or defaults(env)["kvm_path"], f"kvm_path of {vm}")
+    kvm_path = norm_kvm_path(declared or defaults(env, cn)["kvm_path"], f"kvm_path of {vm}")
     vm_dir = f"{kvm_path}/vms/{vm}"
     return {"name": vm, "kvm_path": kvm_path, "dir": vm_dir, "kvm_paths": kvm_paths(env, cn),
             "tap_prefix": tap_prefix(vm), "pidfile": f"{vm_dir}/qemu.pid", "qmp": f"{vm_dir}/qmp.sock"}

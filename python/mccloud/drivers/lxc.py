@@ -142,9 +142,10 @@ def guests(env: Env, target: str) -> dict[str, dict[str, Any]]:
     # From the declarations (no registration: repair asks this in a plan).
     vms = (env.config.compute_node_settings().get("targets") or {}).get(target, {}).get("vms") or {}
     paths = {str(vm_data(env, vm, target)["lxc_path"]) for vm, vt in vms.items() if vt == "lxc"}
-    default = (env.config.lxc_settings().get("defaults") or {}).get("lxc_path")
-    if default:
-        paths.add(str(default))
+    for default in ((env.config.lxc_settings().get("defaults") or {}).get("lxc_path"),
+                    env.config.node_defaults("lxc", target).get("lxc_path")):
+        if default:
+            paths.add(str(default))
     skip = set(images(env))
     out: dict[str, dict[str, Any]] = {}
     with transport.local_client(env.opts["conf_file"]) as client:
@@ -329,9 +330,10 @@ def post_deploy_controller(env: Env) -> Outcome:
 
 def cn_sls_pillar(env: Env, target: str) -> dict[str, Any]:
     """What the lxc driver adds to a compute node's registry:
-    ``lxcSettings`` (the lxc defaults: bridge, gateway, network, netmask ...)
-    and ``imgSettings`` (the lxc images by name, as makina-states keyed them)."""
-    return {"lxcSettings": dict(env.config.lxc_settings()["defaults"]),
+    ``lxcSettings`` (the lxc defaults as the node sets them: bridge,
+    gateway, network, netmask, lxc_path ...) and ``imgSettings`` (the lxc
+    images by name, as makina-states keyed them)."""
+    return {"lxcSettings": dict(env.config.node_defaults("lxc", target)),
             "imgSettings": dict(env.config.images_settings()["lxc"]["images"])}
 
 
@@ -345,10 +347,10 @@ def vm_destroy(env: Env, vm: str, target: str | None = None) -> Outcome:
     it from the node's reverse proxy, hosts file and firewall; then frees
     its allocations (see :func:`mccloud.orchestration.teardown.vm_destroy`)."""
     cn = target or env.config.node_of(vm)
-    try:  # the VM's own lxc_path when it is still declared, else the default
+    try:  # the VM's own lxc_path when it is still declared, else its node's default
         lxc_path = env.config.vm_declared_settings(cn, vm)["lxc_path"]
     except mccloud.NotFoundError:
-        lxc_path = env.config.lxc_settings()["defaults"]["lxc_path"]
+        lxc_path = env.config.node_defaults("lxc", cn)["lxc_path"]
     return generic_destroy(env, vm, cn, f"{VM_SLS}.destroy", {"name": vm, "lxc_path": lxc_path})
 
 

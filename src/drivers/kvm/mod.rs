@@ -42,6 +42,10 @@ impl Driver for Kvm {
         VT
     }
 
+    fn node_keys(&self) -> &'static [&'static str] {
+        &["kvm_path"]
+    }
+
     /// The kvm defaults over the generic VM defaults; `image` is null
     /// here and becomes the default kvm image once the images are known
     /// ([`Driver::complete_settings`]).

@@ -41,6 +41,10 @@ impl Driver for Lxc {
         VT
     }
 
+    fn node_keys(&self) -> &'static [&'static str] {
+        &["lxc_path"]
+    }
+
     fn defaults(&self, cloud: &Value, devhost: bool) -> Value {
         base_settings(cloud, &super::generic_defaults(cloud), devhost)
     }
