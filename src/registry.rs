@@ -636,6 +636,8 @@ impl Registry {
     pub fn drift(&self, target: Option<&str>) -> Result<Value> {
         let checks = self.check_nodes(target)?;
         let mut findings = views::drift::unplaced(&self.config);
+        let moves = self.read(moves::stored_moves)?.unwrap_or_default();
+        findings.extend(views::drift::moved(&self.config, &moves, target));
         let node = |v: Option<&Value>| v.and_then(|n| n.get("node")?.as_str()).map(str::to_owned);
         findings.extend(self.shadowed()?.into_iter().filter(|f| {
             target.is_none_or(|cn| {
@@ -845,6 +847,14 @@ impl Registry {
             others.remove(vm);
         }
         let mut usage = self.config.usage(&others)?;
+        // Nothing is placed on a drained node.
+        let states = moves::node_states(tx)?;
+        let drained: Vec<String> = usage
+            .iter()
+            .filter(|u| states.get(&u.cn).map(String::as_str) == Some(moves::DRAINED))
+            .map(|u| u.cn.clone())
+            .collect();
+        usage.retain(|u| !drained.contains(&u.cn));
         for (vm, d) in anywhere
             .iter()
             .filter(|(v, _)| only.is_none_or(|o| o == v.as_str()))
@@ -865,6 +875,17 @@ impl Registry {
                 scores = placement::explain(&usage, &size);
             }
             if placed.contains_key(vm) {
+                continue;
+            }
+            if usage.is_empty() && !drained.is_empty() {
+                unplaced.insert(
+                    vm.clone(),
+                    format!(
+                        "every compute node with a capacity is drained ({}): nothing is placed on a \
+                         drained node (mastersalt-run mc_cloud.undrain <node> takes VMs again)",
+                        drained.join(", ")
+                    ),
+                );
                 continue;
             }
             if usage.is_empty() {
@@ -978,6 +999,7 @@ struct NodeCheck {
 pub mod declare;
 mod defaults;
 mod dns;
+pub mod moves;
 #[cfg(test)]
 mod pillar_props;
 mod repair;

@@ -569,6 +569,54 @@ impl Registry {
         out(py, r)
     }
 
+    /// Starts or resumes moving VM `vm` to compute node `to` (its record
+    /// and its allocations there, with its `settings` on the target).
+    fn begin_move(&self, py: Python<'_>, vm: &str, to: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.begin_move(vm, to));
+        out(py, r)
+    }
+
+    /// Records that the move of `vm` reached `phase` (before its switch).
+    fn move_phase(&self, py: Python<'_>, vm: &str, phase: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.move_phase(vm, phase));
+        out(py, r)
+    }
+
+    /// Switches VM `vm` to its move's target (one journaled step).
+    fn switch_move(&self, py: Python<'_>, vm: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.switch_move(vm));
+        out(py, r)
+    }
+
+    /// Ends a switched move of `vm`: frees its source's allocations.
+    fn finish_move(&self, py: Python<'_>, vm: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.finish_move(vm));
+        out(py, r)
+    }
+
+    /// Abandons a move of `vm` that did not switch: frees its target's allocations.
+    fn abandon_move(&self, py: Python<'_>, vm: &str) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.abandon_move(vm));
+        out(py, r)
+    }
+
+    /// The moves the store holds, by VM.
+    fn moves(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.moves());
+        out(py, r)
+    }
+
+    /// Sets compute node `cn`'s state (`drained` or `active`); the state before.
+    fn set_node_state(&self, py: Python<'_>, cn: &str, state: &str) -> PyResult<String> {
+        py.detach(|| self.inner.set_node_state(cn, state))
+            .map_err(to_py)
+    }
+
+    /// The compute nodes' states the store holds (those not listed are active).
+    fn node_states(&self, py: Python<'_>) -> PyResult<std::collections::BTreeMap<String, String>> {
+        py.detach(|| self.inner.node_states()).map_err(to_py)
+    }
+
     /// The audit journal's entries, oldest first, filtered by VM, node,
     /// kind and time (`since`: a UTC date or time); the newest `limit`.
     #[pyo3(signature = (vm=None, node=None, kind=None, since=None, limit=None))]

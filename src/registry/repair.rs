@@ -571,6 +571,14 @@ fn manual_plan(kind: &str, at: &str, vm: &str) -> String {
             "{vm} is declared without a node and is not placed: fix what the finding says \
              (mastersalt-run mc_cloud.place {vm} explain=True); the store keeps where it was placed"
         ),
+        "moved_vm" => format!(
+            "{vm} was moved to {at}: declare it there in the pillar (the finding says which key); \
+             until then it is read there"
+        ),
+        "move_unfinished" => format!(
+            "the move of {vm} did not end: run mastersalt-run mc_cloud.move {vm} <its target> to \
+             resume it, or abandon=True to leave {vm} where it was"
+        ),
         "declaration_shadowed" => format!(
             "{} is declared both in the pillar files and through the API, differently: the files win; \
              keep one declaration (the finding says which keys)",

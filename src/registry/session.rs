@@ -106,6 +106,23 @@ impl Registry {
         if session.placing == Place::Declared {
             return Ok((registry, notes));
         }
+        let controller = session.controller || registry.is_controller()?;
+        if controller && registry.store_exists() {
+            // The VMs moved away from their pillar node, and those moving.
+            match registry.stored_relocations() {
+                Ok((relocated, moving)) if !(relocated.is_empty() && moving.is_empty()) => {
+                    registry.config = registry.config.with_moves(relocated, moving);
+                }
+                Ok(_) => {}
+                Err(e) => notes.push(Note {
+                    error: true,
+                    message: format!(
+                        "mccloud: the moves the store records could not be read: {e}; the VMs \
+                         moved to another node are seen on the node the pillar names"
+                    ),
+                }),
+            }
+        }
         let anywhere = match registry.config.anywhere() {
             Ok(anywhere) => anywhere,
             Err(e) => {
@@ -116,7 +133,7 @@ impl Registry {
                 return Ok((registry, notes));
             }
         };
-        if anywhere.is_empty() || !(session.controller || registry.is_controller()?) {
+        if anywhere.is_empty() || !controller {
             return Ok((registry, notes));
         }
         let (placed, unplaced) = match registry.placements(session.placing) {

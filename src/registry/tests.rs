@@ -17,6 +17,7 @@ use crate::pools::mac;
 use crate::settings::{Context, COMPUTE_NODE};
 
 mod declare;
+mod moves;
 mod session;
 mod tallies;
 

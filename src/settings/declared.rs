@@ -25,6 +25,9 @@ pub struct DeclaredVm {
     pub pillar: Map<String, Value>,
     /// The pillar key it is declared under (for messages).
     pub key: String,
+    /// The node its pillar declaration names, when a move took it to the
+    /// node it is declared on here.
+    pub moved_from: Option<String>,
 }
 
 /// The declaration of one compute node: its VMs in name order, or what is
@@ -81,6 +84,7 @@ impl NodeDecl {
                     vt: vt.to_owned(),
                     pillar: conf.as_object().cloned().unwrap_or_default(),
                     key: key.to_owned(),
+                    moved_from: None,
                 };
                 self.pending.insert(vm.to_owned(), d);
             }
@@ -214,6 +218,7 @@ impl Config {
                 self.collect_prefix(&mut nodes, &vt, &prefix)?;
             }
         }
+        self.relocate(&mut nodes);
         if !self.placements().is_empty() {
             for (vm, d) in self.anywhere()? {
                 let Some(cn) = self.placements().get(&vm) else {
@@ -229,6 +234,47 @@ impl Config {
             .into_iter()
             .map(|(cn, node)| (cn.clone(), node.finish(&cn)))
             .collect())
+    }
+
+    /// Moves the pillar declarations of the VMs that moved to another
+    /// node ([`Config::relocated`]) to that node, and copies those of the
+    /// VMs being moved ([`Config::moving`]) to their target, where they are
+    /// then declared as well until the move switches or is abandoned. A
+    /// node whose declaration is broken keeps its VMs.
+    fn relocate(&self, nodes: &mut Declared) {
+        let mut taken: Vec<(String, String, DeclaredVm, bool)> = vec![];
+        let moved = self
+            .relocated
+            .iter()
+            .map(|(v, (from, to))| (v, Some(from), to, true));
+        let moving = self.moving.iter().map(|(v, t)| (v, None, t, false));
+        for (vm, pillar_node, to, moved) in moved.chain(moving) {
+            let from = nodes.iter().find_map(|(cn, node)| {
+                let here = cn != to && pillar_node.is_none_or(|p| p == cn);
+                node.pending
+                    .get(vm)
+                    .filter(|_| here)
+                    .map(|d| (cn.clone(), d.clone()))
+            });
+            if let Some((from, d)) = from {
+                taken.push((from, to.clone(), d, moved));
+            }
+        }
+        for (from, to, d, moved) in taken {
+            if moved {
+                if let Some(node) = nodes.get_mut(&from) {
+                    node.pending.remove(&d.name);
+                }
+            }
+            let how = if moved { "moved to" } else { "being moved to" };
+            let key = format!("{} ({how} {to})", d.key);
+            let node = nodes.entry(to).or_default();
+            node.types.insert(d.vt.clone());
+            node.add(&d.vt, &d.name, &Value::Object(d.pillar), &key);
+            if let (true, Some(added)) = (moved, node.pending.get_mut(&d.name)) {
+                added.moved_from = Some(from);
+            }
+        }
     }
 
     /// The declarations under one prefix (`makina-states.cloud.<vt>.vms`):

@@ -90,6 +90,13 @@ pub struct Config {
     placements: BTreeMap<String, String>,
     /// The VMs declared without a node that are not placed, with why.
     unplaced: BTreeMap<String, String>,
+    /// The VMs declared in pillar on one node that a move took to another
+    /// (VM → (the node the pillar declared it on then, the node it lives
+    /// on)), as the store records it.
+    relocated: BTreeMap<String, (String, String)>,
+    /// The VMs being moved (VM → target node): declared on their target
+    /// too until the move switches them there or is abandoned.
+    moving: BTreeMap<String, String>,
 }
 
 impl Config {
@@ -108,6 +115,8 @@ impl Config {
             node_types: Arc::default(),
             placements: BTreeMap::new(),
             unplaced: BTreeMap::new(),
+            relocated: BTreeMap::new(),
+            moving: BTreeMap::new(),
         }
     }
 
@@ -124,7 +133,39 @@ impl Config {
         let mut c = Config::new(self.ctx.clone(), self.pillar.clone());
         c.placements = placements;
         c.unplaced = unplaced;
+        c.relocated = self.relocated.clone();
+        c.moving = self.moving.clone();
         c
+    }
+
+    /// The same configuration (its placements too), with the VMs of
+    /// `relocated` (VM → (pillar node, node)) declared on the node a move
+    /// took them to instead of the one the pillar names (while the pillar
+    /// still names that one), and those of `moving` (VM → target) declared
+    /// on their target too (see [`Config::relocated`]).
+    pub fn with_moves(
+        &self,
+        relocated: BTreeMap<String, (String, String)>,
+        moving: BTreeMap<String, String>,
+    ) -> Self {
+        let mut c = self.with_placements(self.placements.clone(), self.unplaced.clone());
+        c.relocated = relocated;
+        c.moving = moving;
+        c
+    }
+
+    /// The VMs a move took to another node than the one the pillar
+    /// declared them on (VM → (that node, the node it lives on)): while
+    /// the pillar still declares a VM there, its declaration is read on
+    /// the other node, and drift reports it (`moved_vm`); once the pillar
+    /// names another node, the pillar wins.
+    pub fn relocated(&self) -> &BTreeMap<String, (String, String)> {
+        &self.relocated
+    }
+
+    /// The VMs being moved (VM → target node).
+    pub fn moving(&self) -> &BTreeMap<String, String> {
+        &self.moving
     }
 
     /// The same configuration (its placements too) over its pillar with
@@ -143,6 +184,8 @@ impl Config {
         let mut c = Config::new(self.ctx.clone(), pillar);
         c.placements = self.placements.clone();
         c.unplaced = self.unplaced.clone();
+        c.relocated = self.relocated.clone();
+        c.moving = self.moving.clone();
         c
     }
 
@@ -159,6 +202,8 @@ impl Config {
         let mut c = Config::new(self.ctx.clone(), pillar);
         c.placements = self.placements.clone();
         c.unplaced = self.unplaced.clone();
+        c.relocated = self.relocated.clone();
+        c.moving = self.moving.clone();
         c
     }
 

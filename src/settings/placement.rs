@@ -372,6 +372,7 @@ impl Config {
                     vt: vt.clone(),
                     pillar: Map::new(),
                     key: at.clone(),
+                    moved_from: None,
                 });
                 entry.pillar.extend(pillar);
             }

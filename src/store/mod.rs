@@ -17,6 +17,8 @@ mod dns_tests;
 pub mod dump;
 pub mod journal;
 pub mod legacy;
+#[cfg(test)]
+mod moves_tests;
 pub mod postgres;
 pub mod secrets;
 pub mod sqlite;
@@ -325,6 +327,12 @@ pub trait TxOps {
     /// Sets a metadata value.
     fn set_meta(&self, key: &str, value: &str) -> Result<()>;
 
+    /// The metadata entries whose key starts with `prefix`, in key order.
+    fn meta_prefixed(&self, prefix: &str) -> Result<Vec<(String, String)>>;
+
+    /// Removes metadata entry `key`; whether it was there.
+    fn remove_meta(&self, key: &str) -> Result<bool>;
+
     /// Notes a change made outside the store's rows (a move, a key seeded)
     /// in the journal of a journaled transaction; nothing otherwise.
     fn note(&self, change: journal::Change) -> Result<()> {
@@ -351,6 +359,26 @@ pub trait TxOps {
 
     /// Primitive of [`TxOps::put_placement`].
     fn put_placement_row(&self, vm: &str, cn: &str) -> Result<()>;
+
+    /// Records that VM `vm` now lives on node `cn` (a move: its placement,
+    /// made or changed), journaled as `relocated`; returns the node it
+    /// was recorded on before, if any.
+    fn relocate(&self, vm: &str, cn: &str) -> Result<Option<String>> {
+        let before = self.remove_placement_row(vm)?;
+        self.put_placement_row(vm, cn)?;
+        self.note(journal::Change::new(
+            "relocated",
+            cn,
+            vm,
+            "node",
+            before.clone().map(Into::into),
+            Some(cn.into()),
+        ))?;
+        Ok(before)
+    }
+
+    /// Forgets where VM `vm` was placed or moved; the node it was on.
+    fn remove_placement_row(&self, vm: &str) -> Result<Option<String>>;
 
     /// Keeps other writers from placing VMs until the transaction ends (a
     /// SQLite write transaction excludes every other writer already).

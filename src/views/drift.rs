@@ -17,7 +17,7 @@ use crate::store::Tx;
 
 /// The kinds of finding, each with what it means (`mc_cloud.drift`'s
 /// documentation lists them).
-pub const KINDS: [(&str, &str); 9] = [
+pub const KINDS: [(&str, &str); 11] = [
     (
         "undeclared_vm",
         "the store holds values for a VM the node no longer declares",
@@ -53,6 +53,14 @@ pub const KINDS: [(&str, &str); 9] = [
     (
         "declaration_shadowed",
         "the pillar files declare a VM or node the API also declares, differently: the files win",
+    ),
+    (
+        "moved_vm",
+        "a move took a VM to another node than the one its pillar declaration names",
+    ),
+    (
+        "move_unfinished",
+        "a move of a VM stopped before its end: resume it or abandon it",
     ),
 ];
 
@@ -137,6 +145,66 @@ pub fn unplaced(config: &Config) -> Vec<Value> {
             )
         })
         .collect()
+}
+
+/// A finding per VM a move took away from the node its pillar
+/// declaration still names (`moved_vm`: the pillar stays the truth, the
+/// operator updates it), and per move the store holds (`move_unfinished`:
+/// a move runs, or stopped; its phase says where), on node `target` (the
+/// source or target of either) or every node.
+pub fn moved(config: &Config, moves: &BTreeMap<String, Value>, target: Option<&str>) -> Vec<Value> {
+    let on = |a: &str, b: &str| target.is_none_or(|t| t == a || t == b);
+    let mut out = vec![];
+    let declared = config
+        .declared()
+        .map(|d| d.iter().collect::<Vec<_>>())
+        .unwrap_or_default();
+    let relocated = declared.into_iter().flat_map(|(to, node)| {
+        node.vms
+            .iter()
+            .filter_map(move |d| Some((&d.name, d.moved_from.as_ref()?, to)))
+    });
+    for (vm, from, to) in relocated {
+        if !on(from, to) {
+            continue;
+        }
+        out.push(finding(
+            "moved_vm",
+            to,
+            vm,
+            json!(format!("declared on {to} in pillar: move its declaration from \
+                           makina-states.cloud.<type>.vms.{from} to makina-states.cloud.<type>.vms.{to}")),
+            json!(format!("declared on {from}, moved to {to}")),
+        ));
+    }
+    for (vm, r) in moves {
+        let s = |k: &str| {
+            r.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        if !on(&s("from"), &s("to")) {
+            continue;
+        }
+        out.push(finding(
+            "move_unfinished",
+            &s("to"),
+            vm,
+            json!(format!("no move of {vm} in progress")),
+            json!(format!(
+                "moving from {} to {}, phase {} since {}",
+                s("from"),
+                s("to"),
+                s("phase"),
+                r.get("updated")
+                    .or(r.get("started"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+            )),
+        ));
+    }
+    out
 }
 
 /// One discrepancy.

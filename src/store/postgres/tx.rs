@@ -665,6 +665,31 @@ impl TxOps for PgTx<'_> {
         Ok(())
     }
 
+    fn meta_prefixed(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        self.write_changes()?;
+        let rows = self.query(
+            "SELECT key, value FROM {s}.meta WHERE substr(key, 1, length($1)) = $1 ORDER BY key",
+            &[&prefix],
+        )?;
+        rows.iter()
+            .map(|r| Ok((self.col(r, 0)?, self.col(r, 1)?)))
+            .collect()
+    }
+
+    fn remove_meta(&self, key: &str) -> Result<bool> {
+        self.write_changes()?;
+        Ok(self.exec("DELETE FROM {s}.meta WHERE key = $1", &[&key])? > 0)
+    }
+
+    fn remove_placement_row(&self, vm: &str) -> Result<Option<String>> {
+        self.opt(
+            "DELETE FROM {s}.placements WHERE vm = $1 RETURNING cn",
+            &[&vm],
+        )?
+        .map(|r| self.col(&r, 0))
+        .transpose()
+    }
+
     fn placements(&self) -> Result<Vec<(String, String)>> {
         let rows = self.query("SELECT vm, cn FROM {s}.placements ORDER BY vm", &[])?;
         rows.iter()

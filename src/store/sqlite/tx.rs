@@ -465,6 +465,32 @@ impl TxOps for SqliteTx<'_> {
         Ok(())
     }
 
+    fn meta_prefixed(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        self.rows(
+            "SELECT key, value FROM meta WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key",
+            params![prefix],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    fn remove_meta(&self, key: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM meta WHERE key = ?1")
+            .and_then(|mut s| s.execute(params![key]))
+            .at(self.path)?;
+        Ok(n > 0)
+    }
+
+    fn remove_placement_row(&self, vm: &str) -> Result<Option<String>> {
+        let before: Option<String> = self
+            .conn
+            .prepare_cached("DELETE FROM placements WHERE vm = ?1 RETURNING cn")
+            .and_then(|mut s| s.query_row(params![vm], |r| r.get(0)).optional())
+            .at(self.path)?;
+        Ok(before)
+    }
+
     fn placements(&self) -> Result<Vec<(String, String)>> {
         self.rows("SELECT vm, cn FROM placements ORDER BY vm", [], |r| {
             Ok((r.get(0)?, r.get(1)?))

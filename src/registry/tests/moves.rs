@@ -1,0 +1,282 @@
+//! Moving a VM between compute nodes in the registry: the target's
+//! allocations, the switch, the source freed last, an abandoned move, the
+//! pillar staying the truth (drift), drained nodes.
+
+use super::*;
+use crate::store::journal;
+
+/// Two nodes on one network (`CN` declares `web.test` and `db.test`; `CN2`
+/// none), seen from the controller `ctl`; a third, `cn3.local`, on a
+/// network of its own.
+fn two_nodes() -> Map<String, Value> {
+    let mut p = pillar(&Pools::small(), &[CN2], &json!({}));
+    p.insert(
+        format!("{LXC}.vms.{CN}"),
+        json!({"web.test": {}, "db.test": {}}),
+    );
+    p.insert(format!("{LXC}.vms.cn3.local"), json!({}));
+    p.insert(
+        format!("{COMPUTE_NODE}.conf.cn3.local.network"),
+        json!("10.6.0.0"),
+    );
+    p.insert(
+        format!("{COMPUTE_NODE}.conf.cn3.local.gateway"),
+        json!("10.6.0.1"),
+    );
+    p.insert("makina-states.cloud.master".into(), json!("ctl"));
+    p
+}
+
+/// A controller session over `pillar` and the store in `dir`.
+fn controller(dir: &TempDir, pillar: Map<String, Value>) -> Registry {
+    let context = Context {
+        minion_id: "ctl".into(),
+        mastersalt: true,
+        store_key: Some(key_in(dir)),
+        ..Default::default()
+    };
+    let location = dir.path().to_string_lossy().into_owned();
+    Registry::session(Session {
+        context,
+        pillar,
+        location: &location,
+        caller: "test",
+        placing: Place::RestIfStored,
+        controller: true,
+    })
+    .unwrap()
+    .0
+}
+
+fn kinds(drift: &Value) -> Vec<(String, String)> {
+    drift["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_owned(),
+                f["vm"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_move_allocates_on_the_target_switches_in_one_step_and_frees_the_source_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    let before = reg.vm_settings(CN, "web.test", true).unwrap();
+    reg.vm_settings(CN, "db.test", true).unwrap();
+    reg.vm_settings(CN2, "web.test", true)
+        .expect_err("not declared on cn2 before a move");
+
+    let m = reg.begin_move("web.test", CN2).unwrap();
+    assert_eq!(
+        (m["from"].as_str(), m["to"].as_str(), m["phase"].as_str()),
+        (Some(CN), Some(CN2), Some("planned"))
+    );
+    // Same network, IP free on the target: kept; the same password; new ports.
+    assert_eq!(m["ip_kept"], json!(true));
+    assert_eq!(m["settings"]["ip"], before["ip"]);
+    assert_eq!(m["settings"]["password"], before["password"]);
+    assert_ne!(m["settings"]["mac"], before["mac"]);
+    // Resumed, not begun twice; another target is refused while it runs.
+    let again = reg.begin_move("web.test", CN2).unwrap();
+    assert_eq!(again["resumed"], json!(true));
+    failed(
+        reg.begin_move("web.test", "cn3.local"),
+        Error::Invalid,
+        &["being moved", CN2, "abandon=True"],
+    );
+
+    // A new session sees the VM on both nodes: the source still holds it.
+    let reg = controller(&dir, two_nodes());
+    assert!(reg
+        .config()
+        .node_of("web.test")
+        .unwrap_err()
+        .to_string()
+        .contains("several"));
+    assert_eq!(
+        reg.vm_settings(CN, "web.test", true).unwrap()["ip"],
+        before["ip"]
+    );
+    let drift = reg.drift(None).unwrap();
+    assert_eq!(
+        kinds(&drift),
+        vec![("move_unfinished".into(), "web.test".into())],
+        "{drift}"
+    );
+    failed(
+        reg.switch_move("web.test"),
+        Error::Invalid,
+        &["phase planned"],
+    );
+    for phase in ["copying", "stopped", "started"] {
+        assert_eq!(
+            reg.move_phase("web.test", phase).unwrap()["phase"],
+            json!(phase)
+        );
+    }
+    failed(
+        reg.finish_move("web.test"),
+        Error::Invalid,
+        &["only once it switched"],
+    );
+    let switched = reg.switch_move("web.test").unwrap();
+    assert_eq!(switched["phase"], json!("switched"));
+    assert_eq!(
+        reg.switch_move("web.test").unwrap()["phase"],
+        json!("switched")
+    );
+    failed(
+        reg.abandon_move("web.test"),
+        Error::Invalid,
+        &["switched already"],
+    );
+
+    // From now on it is declared on its target only, the pillar unchanged.
+    let reg = controller(&dir, two_nodes());
+    assert_eq!(reg.config().node_of("web.test").unwrap(), CN2);
+    let freed = reg.finish_move("web.test").unwrap();
+    assert_eq!(freed["freed"]["ip"], before["ip"]);
+    assert!(!reg
+        .allocated(CN, Kind::Ip)
+        .unwrap()
+        .contains_key("web.test"));
+    assert_eq!(
+        reg.allocated(CN2, Kind::Ip).unwrap()["web.test"],
+        before["ip"]
+    );
+    // The pillar still names the old node: drift says what to change.
+    let drift = reg.drift(None).unwrap();
+    assert_eq!(
+        kinds(&drift),
+        vec![("moved_vm".into(), "web.test".into())],
+        "{drift}"
+    );
+    let f = &drift["findings"][0];
+    assert!(
+        f["expected"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("makina-states.cloud.<type>.vms.{CN2}")),
+        "{f}"
+    );
+    let query = journal::Query {
+        vm: Some("web.test".into()),
+        ..Default::default()
+    };
+    let journal = reg.audit(&query).unwrap();
+    let seen: Vec<&str> = journal.iter().filter_map(|e| e["kind"].as_str()).collect();
+    for k in ["move_started", "relocated", "moved"] {
+        assert!(seen.contains(&k), "{k} not in {seen:?}");
+    }
+
+    // Once the pillar names the new node, nothing is left to say.
+    let mut updated = two_nodes();
+    updated.insert(format!("{LXC}.vms.{CN}"), json!({"db.test": {}}));
+    updated.insert(format!("{LXC}.vms.{CN2}"), json!({"web.test": {}}));
+    let reg = controller(&dir, updated.clone());
+    assert_eq!(reg.config().node_of("web.test").unwrap(), CN2);
+    assert_eq!(kinds(&reg.drift(None).unwrap()), vec![]);
+    // Declared elsewhere later, the pillar wins over the old move.
+    updated.insert(format!("{LXC}.vms.{CN2}"), json!({}));
+    updated.insert(format!("{LXC}.vms.cn3.local"), json!({"web.test": {}}));
+    let reg = controller(&dir, updated);
+    assert_eq!(reg.config().node_of("web.test").unwrap(), "cn3.local");
+}
+
+#[test]
+fn an_abandoned_move_frees_the_target_and_leaves_the_source_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    let before = reg.vm_settings(CN, "web.test", true).unwrap();
+    reg.vm_settings(CN, "db.test", true).unwrap();
+    // Another network: the IP is not kept.
+    let m = reg.begin_move("web.test", "cn3.local").unwrap();
+    assert_eq!(m["ip_kept"], json!(false));
+    assert!(
+        m["settings"]["ip"].as_str().unwrap().starts_with("10.6.0."),
+        "{m}"
+    );
+    reg.move_phase("web.test", "copying").unwrap();
+    let gone = reg.abandon_move("web.test").unwrap();
+    assert_eq!(gone["freed"]["ip"], m["settings"]["ip"]);
+    let reg = controller(&dir, two_nodes());
+    assert_eq!(reg.config().node_of("web.test").unwrap(), CN);
+    let after = reg.vm_settings(CN, "web.test", true).unwrap();
+    for k in ["ip", "mac", "password", "ssh_reverse_proxy_port"] {
+        assert_eq!(after[k], before[k], "{k}");
+    }
+    assert!(reg.allocated("cn3.local", Kind::Ip).unwrap().is_empty());
+    assert_eq!(reg.moves().unwrap(), json!({}));
+    assert_eq!(kinds(&reg.drift(None).unwrap()), vec![]);
+    failed(
+        reg.abandon_move("web.test"),
+        Error::NotFound,
+        &["not being moved"],
+    );
+}
+
+#[test]
+fn moves_are_refused_where_they_cannot_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    failed(
+        reg.begin_move("web.test", CN),
+        Error::Invalid,
+        &["on compute node", "already"],
+    );
+    failed(
+        reg.begin_move("web.test", "nowhere.local"),
+        Error::NotFound,
+        &["nowhere.local", "not declared"],
+    );
+    failed(
+        reg.begin_move("nope.test", CN2),
+        Error::NotFound,
+        &["nope.test"],
+    );
+    failed(
+        reg.move_phase("web.test", "switched"),
+        Error::Argument,
+        &["planned, copying, stopped, started"],
+    );
+    assert_eq!(reg.set_node_state(CN2, "drained").unwrap(), "active");
+    failed(
+        reg.begin_move("web.test", CN2),
+        Error::Invalid,
+        &["drained", "mc_cloud.undrain"],
+    );
+    assert_eq!(
+        reg.node_states().unwrap(),
+        BTreeMap::from([(CN2.to_owned(), "drained".to_owned())])
+    );
+    failed(
+        reg.set_node_state(CN2, "gone"),
+        Error::Argument,
+        &["drained", "active"],
+    );
+    assert_eq!(reg.set_node_state(CN2, "active").unwrap(), "drained");
+    assert!(reg.node_states().unwrap().is_empty());
+    reg.begin_move("web.test", CN2).unwrap();
+}
+
+#[test]
+fn nothing_is_placed_on_a_drained_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_at(&dir, placement_pillar(4));
+    reg.set_node_state(CN2, "drained").unwrap();
+    let out = reg.place_all().unwrap();
+    for vm in ["a.test", "b.test", "c.test"] {
+        assert_eq!(out["placed"][vm], json!(CN), "{out}");
+    }
+    reg.set_node_state(CN, "drained").unwrap();
+    let err = reg.place("d.test", false).unwrap_err().to_string();
+    assert!(
+        err.contains("every compute node with a capacity is drained"),
+        "{err}"
+    );
+}
