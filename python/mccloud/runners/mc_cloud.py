@@ -1,6 +1,7 @@
 """The cloud as a whole: where it drifted from what the pillar declares
 (``drift``), its repair (``repair``), placing VMs declared without a node
-(``place``), its names in DNS (``dns``) and the audit journal (``audit``,
+(``place``), draining compute nodes (``drain``, ``undrain``, ``nodes``),
+its names in DNS (``dns``) and the audit journal (``audit``,
 ``audit_prune``). Without ``--out``, drift, repair, dns and audit print a
 table (Salt's ``table`` outputter)."""
 
@@ -11,6 +12,7 @@ import mccloud.orchestration as _o
 from mccloud import reports as _reports
 from mccloud import saltsupport
 from mccloud.orchestration import dnspub as _dnspub
+from mccloud.orchestration import nodestate as _nodestate
 from mccloud.orchestration import repair as _repair
 
 __virtualname__ = "mc_cloud"
@@ -298,6 +300,49 @@ def place(vm, explain=False, **kwargs):
     """
     return _o.answer("place", lambda env: saltsupport.place(env.opts, env.pillar, vm, explain,
                                                               f"salt-run {__virtualname__}"), _env(), **kwargs)
+
+
+@_o.strict
+def drain(node, **kwargs):
+    """Drains compute node ``node``: nothing is placed (``place``) or moved
+    there from now on; the VMs it holds keep running. The store records
+    the state (journal kind ``node_state``); ``nodes`` lists it.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.drain node2.example.net
+    """
+    return _o.run("drain", _nodestate.set_state, _env(), node, "drained", **kwargs)
+
+
+@_o.strict
+def undrain(node, **kwargs):
+    """Makes a drained compute node ``node`` take placed and moved VMs
+    again.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.undrain node2.example.net
+    """
+    return _o.run("undrain", _nodestate.set_state, _env(), node, "active", **kwargs)
+
+
+@_o.strict
+def nodes(**kwargs):
+    """Every compute node (declared, or known to the store) with its
+    state: ``active`` or ``drained``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.nodes
+    """
+    return _o.answer("nodes", _nodestate.states, _env(), **kwargs)
 
 
 @_o.strict

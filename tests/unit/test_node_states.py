@@ -1,0 +1,39 @@
+"""Draining compute nodes through the runners (``mc_cloud.drain``,
+``undrain``, ``nodes``): nothing is placed on a drained node, the state is
+journaled, an unknown node is refused with what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.pillars import FLAGS
+from tests.support.runners import Offline
+
+ONE, TWO = "node1.example.net", "node2.example.net"
+
+
+def test_a_drained_node_takes_no_placed_vm_until_undrained(tmp_path: Path) -> None:
+    pillar = {
+        **FLAGS, "makina-states.cloud.master": "ctl",
+        f"makina-states.cloud.lxc.vms.{ONE}": {"web.example.net": {}},
+        f"makina-states.cloud.lxc.vms.{TWO}": {},
+        "makina-states.cloud.compute_node.capacity": {ONE: {"vms": 10}, TWO: {"vms": 20}},
+        "makina-states.cloud.lxc.anywhere": {"a.example.net": {}},
+    }
+    offline = Offline(tmp_path, pillar)
+    run = offline.functions
+    assert run["mc_cloud.nodes"]() == {ONE: "active", TWO: "active"}
+    ret = run["mc_cloud.drain"](TWO)
+    assert ret["result"] is True and ret["changes"] == {TWO: {"old": "active", "new": "drained"}}, ret
+    assert "nothing is placed or moved there" in ret["comment"]
+    assert run["mc_cloud.drain"](TWO)["comment"] == f"{TWO} is drained already"
+    assert run["mc_cloud.nodes"]() == {ONE: "active", TWO: "drained"}
+    # spread would pick the emptier node2; drained, node1 takes it
+    assert offline.registry.place("a.example.net")["node"] == ONE
+    [entry] = offline.registry.audit(kind="node_state")
+    assert (entry["node"], entry["before"], entry["after"]) == (TWO, {"state": "active"}, {"state": "drained"}), entry
+    ret = run["mc_cloud.undrain"](TWO)
+    assert ret["result"] is True and ret["changes"] == {TWO: {"old": "drained", "new": "active"}}, ret
+    assert run["mc_cloud.nodes"]() == {ONE: "active", TWO: "active"}
+    bad = run["mc_cloud.drain"]("nowhere.example.net")
+    assert bad["result"] is False and "is no compute node" in bad["comment"] and bad["retcode"] == 1, bad
