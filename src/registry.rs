@@ -336,6 +336,7 @@ impl Registry {
         let alloc = self.write(|tx| {
             self.import_pending(tx, cn)?;
             let plan = defaults.apply(tx, self, &node, plan)?;
+            moves::forget_stale_moves(tx, &self.config, &node)?;
             register::one(tx, &self.config, &node, &plan, ports)
         })?;
         self.imported(cn);
@@ -360,6 +361,7 @@ impl Registry {
         let node = self.config.node_plan(cn)?;
         let done = self.write(|tx| {
             self.import_pending(tx, cn)?;
+            moves::forget_stale_moves(tx, &self.config, &node)?;
             register::node(tx, &self.config, Arc::clone(&node), exclude)
         })?;
         self.imported(cn);
@@ -531,6 +533,7 @@ impl Registry {
         };
         let freed = self.write_existing(|tx| {
             let f = release::destroy(tx, cn, vm)?;
+            moves::forget_moved(tx, vm)?;
             // Nothing held: roll back the destroyed mark too.
             if f.is_empty() {
                 return Err(holds_nothing());
@@ -636,7 +639,12 @@ impl Registry {
     pub fn drift(&self, target: Option<&str>) -> Result<Value> {
         let checks = self.check_nodes(target)?;
         let mut findings = views::drift::unplaced(&self.config);
-        let moves = self.read(moves::stored_moves)?.unwrap_or_default();
+        let (mut moves, broken) = self.read(moves::readable_moves)?.unwrap_or_default();
+        for (vm, e) in broken {
+            let why =
+                serde_json::json!({"from": "?", "to": "?", "phase": format!("unreadable ({e})")});
+            moves.insert(vm, why);
+        }
         findings.extend(views::drift::moved(&self.config, &moves, target));
         let node = |v: Option<&Value>| v.and_then(|n| n.get("node")?.as_str()).map(str::to_owned);
         findings.extend(self.shadowed()?.into_iter().filter(|f| {

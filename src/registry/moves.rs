@@ -23,6 +23,7 @@ use crate::alloc::{register, release};
 use crate::error::{Error, Result};
 use crate::pillar::names::validate;
 use crate::registry::Kind;
+use crate::settings::{Config, NodePlan};
 use crate::store::{journal, Tx};
 
 /// The phases of a move, in order. Before `switched` the VM runs (or can
@@ -50,7 +51,7 @@ fn read_record(vm: &str, text: &str) -> Result<Value> {
     let v: Value = serde_json::from_str(text).map_err(|e| {
         Error::invalid(format!(
             "the store's record of the move of {vm} does not read ({e}): abandon it with \
-             mastersalt-run mc_cloud.move {vm} abandon=True"
+             mastersalt-run mc_cloud.move_abandon {vm} (the VM stays on its source)"
         ))
     })?;
     let ok = ["from", "to", "phase"]
@@ -59,7 +60,7 @@ fn read_record(vm: &str, text: &str) -> Result<Value> {
     if !ok {
         return Err(Error::invalid(format!(
             "the store's record of the move of {vm} lacks its source, target or phase: abandon it \
-             with mastersalt-run mc_cloud.move {vm} abandon=True"
+             with mastersalt-run mc_cloud.move_abandon {vm} (the VM stays on its source)"
         )));
     }
     Ok(v)
@@ -90,16 +91,34 @@ fn put_record(tx: &Tx, vm: &str, record: &Value) -> Result<()> {
     tx.set_meta(&format!("{MOVE}{vm}"), &record.to_string())
 }
 
-/// Every move the store holds (VM → record) and every node's state.
+/// The moves that read (VM → record), and the VMs whose record does not, with why.
+pub(crate) type Readable = (BTreeMap<String, Value>, Vec<(String, Error)>);
+
+/// Every move the store holds (VM → record); a record that does not read
+/// is an error naming it.
 pub(crate) fn stored_moves(tx: &Tx) -> Result<BTreeMap<String, Value>> {
-    tx.meta_prefixed(MOVE)?
-        .into_iter()
-        .map(|(k, t)| {
-            let vm = k.trim_start_matches(MOVE).to_owned();
-            let r = read_record(&vm, &t)?;
-            Ok((vm, r))
-        })
-        .collect()
+    let (moves, broken) = readable_moves(tx)?;
+    match broken.into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(moves),
+    }
+}
+
+/// The moves the store holds that read (VM → record), and those that do
+/// not, with why: one broken record never hides the others.
+pub(crate) fn readable_moves(tx: &Tx) -> Result<Readable> {
+    let mut moves = BTreeMap::new();
+    let mut broken = vec![];
+    for (k, t) in tx.meta_prefixed(MOVE)? {
+        let vm = k.trim_start_matches(MOVE).to_owned();
+        match read_record(&vm, &t) {
+            Ok(r) => {
+                moves.insert(vm, r);
+            }
+            Err(e) => broken.push((vm, e)),
+        }
+    }
+    Ok((moves, broken))
 }
 
 /// The compute nodes' states the store holds (node → state).
@@ -109,6 +128,53 @@ pub(crate) fn node_states(tx: &Tx) -> Result<BTreeMap<String, String>> {
         .into_iter()
         .map(|(k, v)| (k.trim_start_matches(NODE).to_owned(), v))
         .collect())
+}
+
+fn not_moving(vm: &str) -> Error {
+    Error::NotFound(format!(
+        "VM {vm} is not being moved (mastersalt-run mc_cloud.moves lists the moves in progress)"
+    ))
+}
+
+/// Forgets, in `tx`, where moves took the VMs of `node` that the pillar
+/// now declares there itself (a `moved/` record no longer applies once
+/// the pillar names a node: left behind, it would take the VM back to
+/// its old target if the pillar named its old node again).
+pub(crate) fn forget_stale_moves(tx: &Tx, config: &Config, node: &NodePlan) -> Result<()> {
+    if config.relocated().is_empty() {
+        return Ok(());
+    }
+    let Some(declared) = config.declared()?.get(&node.cn) else {
+        return Ok(());
+    };
+    for d in &declared.vms {
+        // A VM moving (back, perhaps) keeps its record until its move ends.
+        let moving = config.moving().contains_key(&d.name);
+        if d.moved_from.is_none() && !moving && config.relocated().contains_key(&d.name) {
+            tx.remove_meta(&format!("{MOVED}{}", d.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Forgets where a move took VM `vm` (it is destroyed).
+pub(crate) fn forget_moved(tx: &Tx, vm: &str) -> Result<bool> {
+    tx.remove_meta(&format!("{MOVED}{vm}"))
+}
+
+/// Refuses to begin a move of `vm` to `to` while record `r` moves it elsewhere.
+fn refuse_other_target(vm: &str, r: &Value, to: &str) -> Result<()> {
+    if text(r, "to") == to {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "VM {vm} is being moved from {} to {} (phase {}): resume that move, or abandon it with \
+         mastersalt-run mc_cloud.move_abandon {vm} (the VM stays on {})",
+        text(r, "from"),
+        text(r, "to"),
+        text(r, "phase"),
+        text(r, "from")
+    )))
 }
 
 /// The VMs a move took away from their pillar node (VM → (that node,
@@ -123,29 +189,35 @@ impl Registry {
     /// The VMs moved away from the node the pillar declares them on (VM →
     /// node) and those being moved (VM → target): what a session's
     /// configuration declares them with (see `Config::with_moves`).
-    pub(crate) fn stored_relocations(&self) -> Result<Relocations> {
+    pub(crate) fn stored_relocations(&self) -> Result<(Relocations, Vec<String>)> {
         let found = self.read(|tx| {
             let moved = tx.meta_prefixed(MOVED)?;
-            let moves = stored_moves(tx)?;
+            let moves = readable_moves(tx)?;
             Ok((moved, moves))
         })?;
-        let Some((moved, moves)) = found else {
+        let Some((moved, (moves, broken))) = found else {
             return Ok(Default::default());
         };
-        let relocated = moved
-            .into_iter()
-            .filter_map(|(k, t)| {
-                let v: Value = serde_json::from_str(&t).ok()?;
-                let vm = k.trim_start_matches(MOVED).to_owned();
-                Some((vm, (text(&v, "from"), text(&v, "to"))))
-            })
-            .collect();
+        let mut problems: Vec<String> = broken.into_iter().map(|(_, e)| e.to_string()).collect();
+        let mut relocated = BTreeMap::new();
+        for (k, t) in moved {
+            let vm = k.trim_start_matches(MOVED).to_owned();
+            match serde_json::from_str::<Value>(&t) {
+                Ok(v) if !text(&v, "from").is_empty() && !text(&v, "to").is_empty() => {
+                    relocated.insert(vm, (text(&v, "from"), text(&v, "to")));
+                }
+                _ => problems.push(format!(
+                    "the store's record of where a move took {vm} does not read: {vm} is seen on the node \
+                     its pillar names; check where it runs before deploying or provisioning it"
+                )),
+            }
+        }
         let moving = moves
             .into_iter()
             .filter(|(_, r)| phase_index(&text(r, "phase")) < phase_index("switched"))
             .map(|(vm, r)| (vm, text(&r, "to")))
             .collect();
-        Ok((relocated, moving))
+        Ok(((relocated, moving), problems))
     }
 
     /// Starts (or resumes) moving VM `vm` to compute node `to`: records the
@@ -160,26 +232,22 @@ impl Registry {
     pub fn begin_move(&self, vm: &str, to: &str) -> Result<Value> {
         validate("VM", vm)?;
         validate("compute node", to)?;
-        let from = self.config.node_of(vm)?;
-        let (relocated, mut moving) = self.stored_relocations()?;
+        let ((relocated, mut moving), _) = self.stored_relocations()?;
         let existing = self.read(|tx| record_of(tx, vm))?.flatten();
-        if let Some(r) = &existing {
-            if text(r, "to") != to {
-                return Err(Error::invalid(format!(
-                    "VM {vm} is being moved from {} to {} (phase {}): resume that move with \
-                     mastersalt-run mc_cloud.move {vm} {}, or abandon it with abandon=True",
-                    text(r, "from"),
-                    text(r, "to"),
-                    text(r, "phase"),
-                    text(r, "to")
-                )));
+        // A move in progress names its source (the VM is declared on both
+        // nodes meanwhile); otherwise the VM's node.
+        let from = match &existing {
+            Some(r) => {
+                refuse_other_target(vm, r, to)?;
+                text(r, "from")
             }
-        } else if from == to {
+            None => self.config.node_of(vm)?,
+        };
+        if existing.is_none() && from == to {
             return Err(Error::invalid(format!(
                 "VM {vm} is on compute node {to} already: name another node to move it to"
             )));
         }
-        let from = existing.as_ref().map_or(from, |r| text(r, "from"));
         // The node the pillar declares the VM on (its first move's source
         // when it moved before), none for a VM declared without a node.
         let anywhere = self.config.anywhere()?.contains_key(vm);
@@ -194,32 +262,41 @@ impl Registry {
                  makina-states.cloud.<type>.vms.{to}, {{}} for no VM) and deploy it before moving VMs there"
             )));
         }
-        let drained = self.read(node_states)?.unwrap_or_default();
-        if existing.is_none() && drained.get(to).map(String::as_str) == Some(DRAINED) {
-            return Err(Error::invalid(format!(
-                "compute node {to} is drained: nothing is moved there (mastersalt-run \
-                 mc_cloud.undrain {to} takes VMs again)"
-            )));
-        }
         moving.insert(vm.to_owned(), to.to_owned());
         let config = self.config.with_moves(relocated, moving);
         let node = config.node_plan(to)?;
-        let source = self.config.node_plan(&from)?;
+        let source = config.node_plan(&from)?;
         let plan = node.vm(vm).ok_or_else(|| config.not_on(to, vm))?.clone();
         let same_net = source.network == node.network;
         let (record, alloc) = self.write(|tx| {
             tx.lock_placements()?;
             let mut record = match record_of(tx, vm)? {
-                Some(r) => {
-                    let mut r = r;
+                Some(mut r) => {
+                    // Read again under the lock: another controller may have begun it.
+                    refuse_other_target(vm, &r, to)?;
+                    if phase_index(&text(&r, "phase")) >= phase_index("switched") {
+                        return Err(Error::invalid(format!(
+                            "the move of {vm} to {to} switched already: it lives on {to}; finish it \
+                             (mastersalt-run mc_cloud.moves lists it)"
+                        )));
+                    }
                     set(&mut r, "resumed", json!(true));
                     r
                 }
-                None => json!({
-                    "vm": vm, "from": from, "to": to, "phase": "planned",
-                    "pillar_node": pillar_node, "anywhere": anywhere,
-                    "started": now(), "by": self.caller,
-                }),
+                None => {
+                    let states = node_states(tx)?;
+                    if states.get(to).map(String::as_str) == Some(DRAINED) {
+                        return Err(Error::invalid(format!(
+                            "compute node {to} is drained: nothing is moved there (mastersalt-run \
+                             mc_cloud.undrain {to} takes VMs again)"
+                        )));
+                    }
+                    json!({
+                        "vm": vm, "from": from, "to": to, "phase": "planned",
+                        "pillar_node": pillar_node, "anywhere": anywhere,
+                        "started": now(), "by": self.caller,
+                    })
+                }
             };
             let fresh = record.get("resumed").is_none();
             if fresh {
@@ -280,8 +357,9 @@ impl Registry {
             )));
         }
         self.write(|tx| {
+            tx.lock_placements()?;
             let mut r = self.moving_record(tx, vm)?;
-            if phase_index(&text(&r, "phase")) >= Some(4) {
+            if phase_index(&text(&r, "phase")) >= phase_index("switched") {
                 return Err(Error::invalid(format!(
                     "the move of {vm} switched already (phase {}): finish it",
                     text(&r, "phase")
@@ -295,11 +373,7 @@ impl Registry {
     }
 
     fn moving_record(&self, tx: &Tx, vm: &str) -> Result<Value> {
-        record_of(tx, vm)?.ok_or_else(|| {
-            Error::NotFound(format!(
-                "VM {vm} is not being moved: start a move with mastersalt-run mc_cloud.move {vm} <node>"
-            ))
-        })
+        record_of(tx, vm)?.ok_or_else(|| not_moving(vm))
     }
 
     /// The journaled step that switches VM `vm` to its move's target: the
@@ -355,6 +429,7 @@ impl Registry {
     pub fn finish_move(&self, vm: &str) -> Result<Value> {
         validate("VM", vm)?;
         self.write(|tx| {
+            tx.lock_placements()?;
             let r = self.moving_record(tx, vm)?;
             if text(&r, "phase") != "switched" {
                 return Err(Error::invalid(format!(
@@ -384,7 +459,23 @@ impl Registry {
     pub fn abandon_move(&self, vm: &str) -> Result<Value> {
         validate("VM", vm)?;
         self.write(|tx| {
-            let r = self.moving_record(tx, vm)?;
+            tx.lock_placements()?;
+            let key = format!("{MOVE}{vm}");
+            let raw = tx.meta(&key)?.ok_or_else(|| not_moving(vm))?;
+            let Ok(r) = read_record(vm, &raw) else {
+                // A record that does not read names no target to free:
+                // forgotten alone; the VM stays where it runs.
+                tx.remove_meta(&key)?;
+                tx.note(journal::Change::new(
+                    "move_abandoned",
+                    "",
+                    vm,
+                    "unreadable move record",
+                    None,
+                    None,
+                ))?;
+                return Ok(json!({"vm": vm, "freed": {}, "unreadable": true}));
+            };
             if phase_index(&text(&r, "phase")) >= phase_index("switched") {
                 return Err(Error::invalid(format!(
                     "the move of {vm} switched already: it lives on {}; finish the move, or move it back",
@@ -423,6 +514,8 @@ impl Registry {
             )));
         }
         self.write(|tx| {
+            // Placements and moves read the states under this lock.
+            tx.lock_placements()?;
             let key = format!("{NODE}{cn}");
             let before = tx.meta(&key)?.unwrap_or_else(|| "active".into());
             if state == "active" {

@@ -576,8 +576,8 @@ fn manual_plan(kind: &str, at: &str, vm: &str) -> String {
              until then it is read there"
         ),
         "move_unfinished" => format!(
-            "the move of {vm} did not end: run mastersalt-run mc_cloud.move {vm} <its target> to \
-             resume it, or abandon=True to leave {vm} where it was"
+            "the move of {vm} did not end (its phase says where it stopped): resume it, or abandon it \
+             with mastersalt-run mc_cloud.move_abandon {vm} to leave {vm} where it was"
         ),
         "declaration_shadowed" => format!(
             "{} is declared both in the pillar files and through the API, differently: the files win; \

@@ -103,17 +103,25 @@ impl Registry {
         let mut registry =
             Registry::open(config, Path::new(session.location))?.with_caller(session.caller);
         let mut notes = vec![];
-        if session.placing == Place::Declared {
-            return Ok((registry, notes));
-        }
-        let controller = session.controller || registry.is_controller()?;
+        let controller = match registry.is_controller() {
+            Ok(c) => session.controller || c,
+            // The calls of a session taking only what the pillar declares say why.
+            Err(_) if session.placing == Place::Declared => session.controller,
+            Err(e) => return Err(e),
+        };
         if controller && registry.store_exists() {
-            // The VMs moved away from their pillar node, and those moving.
+            // The VMs moved away from their pillar node, and those moving:
+            // whatever the placing (a move is not a placement by policy).
             match registry.stored_relocations() {
-                Ok((relocated, moving)) if !(relocated.is_empty() && moving.is_empty()) => {
-                    registry.config = registry.config.with_moves(relocated, moving);
+                Ok(((relocated, moving), problems)) => {
+                    notes.extend(problems.into_iter().map(|p| Note {
+                        error: true,
+                        message: format!("mccloud: {p}"),
+                    }));
+                    if !(relocated.is_empty() && moving.is_empty()) {
+                        registry.config = registry.config.with_moves(relocated, moving);
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => notes.push(Note {
                     error: true,
                     message: format!(
@@ -122,6 +130,9 @@ impl Registry {
                     ),
                 }),
             }
+        }
+        if session.placing == Place::Declared {
+            return Ok((registry, notes));
         }
         let anywhere = match registry.config.anywhere() {
             Ok(anywhere) => anywhere,

@@ -218,7 +218,6 @@ impl Config {
                 self.collect_prefix(&mut nodes, &vt, &prefix)?;
             }
         }
-        self.relocate(&mut nodes);
         if !self.placements().is_empty() {
             for (vm, d) in self.anywhere()? {
                 let Some(cn) = self.placements().get(&vm) else {
@@ -230,6 +229,8 @@ impl Config {
                 node.add(&d.vt, &vm, &Value::Object(d.pillar), &key);
             }
         }
+        // After the placements: a VM placed on a node can move too.
+        self.relocate(&mut nodes);
         Ok(nodes
             .into_iter()
             .map(|(cn, node)| (cn.clone(), node.finish(&cn)))
@@ -242,37 +243,47 @@ impl Config {
     /// then declared as well until the move switches or is abandoned. A
     /// node whose declaration is broken keeps its VMs.
     fn relocate(&self, nodes: &mut Declared) {
-        let mut taken: Vec<(String, String, DeclaredVm, bool)> = vec![];
-        let moved = self
+        // The moves that switched first, then the moves in progress, from
+        // where the first left each VM (a VM moving back to its pillar
+        // node is found on the node it moved to).
+        let moved: Vec<(String, Option<String>, String)> = self
             .relocated
             .iter()
-            .map(|(v, (from, to))| (v, Some(from), to, true));
-        let moving = self.moving.iter().map(|(v, t)| (v, None, t, false));
-        for (vm, pillar_node, to, moved) in moved.chain(moving) {
-            let from = nodes.iter().find_map(|(cn, node)| {
-                let here = cn != to && pillar_node.is_none_or(|p| p == cn);
-                node.pending
-                    .get(vm)
-                    .filter(|_| here)
-                    .map(|d| (cn.clone(), d.clone()))
-            });
-            if let Some((from, d)) = from {
-                taken.push((from, to.clone(), d, moved));
-            }
-        }
-        for (from, to, d, moved) in taken {
-            if moved {
-                if let Some(node) = nodes.get_mut(&from) {
-                    node.pending.remove(&d.name);
+            .map(|(v, (from, to))| (v.clone(), Some(from.clone()), to.clone()))
+            .collect();
+        let moving: Vec<(String, Option<String>, String)> = self
+            .moving
+            .iter()
+            .map(|(v, t)| (v.clone(), None, t.clone()))
+            .collect();
+        for (pass, moved) in [(moved, true), (moving, false)] {
+            let mut taken: Vec<(String, String, DeclaredVm)> = vec![];
+            for (vm, pillar_node, to) in pass {
+                let from = nodes.iter().find_map(|(cn, node)| {
+                    let here = *cn != to && pillar_node.as_ref().is_none_or(|p| p == cn);
+                    node.pending
+                        .get(&vm)
+                        .filter(|_| here)
+                        .map(|d| (cn.clone(), d.clone()))
+                });
+                if let Some((from, d)) = from {
+                    taken.push((from, to, d));
                 }
             }
-            let how = if moved { "moved to" } else { "being moved to" };
-            let key = format!("{} ({how} {to})", d.key);
-            let node = nodes.entry(to).or_default();
-            node.types.insert(d.vt.clone());
-            node.add(&d.vt, &d.name, &Value::Object(d.pillar), &key);
-            if let (true, Some(added)) = (moved, node.pending.get_mut(&d.name)) {
-                added.moved_from = Some(from);
+            for (from, to, d) in taken {
+                if moved {
+                    if let Some(node) = nodes.get_mut(&from) {
+                        node.pending.remove(&d.name);
+                    }
+                }
+                let how = if moved { "moved to" } else { "being moved to" };
+                let key = format!("{} ({how} {to})", d.key);
+                let node = nodes.entry(to).or_default();
+                node.types.insert(d.vt.clone());
+                node.add(&d.vt, &d.name, &Value::Object(d.pillar.clone()), &key);
+                if let Some(added) = node.pending.get_mut(&d.name) {
+                    added.moved_from = moved.then_some(from);
+                }
             }
         }
     }

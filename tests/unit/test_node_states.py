@@ -37,3 +37,24 @@ def test_a_drained_node_takes_no_placed_vm_until_undrained(tmp_path: Path) -> No
     assert run["mc_cloud.nodes"]() == {ONE: "active", TWO: "active"}
     bad = run["mc_cloud.drain"]("nowhere.example.net")
     assert bad["result"] is False and "is no compute node" in bad["comment"] and bad["retcode"] == 1, bad
+
+
+def test_a_move_that_did_not_switch_is_abandoned_through_its_runner(tmp_path: Path) -> None:
+    pillar = {
+        **FLAGS, "makina-states.cloud.master": "ctl",
+        f"makina-states.cloud.lxc.vms.{ONE}": {"web.example.net": {}},
+        f"makina-states.cloud.lxc.vms.{TWO}": {},
+    }
+    offline = Offline(tmp_path, pillar)
+    reg, run = offline.registry.inner, offline.functions
+    held = reg.vm_settings(ONE, "web.example.net")
+    started = reg.begin_move("web.example.net", TWO)
+    assert run["mc_cloud.moves"]()["web.example.net"]["phase"] == "planned"
+    ret = run["mc_cloud.move_abandon"]("web.example.net")
+    assert ret["result"] is True, ret
+    assert ret["comment"].startswith(f"the move of web.example.net to {TWO} is abandoned: web.example.net stays on {ONE}")
+    assert started["settings"]["ip"] in str(ret["changes"])
+    assert run["mc_cloud.moves"]() == {}
+    assert reg.vm_settings(ONE, "web.example.net")["mac"] == held["mac"]
+    again = run["mc_cloud.move_abandon"]("web.example.net")
+    assert again["result"] is False and "is not being moved" in again["comment"], again

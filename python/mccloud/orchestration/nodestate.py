@@ -1,6 +1,6 @@
 """Draining a compute node: nothing is placed or moved onto a drained
 node (the store records its state; the VMs it holds keep running), until
-it is undrained."""
+it is undrained. Abandoning a VM's move that has not switched."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def set_state(env: Env, node: str, state: str) -> Outcome:
     if before == state:
         out.comment = f"{node} is {state} already"
         return out
-    what = ("drained: nothing is placed or moved there; its VMs keep running (mc_cloud.evacuate moves them)"
+    what = ("drained: nothing is placed or moved there; its VMs keep running"
             if state == "drained" else "active: VMs may be placed and moved there again")
     out.changes = {node: {"old": before, "new": state}}
     out.comment = f"{node} {what}"
@@ -37,3 +37,16 @@ def states(env: Env) -> dict[str, str]:
     declared = env.config.compute_node_settings().get("targets") or {}
     stored = env.registry.node_states()
     return {n: stored.get(n, "active") for n in sorted({*declared, *stored})}
+
+
+def abandon(env: Env, vm: str) -> Outcome:
+    """Abandons ``vm``'s move that has not switched (see :meth:`mccloud.Registry.abandon_move`)."""
+    done = env.registry.abandon_move(vm)
+    out = Outcome()
+    if done.get("unreadable"):
+        out.comment = f"the unreadable record of {vm}'s move is forgotten; {vm} stays where it runs"
+    else:
+        out.comment = (f"the move of {vm} to {done['to']} is abandoned: {vm} stays on {done['from']}; "
+                       f"freed on {done['to']}: {done['freed'] or 'nothing'}")
+    out.changes = {vm: {"abandoned": done}}
+    return out

@@ -346,6 +346,39 @@ def nodes(**kwargs):
 
 
 @_o.strict
+def moves(**kwargs):
+    """The moves of VMs between compute nodes the store holds, by VM: each
+    with its source (``from``), target (``to``), ``phase`` (``planned``,
+    ``copying``, ``stopped``, ``started``, ``switched``), when it started
+    and by whom. Drift reports each as ``move_unfinished``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.moves
+    """
+    return _o.answer("moves", lambda env: env.registry.moves(), _env(), **kwargs)
+
+
+@_o.strict
+def move_abandon(vm, **kwargs):
+    """Abandons the move of ``vm`` that has not switched: what it took on
+    its target (IP, MACs, ports, password) is freed and the record
+    forgotten; the VM stays on its source, untouched. A move that switched
+    cannot be abandoned (the VM lives on its target). A record that does
+    not read is forgotten alone.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.move_abandon web.example.net
+    """
+    return _o.run("move_abandon", _nodestate.abandon, _env(), vm, **kwargs)
+
+
+@_o.strict
 def dns(target=None, push=False, **kwargs):
     """The names of compute node ``target`` (or of every node) and of its
     VMs in DNS (``makina-states.cloud.dns``). By default the plan, read

@@ -87,7 +87,7 @@ fn a_move_allocates_on_the_target_switches_in_one_step_and_frees_the_source_last
     failed(
         reg.begin_move("web.test", "cn3.local"),
         Error::Invalid,
-        &["being moved", CN2, "abandon=True"],
+        &["being moved", CN2, "move_abandon web.test"],
     );
 
     // A new session sees the VM on both nodes: the source still holds it.
@@ -279,4 +279,144 @@ fn nothing_is_placed_on_a_drained_node() {
         err.contains("every compute node with a capacity is drained"),
         "{err}"
     );
+}
+
+#[test]
+fn a_move_resumes_from_a_new_session_and_a_vm_moves_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    let before = reg.vm_settings(CN, "web.test", true).unwrap();
+    reg.vm_settings(CN, "db.test", true).unwrap();
+    reg.begin_move("web.test", CN2).unwrap();
+    // Another session (the VM declared on both nodes meanwhile) resumes it.
+    let reg = controller(&dir, two_nodes());
+    assert_eq!(
+        reg.begin_move("web.test", CN2).unwrap()["resumed"],
+        json!(true)
+    );
+    failed(
+        reg.begin_move("web.test", "cn3.local"),
+        Error::Invalid,
+        &["being moved", "move_abandon"],
+    );
+    reg.move_phase("web.test", "started").unwrap();
+    reg.switch_move("web.test").unwrap();
+    reg.finish_move("web.test").unwrap();
+    // Back to the node the pillar names: the record of the first move goes.
+    let reg = controller(&dir, two_nodes());
+    let back = reg.begin_move("web.test", CN).unwrap();
+    assert_eq!(
+        (back["from"].as_str(), back["to"].as_str()),
+        (Some(CN2), Some(CN))
+    );
+    assert_eq!(back["settings"]["password"], before["password"]);
+    reg.move_phase("web.test", "started").unwrap();
+    reg.switch_move("web.test").unwrap();
+    let reg = controller(&dir, two_nodes());
+    assert_eq!(reg.config().node_of("web.test").unwrap(), CN);
+    reg.finish_move("web.test").unwrap();
+    assert!(!reg
+        .allocated(CN2, Kind::Ip)
+        .unwrap()
+        .contains_key("web.test"));
+    let reg = controller(&dir, two_nodes());
+    assert!(reg.config().relocated().is_empty());
+    assert_eq!(kinds(&reg.drift(None).unwrap()), vec![]);
+}
+
+#[test]
+fn a_placed_vm_moves_by_its_placement() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = placement_pillar(2);
+    p.insert("makina-states.cloud.master".into(), json!("ctl"));
+    controller(&dir, p.clone()).place_all().unwrap();
+    let reg = controller(&dir, p.clone());
+    let node = reg.config().node_of("a.test").unwrap();
+    let other = if node == CN { CN2 } else { CN };
+    reg.vm_settings(&node, "a.test", true).unwrap();
+    reg.begin_move("a.test", other).unwrap();
+    reg.move_phase("a.test", "started").unwrap();
+    reg.switch_move("a.test").unwrap();
+    reg.finish_move("a.test").unwrap();
+    let reg = controller(&dir, p);
+    assert_eq!(reg.config().node_of("a.test").unwrap(), other);
+    // A placement is no pillar declaration: nothing for drift to say.
+    assert!(!kinds(&reg.drift(None).unwrap())
+        .iter()
+        .any(|(k, _)| k == "moved_vm"));
+}
+
+#[test]
+fn a_record_that_does_not_read_hides_no_other_move_and_can_be_abandoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    let before = reg.vm_settings(CN, "web.test", true).unwrap();
+    reg.vm_settings(CN, "db.test", true).unwrap();
+    reg.begin_move("web.test", CN2).unwrap();
+    reg.move_phase("web.test", "started").unwrap();
+    reg.switch_move("web.test").unwrap();
+    reg.finish_move("web.test").unwrap();
+    reg.write(|tx| tx.set_meta("move/db.test", "{not json"))
+        .unwrap();
+    let context = Context {
+        minion_id: "ctl".into(),
+        mastersalt: true,
+        store_key: Some(key_in(&dir)),
+        ..Default::default()
+    };
+    let location = dir.path().to_string_lossy().into_owned();
+    let (reg, notes) = Registry::session(Session {
+        context,
+        pillar: two_nodes(),
+        location: &location,
+        caller: "test",
+        placing: Place::RestIfStored,
+        controller: true,
+    })
+    .unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.error && n.message.contains("move_abandon db.test")),
+        "{notes:?}"
+    );
+    // The other VM's move still applies: its allocations there are its own.
+    assert_eq!(reg.config().node_of("web.test").unwrap(), CN2);
+    let after = reg.vm_settings(CN2, "web.test", true).unwrap();
+    assert_eq!(
+        (&after["password"], &after["ip"]),
+        (&before["password"], &before["ip"])
+    );
+    let drift = reg.drift(None).unwrap();
+    assert!(
+        kinds(&drift).contains(&("move_unfinished".into(), "db.test".into())),
+        "{drift}"
+    );
+    let gone = reg.abandon_move("db.test").unwrap();
+    assert_eq!(gone["unreadable"], json!(true));
+    assert_eq!(
+        reg.vm_settings(CN, "db.test", true).unwrap()["vt"],
+        json!("lxc")
+    );
+}
+
+#[test]
+fn once_the_pillar_names_a_node_the_record_of_an_old_move_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    reg.vm_settings(CN, "web.test", true).unwrap();
+    reg.begin_move("web.test", CN2).unwrap();
+    reg.move_phase("web.test", "started").unwrap();
+    reg.switch_move("web.test").unwrap();
+    reg.finish_move("web.test").unwrap();
+    // The operator follows drift: the pillar names cn2; its next registration forgets the move.
+    let mut updated = two_nodes();
+    updated.insert(format!("{LXC}.vms.{CN}"), json!({"db.test": {}}));
+    updated.insert(format!("{LXC}.vms.{CN2}"), json!({"web.test": {}}));
+    let reg = controller(&dir, updated);
+    reg.register_node(CN2, &[]).unwrap();
+    // Later the pillar names cn1 again: the pillar wins, no old move takes it back.
+    let reg = controller(&dir, two_nodes());
+    assert_eq!(reg.config().node_of("web.test").unwrap(), CN);
+    assert!(reg.config().relocated().is_empty());
 }
