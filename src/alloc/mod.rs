@@ -74,11 +74,24 @@ impl Kind {
         }
     }
 
-    /// Which pillar keys bound the kind's pool, for error messages.
-    fn pool_keys(self, vt: &str) -> String {
+    /// Which pillar keys bound the kind's pool on node `cn` (whose `conf`
+    /// may set its own network and port ranges), for error messages.
+    fn pool_keys(self, vt: &str, cn: &str, conf: &Value) -> String {
+        let own = |k: &str| conf.get(k).is_some_and(|v| !v.is_null());
         match self {
+            Kind::Ip if own("network") || own("netmask") => {
+                format!("{COMPUTE_NODE}.conf.{cn}.network/netmask")
+            }
             Kind::Ip => format!("{CLOUD}.{vt}.defaults.network/netmask"),
             Kind::Idmap => format!("{COMPUTE_NODE}.idmap_range_start/_end"),
+            k if own(&format!("{}_port_range_start", k.as_str()))
+                || own(&format!("{}_port_range_end", k.as_str())) =>
+            {
+                format!(
+                    "{COMPUTE_NODE}.conf.{cn}.{}_port_range_start/_end",
+                    k.as_str()
+                )
+            }
             k => format!("{COMPUTE_NODE}.{}_port_range_start/_end", k.as_str()),
         }
     }
@@ -94,10 +107,11 @@ pub(crate) fn who(cn: &str, vm: &str) -> String {
 fn allocate_number(
     tx: &Tx,
     kind: Kind,
-    cn: &str,
+    node: &NodePlan,
     (vm, vt): (&str, &str),
     pool: &dyn Pool,
 ) -> Result<u32> {
+    let cn = node.cn.as_str();
     let key = pool.key();
     let k = kind.as_str();
     let from = tx.hint(&key, cn)?.unwrap_or(0);
@@ -122,7 +136,7 @@ fn allocate_number(
         who(cn, vm),
         pool.capacity(),
         &key[k.len() + 1..],
-        kind.pool_keys(vt),
+        kind.pool_keys(vt, cn, &node.conf),
     )))
 }
 
@@ -146,7 +160,7 @@ fn vm_ip(tx: &Tx, node: &NodePlan, plan: &VmPlan) -> Result<Ipv4Addr> {
             Ok(ip)
         }
         None => {
-            allocate_number(tx, Kind::Ip, cn, (vm, &plan.vt), &node.network).map(Ipv4Addr::from)
+            allocate_number(tx, Kind::Ip, node, (vm, &plan.vt), &node.network).map(Ipv4Addr::from)
         }
     }
 }
@@ -242,7 +256,7 @@ fn vm_idmap(tx: &Tx, node: &NodePlan, plan: &VmPlan) -> Result<Option<u32>> {
         None => {
             // A block outside the node's range (the range changed): a new one.
             tx.remove_number(Kind::Idmap, &node.cn, &plan.vm)?;
-            allocate_number(tx, Kind::Idmap, &node.cn, (&plan.vm, &plan.vt), &node.idmap).map(Some)
+            allocate_number(tx, Kind::Idmap, node, (&plan.vm, &plan.vt), &node.idmap).map(Some)
         }
     }
 }
@@ -255,7 +269,7 @@ fn vm_port(tx: &Tx, node: &NodePlan, kind: Kind, plan: &VmPlan) -> Result<u16> {
     };
     let v = match tx.number(kind, &node.cn, &plan.vm)? {
         Some(v) => v,
-        None => allocate_number(tx, kind, &node.cn, (&plan.vm, &plan.vt), pool)?,
+        None => allocate_number(tx, kind, node, (&plan.vm, &plan.vt), pool)?,
     };
     Ok(v as u16)
 }

@@ -420,3 +420,30 @@ fn once_the_pillar_names_a_node_the_record_of_an_old_move_goes() {
     assert_eq!(reg.config().node_of("web.test").unwrap(), CN);
     assert!(reg.config().relocated().is_empty());
 }
+
+#[test]
+fn an_exhausted_pool_names_the_nodes_own_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = two_nodes();
+    p.insert(
+        format!("{LXC}.vms.{CN2}"),
+        json!({"x.test": {}, "y.test": {}}),
+    );
+    p.insert(
+        format!("{COMPUTE_NODE}.conf.{CN2}.ssh_port_range_start"),
+        json!(42000),
+    );
+    p.insert(
+        format!("{COMPUTE_NODE}.conf.{CN2}.ssh_port_range_end"),
+        json!(42000),
+    );
+    let reg = controller(&dir, p);
+    reg.vm_settings(CN2, "x.test", true).unwrap();
+    failed(
+        reg.vm_settings(CN2, "y.test", true),
+        Error::Exhausted,
+        &[&format!(
+            "widen {COMPUTE_NODE}.conf.{CN2}.ssh_port_range_start/_end"
+        )],
+    );
+}
