@@ -30,4 +30,24 @@ def ssh_banner(host: str, port: int, deadline: float = 90, interval: float = 0.2
         except OSError as exc:
             last = exc
         time.sleep(interval)
-    raise AssertionError(f"no SSH banner on {host}:{port} within {deadline:.0f} s: {last!r}")
+    raise AssertionError(f"no SSH banner on {host}:{port} within {deadline:.0f} s: {last!r}\n{network_state(host)}")
+
+
+def network_state(host: str) -> str:
+    """What this machine's network looks like from here, for a failure
+    message: interfaces, the route and neighbour entry towards ``host``,
+    bridge ports, firewall tables, bridge netfilter, firewall daemons."""
+    commands = [["ip", "-br", "addr"], ["ip", "route", "get", host], ["ip", "neigh", "show", "to", host],
+                ["ip", "-br", "link", "show", "type", "veth"], ["nft", "list", "tables"],
+                ["iptables", "-S", "INPUT"], ["iptables", "-S", "FORWARD"],
+                ["sh", "-c", "cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null || echo no br_netfilter"],
+                ["sh", "-c", "ps -eo pid,comm | grep -E ' (firewalld|dockerd|dnsmasq)$' || echo no firewalld, dockerd or dnsmasq"]]
+    out = []
+    for cmd in commands:
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            text = (p.stdout + p.stderr).strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            text = f"({exc})"
+        out.append(f"$ {' '.join(cmd)}\n{text}")
+    return "\n".join(out)
