@@ -111,6 +111,33 @@ pub(crate) fn key_in(dir: &TempDir) -> String {
         .to_string()
 }
 
+/// A session over `pillar` and the store in `dir`, as minion `minion`
+/// (`controller`: as a master's runners, whatever the minion id).
+fn session_at(
+    dir: &TempDir,
+    pillar: Map<String, Value>,
+    minion: &str,
+    placing: Place,
+    controller: bool,
+) -> (Registry, Vec<Note>) {
+    let context = Context {
+        minion_id: minion.into(),
+        mastersalt: true,
+        store_key: Some(key_in(dir)),
+        ..Default::default()
+    };
+    let location = dir.path().to_string_lossy().into_owned();
+    Registry::session(Session {
+        context,
+        pillar,
+        location: &location,
+        caller: "test",
+        placing,
+        controller,
+    })
+    .unwrap()
+}
+
 fn open_at(dir: &TempDir, pillar: Map<String, Value>) -> Registry {
     let ctx = Context {
         minion_id: "ctl".into(),

@@ -29,23 +29,7 @@ fn two_nodes() -> Map<String, Value> {
 
 /// A controller session over `pillar` and the store in `dir`.
 fn controller(dir: &TempDir, pillar: Map<String, Value>) -> Registry {
-    let context = Context {
-        minion_id: "ctl".into(),
-        mastersalt: true,
-        store_key: Some(key_in(dir)),
-        ..Default::default()
-    };
-    let location = dir.path().to_string_lossy().into_owned();
-    Registry::session(Session {
-        context,
-        pillar,
-        location: &location,
-        caller: "test",
-        placing: Place::RestIfStored,
-        controller: true,
-    })
-    .unwrap()
-    .0
+    session_at(dir, pillar, "ctl", Place::RestIfStored, true).0
 }
 
 fn kinds(drift: &Value) -> Vec<(String, String)> {
@@ -358,22 +342,7 @@ fn a_record_that_does_not_read_hides_no_other_move_and_can_be_abandoned() {
     reg.finish_move("web.test").unwrap();
     reg.write(|tx| tx.set_meta("move/db.test", "{not json"))
         .unwrap();
-    let context = Context {
-        minion_id: "ctl".into(),
-        mastersalt: true,
-        store_key: Some(key_in(&dir)),
-        ..Default::default()
-    };
-    let location = dir.path().to_string_lossy().into_owned();
-    let (reg, notes) = Registry::session(Session {
-        context,
-        pillar: two_nodes(),
-        location: &location,
-        caller: "test",
-        placing: Place::RestIfStored,
-        controller: true,
-    })
-    .unwrap();
+    let (reg, notes) = session_at(&dir, two_nodes(), "ctl", Place::RestIfStored, true);
     assert!(
         notes
             .iter()

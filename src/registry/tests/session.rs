@@ -10,22 +10,7 @@ fn session(
     minion: &str,
     placing: Place,
 ) -> (Registry, Vec<Note>) {
-    let context = Context {
-        minion_id: minion.into(),
-        mastersalt: true,
-        store_key: Some(key_in(dir)),
-        ..Default::default()
-    };
-    let location = dir.path().to_string_lossy().into_owned();
-    Registry::session(Session {
-        context,
-        pillar,
-        location: &location,
-        caller: "test",
-        placing,
-        controller: false,
-    })
-    .unwrap()
+    session_at(dir, pillar, minion, placing, false)
 }
 
 /// [`placement_pillar`] seen from `ctl`, the controller.
