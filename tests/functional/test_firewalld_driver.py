@@ -42,6 +42,9 @@ import mccloud
 from tests.support.firewalld import Firewalld, firewalld  # noqa: F401 - the fixture
 from tests.support.netns import BRIDGE, GATEWAY, VM_ADDR, Topology, netns_topology  # noqa: F401 - the fixture
 
+#: The core and firewall-cmd: no Salt code.
+pytestmark = pytest.mark.salt_free
+
 __all__ = ["firewalld", "netns_topology"]
 
 CN = "cn1.example.net"

@@ -19,6 +19,9 @@ from mccloud import pki
 from tests.support.postgres import Postgres
 from tests.support.secrets import opened
 
+#: The core, PostgreSQL and the mccloud command: no Salt code.
+pytestmark = pytest.mark.salt_free
+
 CN = "cn1.example.net"
 VMS = [f"vm{i}.example.net" for i in range(6)]
 SEALED = b"mccloud-aead:v1:"
