@@ -1803,6 +1803,11 @@ fn a_node_conf_slip_names_the_nodes_key() {
             format!("{COMPUTE_NODE}.conf.n2.gateway"): "10.6.0.1",
         }))
         .node_plan("n2"),
-        &[VM, "gateway", "share its network"],
+        &[
+            VM,
+            "gateway",
+            "share its network",
+            &format!("{COMPUTE_NODE}.conf.n2.gateway instead"),
+        ],
     );
 }

@@ -120,8 +120,13 @@ fn setting_of<'a>(
 
 /// Refuses a VM declaring another network, netmask or gateway than its
 /// type's defaults `t`: the VMs of a node share its network.
-fn check_shared_network(t: &Value, d: &DeclaredVm, at: &dyn Fn(&str) -> String) -> Result<()> {
-    let vt = &d.vt;
+fn check_shared_network(
+    node_t: &NodeTypeSettings,
+    cn: &str,
+    d: &DeclaredVm,
+    at: &dyn Fn(&str) -> String,
+) -> Result<()> {
+    let (t, vt) = (&node_t.settings, &d.vt);
     for key in ["network", "netmask", "gateway"] {
         let Some(v) = d.pillar.get(key) else { continue };
         let what = at(key);
@@ -130,8 +135,15 @@ fn check_shared_network(t: &Value, d: &DeclaredVm, at: &dyn Fn(&str) -> String) 
             .and_then(|d| d.get(key))
             .unwrap_or(&Value::Null);
         if canonical(key, v, &what)? != canonical(key, default, &what)? {
+            let instead = if node_t.from_node.contains(&key) {
+                format!("{COMPUTE_NODE}.conf.{cn}.{key}")
+            } else {
+                format!(
+                    "{CLOUD}.{vt}.defaults.{key} (or {COMPUTE_NODE}.conf.{cn}.{key} for this node)"
+                )
+            };
             return Err(Error::invalid(format!(
-                "{what} is {}: VMs of a node share its network; set {CLOUD}.{vt}.defaults.{key} instead",
+                "{what} is {}: VMs of a node share its network; set {instead} instead",
                 checks::shown(key, v)
             )));
         }
@@ -253,7 +265,7 @@ impl Config {
         self.check_vm_id(&d.name, &whose)?;
         let driver = drivers::of(&d.vt);
         let at = setting_of(d, &whose, cn, &node_t.from_node);
-        check_shared_network(t, d, &at)?;
+        check_shared_network(node_t, cn, d, &at)?;
         let s = merged(t, &d.name, &d.pillar);
         let declared_at = format!("{whose} (pillar key {})", d.key);
         self.check_vm_settings(&s, d, driver, &at, &declared_at)?;
