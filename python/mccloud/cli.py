@@ -391,7 +391,9 @@ def store_migrate(args: argparse.Namespace) -> int:
     via = f"mccloud {args.command}"
     reg = saltsupport.open_registry(_options(args), pillar, via, place="declared",
                                     store=store_dir_of(args, postgres=False), store_key=_key_of(args, pillar))
-    target = saltsupport.open_registry(_options(args), {}, via, store=args.to)
+    # Named only (the target is not opened before the copy: a refused
+    # migration leaves the database untouched).
+    target = saltsupport.open_registry(_options(args), {}, via, place="declared", store=args.to)
     print(f"copying {reg.store_path} to {target.store_path} …", file=sys.stderr)
     counts = reg.migrate_to(args.to)
     total = sum(counts.values())

@@ -103,15 +103,13 @@ impl Registry {
         let mut registry =
             Registry::open(config, Path::new(session.location))?.with_caller(session.caller);
         let mut notes = vec![];
-        let controller = match registry.is_controller() {
-            Ok(c) => session.controller || c,
-            // The calls of a session taking only what the pillar declares say why.
-            Err(_) if session.placing == Place::Declared => session.controller,
-            Err(e) => return Err(e),
-        };
+        if session.placing == Place::Declared {
+            return Ok((registry, notes));
+        }
+        let controller = session.controller || registry.is_controller()?;
         if controller && registry.store_exists() {
-            // The VMs moved away from their pillar node, and those moving:
-            // whatever the placing (a move is not a placement by policy).
+            // The VMs moved away from their pillar node, and those moving
+            // (a session taking what the pillar declares reads no store).
             match registry.stored_relocations() {
                 Ok(((relocated, moving), problems)) => {
                     notes.extend(problems.into_iter().map(|p| Note {
@@ -130,9 +128,6 @@ impl Registry {
                     ),
                 }),
             }
-        }
-        if session.placing == Place::Declared {
-            return Ok((registry, notes));
         }
         let anywhere = match registry.config.anywhere() {
             Ok(anywhere) => anywhere,
