@@ -74,6 +74,12 @@ def one_return(client: Any, target: str, fun: str, wait: float, arg: Sequence[An
         if time.monotonic() >= deadline:
             return None
         if not _runs(client, target, jid, opts):
+            # The job may have ended while the minion was asked, its
+            # return event read (and dropped) by that question's own wait:
+            # the job cache has it then.
+            cached = client.get_cache_returns(jid).get(target)
+            if isinstance(cached, dict) and cached.get("ret") is not None:
+                return dict(cached)
             if ended is not None:
                 ended.append(jid)
             return None
