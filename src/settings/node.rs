@@ -172,7 +172,7 @@ impl Config {
     /// `mc_cloud_compute_node.settings()`.
     pub fn compute_node_settings(&self) -> Result<Value> {
         let mut s = self.compute_node_merged()?;
-        self.port_ranges(&s)?;
+        ranges(&s, COMPUTE_NODE)?;
         id_range(&s)?;
         let targets: Map<String, Value> = self
             .declared()?
@@ -198,10 +198,6 @@ impl Config {
         Ok(s)
     }
 
-    fn port_ranges(&self, s: &Value) -> Result<(PortRange, PortRange)> {
-        ranges(s, COMPUTE_NODE)
-    }
-
     /// The port ranges of node `cn`: the cloud-wide ones of the merged
     /// compute-node settings `merged`, each bound its `conf` sets
     /// (`ssh_port_range_start` …) taking their place.
@@ -217,7 +213,7 @@ impl Config {
             .filter(|k| conf.get(*k).is_some_and(|v| !v.is_null()))
             .collect();
         if own.is_empty() {
-            return self.port_ranges(merged);
+            return ranges(merged, COMPUTE_NODE);
         }
         if let Value::Object(m) = merged {
             for k in &own {
