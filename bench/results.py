@@ -5,10 +5,11 @@ section with the commit and machine it measured, then renders the registry
 table of the performance page (``docs/explanation/performance.md``) from
 that file (between the ``bench:registry`` markers);
 ``bench/provision.py``, ``bench/store.py``, ``bench/metrics.py`` and
-``bench/dns.py``, ``bench/firewall.py``, ``bench/api.py`` and ``bench/kvm.py``
-record sections of their own, rendered between the ``bench:provisioning``,
-``bench:store``, ``bench:metrics``, ``bench:dns``, ``bench:firewall``,
-``bench:api`` and ``bench:kvm`` markers.
+``bench/dns.py``, ``bench/firewall.py``, ``bench/api.py``, ``bench/kvm.py``
+and ``tests/integration/bench_move.py`` record sections of their own,
+rendered between the ``bench:provisioning``, ``bench:store``,
+``bench:metrics``, ``bench:dns``, ``bench:firewall``, ``bench:api``,
+``bench:kvm`` and ``bench:move`` markers.
 The tests check that the page's tables are the file's rendering, so a
 figure cannot be edited by hand or go stale without the tests saying so.
 
@@ -45,6 +46,10 @@ FSTART, FEND = "<!-- bench:firewall:start -->", "<!-- bench:firewall:end -->"
 ASTART, AEND = "<!-- bench:api:start -->", "<!-- bench:api:end -->"
 #: The KVM table's markers (``bench/kvm.py`` records its section, ``kvm``).
 KSTART, KEND = "<!-- bench:kvm:start -->", "<!-- bench:kvm:end -->"
+#: The moves' table's markers (``./run bench move`` records its section, ``move``).
+VSTART, VEND = "<!-- bench:move:start -->", "<!-- bench:move:end -->"
+#: Goal of a dir-backed container's downtime when it moves, seconds.
+GOAL_MOVE_DOWNTIME_S = 5.0
 #: Goal of the inventory of a 10,000-VM cloud over HTTP (``mc_cloud_api.vms``), seconds.
 GOAL_API_S = 1.0
 #: Goal of a node's names: every one answering on every nameserver, seconds
@@ -399,6 +404,22 @@ def render_kvm(data: dict[str, Any]) -> str:
                       f"{_stamp(k)}"])
 
 
+def render_move(data: dict[str, Any]) -> str:
+    """The moves' table (markdown) of ``data``'s ``move`` section."""
+    m = data.get("move")
+    if not m:
+        return "No move figures recorded yet: run ./run bench move."
+    rows = ["| move of an idle container: measure | median (min–max) | goal |", "|---|---|---|"]
+    for key, fig in m["figures"].items():
+        goal = ""
+        if key == "downtime":
+            goal = (f"< {GOAL_MOVE_DOWNTIME_S:g} s "
+                    f"({'met' if fig['median'] < GOAL_MOVE_DOWNTIME_S else 'missed'})")
+        rows.append(f"| {key} | {fig['median']:.2f} s ({fig['min']:.2f}–{fig['max']:.2f}) | {goal} |")
+    return "\n".join([*rows, "", f"Median of {m['runs']} move(s) (half each way) of a {m['size_mib']} MiB container "
+                      f"directory; measured (`./run bench move`, `bench/results.json`): {_stamp(m)}"])
+
+
 def _replace(path: Path, text: str, start: str, end: str, body: str, required: bool) -> str:
     try:
         head, rest = text.split(start, 1)
@@ -425,6 +446,7 @@ def update_page(page: str | os.PathLike[str], data: dict[str, Any], check: bool 
     new = _replace(path, new, FSTART, FEND, render_firewall(data), required=False)
     new = _replace(path, new, ASTART, AEND, render_api(data), required=False)
     new = _replace(path, new, KSTART, KEND, render_kvm(data), required=False)
+    new = _replace(path, new, VSTART, VEND, render_move(data), required=False)
     if check:
         return new == text
     if new != text:

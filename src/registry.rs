@@ -859,7 +859,7 @@ impl Registry {
         let states = moves::node_states(tx)?;
         let drained: Vec<String> = usage
             .iter()
-            .filter(|u| states.get(&u.cn).map(String::as_str) == Some(moves::DRAINED))
+            .filter(|u| !moves::takes_vms(states.get(&u.cn)))
             .map(|u| u.cn.clone())
             .collect();
         usage.retain(|u| !drained.contains(&u.cn));

@@ -612,6 +612,22 @@ impl Registry {
             .map_err(to_py)
     }
 
+    /// Forgets drained, empty compute node `cn` (its state record); with
+    /// `check`, only refuses or not.
+    #[pyo3(signature = (cn, check=false))]
+    fn unlink_node(&self, py: Python<'_>, cn: &str, check: bool) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.unlink_node(cn, check));
+        out(py, r)
+    }
+
+    /// Where placement would take each VM of compute node `cn` (evacuate):
+    /// by VM, `node` or `why`; with `explain`, every node's `scores`.
+    #[pyo3(signature = (cn, explain=false))]
+    fn destinations(&self, py: Python<'_>, cn: &str, explain: bool) -> PyResult<Py<PyAny>> {
+        let r = py.detach(|| self.inner.destinations(cn, explain));
+        out(py, r)
+    }
+
     /// The compute nodes' states the store holds (those not listed are active).
     fn node_states(&self, py: Python<'_>) -> PyResult<std::collections::BTreeMap<String, String>> {
         py.detach(|| self.inner.node_states()).map_err(to_py)

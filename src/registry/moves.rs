@@ -41,6 +41,13 @@ const MOVED: &str = "moved/";
 const NODE: &str = "node/";
 /// The state of a node nothing is placed or moved onto.
 pub const DRAINED: &str = "drained";
+/// The state of a node `mc_cloud.unlink` forgot: drained, its key gone.
+pub const UNLINKED: &str = "unlinked";
+
+/// Whether a node in `state` (none: active) takes placed and moved VMs.
+pub(crate) fn takes_vms(state: Option<&String>) -> bool {
+    state.is_none_or(|s| s == "active")
+}
 
 fn phase_index(phase: &str) -> Option<usize> {
     PHASES.iter().position(|p| *p == phase)
@@ -128,6 +135,15 @@ pub(crate) fn node_states(tx: &Tx) -> Result<BTreeMap<String, String>> {
         .into_iter()
         .map(|(k, v)| (k.trim_start_matches(NODE).to_owned(), v))
         .collect())
+}
+
+/// Up to five names, then an ellipsis.
+fn shortlist(names: &[String]) -> String {
+    let mut out = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > 5 {
+        out.push_str(", ...");
+    }
+    out
 }
 
 fn not_moving(vm: &str) -> Error {
@@ -285,9 +301,9 @@ impl Registry {
                 }
                 None => {
                     let states = node_states(tx)?;
-                    if states.get(to).map(String::as_str) == Some(DRAINED) {
+                    if let Some(state) = states.get(to).filter(|s| !takes_vms(Some(s))) {
                         return Err(Error::invalid(format!(
-                            "compute node {to} is drained: nothing is moved there (mastersalt-run \
+                            "compute node {to} is {state}: nothing is moved there (mastersalt-run \
                              mc_cloud.undrain {to} takes VMs again)"
                         )));
                     }
@@ -325,6 +341,16 @@ impl Registry {
                     _ => false,
                 };
                 set(&mut record, "ip_kept", json!(kept));
+                // Its block of host ids, when free there: its files keep
+                // their owners (a block outside the target's range is
+                // replaced when the VM is registered there).
+                if let Some(base) = tx.number(Kind::Idmap, &from, vm)? {
+                    if tx.number_owner(Kind::Idmap, to, base)?.is_none()
+                        && tx.number(Kind::Idmap, to, vm)?.is_none()
+                    {
+                        tx.put_number(Kind::Idmap, to, vm, base)?;
+                    }
+                }
                 put_record(tx, vm, &record)?;
                 tx.note(journal::Change::new(
                     "move_started",
@@ -541,5 +567,157 @@ impl Registry {
     /// active).
     pub fn node_states(&self) -> Result<BTreeMap<String, String>> {
         Ok(self.read(node_states)?.unwrap_or_default())
+    }
+
+    /// Forgets drained compute node `cn` (`mc_cloud.unlink`): its state
+    /// record goes, journaled `node_state` (`unlinked`). Refused, with
+    /// what to do, when the node is not drained, when the pillar still
+    /// declares VMs there (moved away or not), when it holds any allocation (a VM not moved
+    /// away or destroyed), or when a move is from or to it. With `check`,
+    /// only refuses or not: nothing is written.
+    pub fn unlink_node(&self, cn: &str, check: bool) -> Result<Value> {
+        validate("compute node", cn)?;
+        self.write(|tx| {
+            tx.lock_placements()?;
+            let key = format!("{NODE}{cn}");
+            let state = tx.meta(&key)?;
+            if state.as_deref() == Some(UNLINKED) {
+                // Unlinked already: the caller's remaining steps may run again.
+                return Ok(json!({"node": cn, "unlinked": !check, "already": true}));
+            }
+            if state.as_deref() != Some(DRAINED) {
+                return Err(Error::Conflict(format!(
+                    "compute node {cn} is not drained: drain it (mastersalt-run mc_cloud.drain {cn}), \
+                     empty it (mc_cloud.evacuate {cn}), then unlink it"
+                )));
+            }
+            // The VMs there, and those the pillar still declares there
+            // that moves took elsewhere (drift's moved_vm).
+            let declared: Vec<String> = self
+                .config
+                .declared()?
+                .iter()
+                .flat_map(|(node, d)| d.vms.iter().map(move |v| (node, v)))
+                .filter(|(node, v)| *node == cn || v.moved_from.as_deref() == Some(cn))
+                .map(|(_, v)| v.name.clone())
+                .collect();
+            if !declared.is_empty() {
+                return Err(Error::Conflict(format!(
+                    "compute node {cn} still has {} VM(s) ({}): move them away \
+                     (mastersalt-run mc_cloud.evacuate {cn}) and declare them on their new nodes in the \
+                     pillar first",
+                    declared.len(),
+                    shortlist(&declared)
+                )));
+            }
+            let held = tx.vms(cn)?;
+            if !held.is_empty() {
+                return Err(Error::Conflict(format!(
+                    "compute node {cn} still holds allocations of {} VM(s) ({}): move them away \
+                     (mastersalt-run mc_cloud.evacuate {cn}) or destroy them first",
+                    held.len(),
+                    shortlist(&held)
+                )));
+            }
+            let (moves, _) = readable_moves(tx)?;
+            let on = |r: &Value, k: &str| r.get(k).and_then(Value::as_str) == Some(cn);
+            if let Some((vm, _)) = moves.iter().find(|(_, r)| on(r, "from") || on(r, "to")) {
+                return Err(Error::Conflict(format!(
+                    "VM {vm} is moving from or to compute node {cn}: finish its move \
+                     (mastersalt-run mc_cloud.move) or abandon it (mc_cloud.move_abandon {vm}) first"
+                )));
+            }
+            if check {
+                return Ok(json!({"node": cn, "unlinked": false}));
+            }
+            tx.set_meta(&key, UNLINKED)?;
+            tx.note(journal::Change::new(
+                "node_state",
+                cn,
+                "",
+                "state",
+                Some(json!(DRAINED)),
+                Some(json!(UNLINKED)),
+            ))?;
+            Ok(json!({"node": cn, "unlinked": true}))
+        })
+    }
+
+    /// Where placement would take each VM compute node `cn` holds (what
+    /// `mc_cloud.evacuate` moves), chosen one after another as placement
+    /// chooses (policy, capacities; `cn` and drained nodes left out), each
+    /// VM's weight added to its node before the next is chosen: by VM,
+    /// `{"node": <target>}` or `{"why": <why it fits nowhere>}`; with
+    /// `explain`, every node's `scores` for it too.
+    pub fn destinations(&self, cn: &str, explain: bool) -> Result<Value> {
+        use crate::settings::placement;
+        validate("compute node", cn)?;
+        let (placements, states, moving) = self
+            .read(|tx| {
+                let p: BTreeMap<String, String> = tx.placements()?.into_iter().collect();
+                Ok((p, node_states(tx)?, readable_moves(tx)?.0))
+            })?
+            .unwrap_or_default();
+        let policy = self.config.placement_policy()?;
+        let mut usage = self.config.usage(&placements)?;
+        usage.retain(|u| u.cn != cn && takes_vms(states.get(&u.cn)));
+        let vms = self
+            .config
+            .declared()?
+            .get(cn)
+            .map(|n| n.vms.clone())
+            .unwrap_or_default();
+        let mut out = serde_json::Map::new();
+        for d in vms {
+            // A move under way goes on to its target (counted there already).
+            let under_way = moving
+                .get(&d.name)
+                .filter(|r| r.get("from").and_then(Value::as_str) == Some(cn))
+                .and_then(|r| r.get("to").and_then(Value::as_str));
+            if let Some(to) = under_way {
+                out.insert(d.name.clone(), json!({"node": to, "resumed": true}));
+                continue;
+            }
+            let size = self.config.vm_size(&d)?;
+            let mut answer = serde_json::Map::new();
+            if explain {
+                answer.insert(
+                    "scores".into(),
+                    Value::Array(placement::explain(&usage, &size)),
+                );
+            }
+            let chosen = placement::choose(&usage, &size, policy).map(|u| u.cn.clone());
+            match chosen {
+                Some(to) => {
+                    if let Some(u) = usage.iter_mut().find(|u| u.cn == to) {
+                        u.add(&size);
+                    }
+                    answer.insert("node".into(), json!(to));
+                }
+                None if usage.is_empty() => {
+                    answer.insert(
+                        "why".into(),
+                        json!(format!(
+                            "no other active compute node declares a capacity \
+                             (makina-states.cloud.compute_node.capacity.<cn>): name a target with \
+                             mastersalt-run mc_cloud.move {} <node>",
+                            d.name
+                        )),
+                    );
+                }
+                None => {
+                    let why: Vec<String> = usage
+                        .iter()
+                        .filter_map(|u| u.fits(&size).err().map(|e| format!("{}: {e}", u.cn)))
+                        .collect();
+                    answer.insert(
+                        "why".into(),
+                        json!(format!("fits on no node ({})", why.join("; "))),
+                    );
+                }
+            }
+            out.insert(d.name.clone(), Value::Object(answer));
+        }
+        Ok(Value::Object(out))
     }
 }

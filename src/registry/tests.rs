@@ -2273,3 +2273,89 @@ fn metrics_count_the_changes_and_show_the_last_durations() {
         "only the last provision shows:\n{text}"
     );
 }
+
+#[test]
+fn an_evacuation_places_a_nodes_vms_one_after_another_never_on_it_nor_on_a_drained_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = pillar(&Pools::small(), &[CN2], &json!({}));
+    p.insert(
+        format!("{LXC}.vms.{CN}"),
+        json!({"x1.test": {}, "x2.test": {}, "x3.test": {}}),
+    );
+    p.insert(
+        format!("{COMPUTE_NODE}.capacity"),
+        json!({CN: {"vms": 10}, CN2: {"vms": 2}}),
+    );
+    let reg = open_at(&dir, p);
+    reg.place_all().unwrap();
+    let out = reg.destinations(CN, true).unwrap();
+    // Two fit on cn2 (each added before the next is chosen); the third
+    // fits nowhere, and cn1 itself is never a destination.
+    assert_eq!(out["x1.test"]["node"], json!(CN2));
+    assert_eq!(out["x2.test"]["node"], json!(CN2));
+    let why = out["x3.test"]["why"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("{CN2}: vms: needs 1, 0 of 2 free")),
+        "{why}"
+    );
+    let scores = out["x1.test"]["scores"].as_array().unwrap();
+    assert_eq!(scores.len(), 1, "{scores:?}");
+    assert_eq!(scores[0]["node"], json!(CN2));
+    // A drained node takes nothing: no other node is left.
+    reg.set_node_state(CN2, "drained").unwrap();
+    let out = reg.destinations(CN, false).unwrap();
+    let why = out["x1.test"]["why"].as_str().unwrap();
+    assert!(why.contains("mc_cloud.move x1.test <node>"), "{why}");
+    assert!(out["x1.test"].get("scores").is_none());
+    // A node holding nothing has nothing to move; a bad name is refused.
+    assert_eq!(reg.destinations(CN2, false).unwrap(), json!({}));
+    assert!(reg.destinations("bad name", false).is_err());
+}
+
+#[test]
+fn only_a_drained_node_holding_nothing_and_declaring_no_vm_is_unlinked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = pillar(&Pools::small(), &[CN2], &json!({}));
+    p.insert(format!("{LXC}.vms.{CN}"), json!({"x1.test": {}}));
+    let reg = open_at(&dir, p.clone());
+    reg.register_node(CN, &[]).unwrap();
+    // Drained first; then no VM declared there.
+    failed(
+        reg.unlink_node(CN, false),
+        Error::Conflict,
+        &["not drained", "mc_cloud.drain"],
+    );
+    reg.set_node_state(CN, "drained").unwrap();
+    failed(
+        reg.unlink_node(CN, false),
+        Error::Conflict,
+        &["x1.test", "mc_cloud.evacuate"],
+    );
+    // Declared nowhere now, but still holding its allocations.
+    p.remove(&format!("{LXC}.vms.{CN}"));
+    p.insert(format!("{LXC}.vms.{CN}"), json!({}));
+    let reg = open_at(&dir, p);
+    failed(
+        reg.unlink_node(CN, false),
+        Error::Conflict,
+        &["allocations of 1 VM(s) (x1.test)"],
+    );
+    reg.destroy_vm(CN, "x1.test").unwrap();
+    // A check writes nothing.
+    assert_eq!(reg.unlink_node(CN, true).unwrap()["unlinked"], json!(false));
+    assert_eq!(reg.node_states().unwrap()[CN], "drained");
+    let done = reg.unlink_node(CN, false).unwrap();
+    assert_eq!(done["node"], json!(CN));
+    assert_eq!(reg.node_states().unwrap()[CN], "unlinked");
+    let q = journal::Query {
+        kind: Some("node_state".into()),
+        ..Default::default()
+    };
+    let last = reg.audit(&q).unwrap().pop().unwrap();
+    assert_eq!(last["after"], json!({"state": "unlinked"}), "{last}");
+    // A second unlink is done already (its caller's steps may run again);
+    // undrained, the node takes VMs again.
+    assert_eq!(reg.unlink_node(CN, false).unwrap()["already"], json!(true));
+    reg.set_node_state(CN, "active").unwrap();
+    assert!(!reg.node_states().unwrap().contains_key(CN));
+}

@@ -58,3 +58,41 @@ def test_a_move_that_did_not_switch_is_abandoned_through_its_runner(tmp_path: Pa
     assert reg.vm_settings(ONE, "web.example.net")["mac"] == held["mac"]
     again = run["mc_cloud.move_abandon"]("web.example.net")
     assert again["result"] is False and "is not being moved" in again["comment"], again
+
+
+def test_an_evacuation_moves_nothing_when_a_vm_fits_nowhere_and_says_why(tmp_path: Path) -> None:
+    pillar = {
+        **FLAGS, "makina-states.cloud.master": "ctl",
+        f"makina-states.cloud.lxc.vms.{ONE}": {"web.example.net": {}, "db.example.net": {}},
+        f"makina-states.cloud.lxc.vms.{TWO}": {},
+        "makina-states.cloud.compute_node.capacity": {TWO: {"vms": 1}},
+    }
+    offline = Offline(tmp_path, pillar)
+    run = offline.functions
+    ret = run["mc_cloud.evacuate"](ONE, explain=True)
+    assert ret["result"] is False and ret["retcode"] == 1, ret
+    assert "nothing moved: 1 of its 2 VM(s) fit on no other node" in ret["comment"], ret
+    [why] = [s for s in ret["steps"] if s["name"].endswith(" placed")]
+    assert why["name"] == "web.example.net placed" and f"{TWO}: vms: needs 1, 0 of 1 free" in why["comment"], why
+    # Drained all the same (nothing more lands there), nothing moved.
+    assert run["mc_cloud.nodes"]()[ONE] == "drained"
+    assert run["mc_cloud.moves"]() == {}
+    assert offline.registry.inner.destinations(ONE)["db.example.net"] == {"node": TWO}
+    bad = run["mc_cloud.evacuate"](ONE, concurrency=0)
+    assert bad["result"] is False and "concurrency" in bad["comment"], bad
+
+
+def test_unlink_refuses_a_node_not_drained_or_not_empty(tmp_path: Path) -> None:
+    pillar = {
+        **FLAGS, "makina-states.cloud.master": "ctl",
+        f"makina-states.cloud.lxc.vms.{ONE}": {"web.example.net": {}},
+        f"makina-states.cloud.lxc.vms.{TWO}": {},
+    }
+    offline = Offline(tmp_path, pillar)
+    run = offline.functions
+    ret = run["mc_cloud.unlink"](ONE)
+    assert ret["result"] is False and f"mc_cloud.drain {ONE}" in ret["comment"], ret
+    run["mc_cloud.drain"](ONE)
+    ret = run["mc_cloud.unlink"](ONE)
+    assert ret["result"] is False and "web.example.net" in ret["comment"] and "mc_cloud.evacuate" in ret["comment"], ret
+    assert run["mc_cloud.nodes"]()[ONE] == "drained"

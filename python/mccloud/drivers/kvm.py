@@ -353,6 +353,10 @@ def sync_images(env: Env, target: str) -> Outcome:
     if target == env.controller:
         out.add("sync_images", {"result": True, "comment": f"{target} is the controller: images are local"})
         return out
+    if image_copy.on_controller_machine(env, target):
+        out.add("sync_images", {"result": True, "comment": f"{target} runs on the controller's machine: "
+                                "images are local"})
+        return out
     imgs = images_settings(env)
     ssh = image_copy.ssh_command(env)
     used = used_images(env, target)

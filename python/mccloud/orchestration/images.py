@@ -19,6 +19,23 @@ from mccloud.orchestration.runner import Env, Outcome
 VERSION_FILE = "mccloud-image-version"
 
 
+def on_controller_machine(env: Env, target: str) -> bool:
+    """Whether minion ``target`` runs on the controller's machine (its
+    ``machine_id`` grain is this machine's ``/etc/machine-id``): a node
+    beside the controller reads the images where the controller built
+    them, and nothing is copied."""
+    from mccloud.orchestration import transport
+
+    try:
+        with open("/etc/machine-id") as f:
+            here = f.read().strip()
+    except OSError:
+        return False
+    with transport.local_client(env.opts["conf_file"]) as client:
+        ret = transport.one_return(client, target, "grains.get", 60, arg=["machine_id"])
+    return bool(here) and (ret or {}).get("ret") == here
+
+
 def local_version(path: str) -> str | None:
     """The version of the image directory ``path`` on this host (None: not built)."""
     try:

@@ -195,7 +195,8 @@ def audit(vm=None, node=None, kind=None, since=None, limit=None, **kwargs):
     ``provision_finished``,
     ``provision_failed``, ``deploy_finished``, ``deploy_failed``,
     ``journal_pruned``, ``secrets_sealed``, ``secrets_rekeyed``,
-    ``declared``, ``undeclared``), ``since``
+    ``declared``, ``undeclared``, ``move_started``, ``relocated``,
+    ``move_abandoned``, ``node_state``), ``since``
     (a UTC date or time) and ``limit`` (the
     newest entries only).
 
@@ -334,7 +335,8 @@ def undrain(node, **kwargs):
 @_o.strict
 def nodes(**kwargs):
     """Every compute node (declared, or known to the store) with its
-    state: ``active`` or ``drained``.
+    state: ``active``, ``drained`` or ``unlinked`` (``unlink``; ``undrain``
+    makes it active again).
 
     CLI Example:
 
@@ -343,6 +345,72 @@ def nodes(**kwargs):
         mastersalt-run mc_cloud.nodes
     """
     return _o.answer("nodes", _nodestate.states, _env(), **kwargs)
+
+
+@_o.strict
+def move(vm, node, **kwargs):
+    """Moves lxc VM ``vm`` to compute node ``node``: its allocations there
+    (its IP kept when both nodes share a network and it is free), its
+    container copied while it runs, stopped, copied again and started on
+    ``node``; then, in one journaled step, the VM lives there: both nodes'
+    proxy, firewall and hosts follow, its DNS names too, the source's
+    container is removed and its allocations freed. A failure before that
+    step starts the VM again where it was. Reports ``downtime`` (from the
+    stop until its sshd answered on ``node``). Run again, it resumes.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.move web.example.net node2.example.net
+    """
+    from mccloud.orchestration import move as _move
+
+    return _o.run("move", _move.move, _env(), str(vm), str(node), **kwargs)
+
+
+@_o.strict
+def evacuate(node, concurrency=1, explain=False, **kwargs):
+    """Empties compute node ``node``: drains it (nothing is placed or moved
+    there any more), then moves every VM it holds (``move``) to the node
+    placement chooses for it (the policy and the nodes' declared
+    capacities; drained nodes never), ``concurrency`` VMs at a time. When
+    a VM fits on no other node nothing moves, and each such VM says why.
+    A move that fails leaves its VM running where it was; run it again to
+    go on. ``explain=True`` adds every node's score for each VM.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.evacuate node1.example.net concurrency=2
+    """
+    from mccloud.orchestration import move as _move
+
+    return _o.run("evacuate", _move.evacuate, _env(), str(node), concurrency, explain, **kwargs)
+
+
+@_o.strict
+def unlink(node, **kwargs):
+    """Forgets compute node ``node``, drained and holding no VM (``drain``,
+    ``evacuate``): its reverse proxy and firewall are emptied when it still
+    answers, its minion key is deleted from the master (only the key
+    mccloud made), and the registry records it ``unlinked`` (journal kind
+    ``node_state``): nothing is placed or moved there, as when drained.
+    Refused while it is not drained, while the pillar declares VMs there
+    (moved away or not), while it holds an allocation, or while a move is
+    from or to it. Run again, it deletes the key again if it is back.
+    Remove its pillar keys too.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        mastersalt-run mc_cloud.unlink node1.example.net
+    """
+    from mccloud.orchestration import move as _move
+
+    return _o.run("unlink", _move.unlink, _env(), str(node), **kwargs)
 
 
 @_o.strict

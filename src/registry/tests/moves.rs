@@ -416,3 +416,68 @@ fn an_exhausted_pool_names_the_nodes_own_key() {
         )],
     );
 }
+
+#[test]
+fn a_moving_container_keeps_its_block_of_host_ids_when_it_is_free_on_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    let web = reg.vm_settings(CN, "web.test", true).unwrap();
+    let db = reg.vm_settings(CN, "db.test", true).unwrap();
+    assert_ne!(web["idmap_base"], db["idmap_base"]);
+    // db.test holds cn1's second block; on the empty cn2 it keeps it (the
+    // first free block there would be web.test's), so its files keep
+    // their owners.
+    let m = reg.begin_move("db.test", CN2).unwrap();
+    assert_eq!(m["settings"]["idmap_base"], db["idmap_base"], "{m}");
+    // web.test then finds its own block free on cn2 too.
+    let m = reg.begin_move("web.test", CN2).unwrap();
+    assert_eq!(m["settings"]["idmap_base"], web["idmap_base"], "{m}");
+}
+
+#[test]
+fn a_node_the_pillar_still_names_for_moved_vms_is_not_unlinked() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    for vm in ["web.test", "db.test"] {
+        reg.vm_settings(CN, vm, true).unwrap();
+        reg.begin_move(vm, CN2).unwrap();
+        reg.move_phase(vm, "started").unwrap();
+        reg.switch_move(vm).unwrap();
+        reg.finish_move(vm).unwrap();
+    }
+    let reg = controller(&dir, two_nodes());
+    reg.set_node_state(CN, "drained").unwrap();
+    // cn1 holds nothing, but the pillar still declares both there.
+    failed(
+        reg.unlink_node(CN, false),
+        Error::Conflict,
+        &[
+            "2 VM(s) (db.test, web.test)",
+            "declare them on their new nodes",
+        ],
+    );
+    let mut updated = two_nodes();
+    updated.insert(format!("{LXC}.vms.{CN}"), json!({}));
+    updated.insert(
+        format!("{LXC}.vms.{CN2}"),
+        json!({"web.test": {}, "db.test": {}}),
+    );
+    let reg = controller(&dir, updated);
+    assert_eq!(reg.unlink_node(CN, false).unwrap()["unlinked"], json!(true));
+}
+
+#[test]
+fn an_evacuation_run_again_sends_a_move_under_way_to_its_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = controller(&dir, two_nodes());
+    reg.vm_settings(CN, "web.test", true).unwrap();
+    reg.begin_move("web.test", "cn3.local").unwrap();
+    let out = reg.destinations(CN, false).unwrap();
+    assert_eq!(
+        out["web.test"],
+        json!({"node": "cn3.local", "resumed": true})
+    );
+    // No node declares a capacity: db.test says what to do.
+    let why = out["db.test"]["why"].as_str().unwrap();
+    assert!(why.contains("mc_cloud.move db.test <node>"), "{why}");
+}

@@ -1,0 +1,146 @@
+"""What a compute node does when a container moves to or from it: copy the
+container's directory (``rsync``, an argument list, never a shell), give
+the copy its own root filesystem path, and say how long each took. Run
+on the node by the execution module ``mc_cloud_lxc`` (``move_copy``,
+``move_rootfs``); the move itself is driven from the controller
+(``mccloud.orchestration.move``)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import time
+from typing import Any
+
+#: rsync's options: archive, hard links, ACLs, extended attributes, numeric
+#: ids (the container's host ids, never mapped by name), deletions (a
+#: second pass makes the copy exact), one file system (nothing mounted
+#: inside the container is followed).
+RSYNC = ["rsync", "-aHAX", "--numeric-ids", "--delete", "--one-file-system", "--stats"]
+#: The line of an lxc configuration naming a directory root filesystem.
+ROOTFS = re.compile(r"^(\s*lxc\.rootfs\.path\s*=\s*)(?:dir:)?(\S+)\s*$", re.M)
+
+
+class MoveError(Exception):
+    """What stops a copy, said for the operator."""
+
+
+def _dir(path: str, what: str) -> str:
+    if not os.path.isabs(path) or ".." in path.split("/"):
+        raise MoveError(f"{what} {path!r} is not an absolute path")
+    return path.rstrip("/") or "/"
+
+
+def copy(src: str, dst: str, timeout: float = 3600) -> dict[str, Any]:
+    """Copies directory ``src`` (a container's) to ``dst`` on this node,
+    exactly; returns ``seconds`` and ``bytes`` sent. ``dst``'s parent
+    must exist; ``dst`` itself is made (0700 while it is copied)."""
+    src, dst = _dir(src, "source"), _dir(dst, "target")
+    if not os.path.isdir(src):
+        raise MoveError(f"no container directory {src} to copy")
+    if not os.path.isdir(os.path.dirname(dst)):
+        raise MoveError(f"the target's lxc path {os.path.dirname(dst)} does not exist: deploy the target node first")
+    if src == dst or (os.path.exists(dst) and os.path.samefile(src, dst)) \
+            or os.path.samefile(os.path.dirname(src), os.path.dirname(dst)):
+        raise MoveError(f"source {src} and target {dst} are one directory: give the target node an lxc path of "
+                        "its own (makina-states.cloud.compute_node.conf.<node>.lxc_path)")
+    # The mark of a move's copy: a directory there without it is not ours.
+    mark = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.mccloud-move")
+    if os.path.lexists(dst) and not os.path.exists(mark):
+        raise MoveError(f"{dst} exists and no move made it: another container is there; it is left untouched "
+                        "(move it away, or move the VM to another node)")
+    if os.path.exists(dst) and running(os.path.dirname(dst), os.path.basename(dst)):
+        raise MoveError(f"the container at {dst} runs: a copy never writes under a running container")
+    started = time.monotonic()
+    # One copy into a directory at a time: a move killed on the controller
+    # leaves its copy running here, and the move resumed waits for it.
+    lock = os.open(mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    os.makedirs(dst, mode=0o700, exist_ok=True)
+    try:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - started > timeout:
+                    raise MoveError(f"another copy into {dst} still runs after {timeout:.0f} s") from None
+                time.sleep(0.2)
+        p = subprocess.run([*RSYNC, f"{src}/", f"{dst}/"], capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.close(lock)
+    # 24: files vanished while a running container was copied; the copy
+    # made once it is stopped is exact.
+    if p.returncode not in (0, 24):
+        raise MoveError(f"rsync {src}/ {dst}/ failed ({p.returncode}): {p.stderr.strip()[-400:]}")
+    sent = re.search(r"Total bytes sent: ([\d,.]+)", p.stdout)
+    return {"seconds": round(time.monotonic() - started, 3),
+            "bytes": int(re.sub(r"[,.]", "", sent.group(1))) if sent else None}
+
+
+def repoint(config: str, old: str, new: str) -> bool:
+    """Points the lxc configuration file ``config`` of a container copied
+    from directory ``old`` to ``new`` at its own files: its root
+    filesystem, its included fragments, everything its ``lxc.*`` lines
+    named under ``old``. Whether it changed. A root filesystem that is
+    neither ``old``'s nor ``new``'s is refused: the copy is not the
+    container it should be."""
+    with open(config) as f:
+        text = f.read()
+    found = ROOTFS.findall(text)
+    if len(found) != 1:
+        raise MoveError(f"{config} names {len(found)} root filesystems, not one")
+    if found[0][1] not in (f"{old}/rootfs", f"{new}/rootfs"):
+        raise MoveError(f"{config} names root filesystem {found[0][1]}, neither {old}/rootfs nor {new}/rootfs")
+    lines = [line.replace(f"{old}/", f"{new}/") if line.lstrip().startswith("lxc.") else line
+             for line in text.splitlines(keepends=True)]
+    seen: set[str] = set()
+    kept = []
+    for line in lines:  # an include named twice (the source's, now the copy's own) once
+        key = line.strip()
+        if key.startswith("lxc.include") and key in seen:
+            continue
+        seen.add(key)
+        kept.append(line)
+    out = "".join(kept)
+    if out == text:
+        return False
+    tmp = f"{config}.mccloud-tmp"
+    with open(tmp, "w") as f:
+        f.write(out)
+    os.chmod(tmp, os.stat(config).st_mode & 0o7777)
+    os.replace(tmp, config)
+    return True
+
+
+def lxc(argv: list[str], what: str, allow: frozenset[int] | set[int] = frozenset()) -> dict[str, Any]:
+    """Runs an lxc tool (an argument list); ``seconds``. An exit code in
+    ``allow`` counts as done (lxc-stop: 2, the container was not running)."""
+    started = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0 and p.returncode not in allow:
+        raise MoveError(f"{what} failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}")
+    return {"seconds": round(time.monotonic() - started, 3)}
+
+
+def running(lxc_path: str, name: str) -> bool:
+    """Whether container ``name`` of ``lxc_path`` runs (``lxc-info -s``)."""
+    p = subprocess.run(["lxc-info", "-P", lxc_path, "-n", name, "-s"], capture_output=True, text=True, timeout=60)
+    return p.returncode == 0 and "RUNNING" in p.stdout
+
+
+def wait_port(host: str, port: int, timeout: float) -> dict[str, Any]:
+    """Waits until ``host:port`` accepts a connection; ``seconds``."""
+    import socket
+
+    started = time.monotonic()
+    last: OSError | None = None
+    while time.monotonic() - started < timeout:
+        try:
+            with socket.create_connection((host, port), timeout=2):
+                return {"seconds": round(time.monotonic() - started, 3)}
+        except OSError as exc:
+            last = exc
+            time.sleep(0.1)
+    raise MoveError(f"{host}:{port} did not answer within {timeout:.0f} s ({last})")

@@ -1,0 +1,307 @@
+"""Moving an lxc VM to another compute node (``mc_cloud.move``).
+
+The registry keeps the move (:meth:`mccloud.Registry.begin_move` and the
+rest); this drives the guest, each phase recorded:
+
+1. ``planned``: the VM's allocations on the target (``begin_move``).
+2. ``copying``: the container's directory is copied while it runs (on the
+   target node, when both nodes are one machine: their ``machine_id``
+   grains agree).
+3. ``stopped``: the source container stops; the last changes are copied.
+4. ``started``: the copy is given its own root filesystem, then the lxc
+   spawn SLS with the target's data (an existing container is configured,
+   not cloned: its network, MAC and IP are the target's) starts it; the
+   target node waits for its sshd. The downtime runs from the stop until
+   then.
+5. ``switched``: one journaled step in the registry; then both nodes'
+   routes (proxy, firewall, hosts) and the VM's DNS names.
+6. The source container is removed, then its allocations freed
+   (``finish_move``).
+
+A failure before the switch starts the source container again: the VM runs
+where it was, and the move stays recorded (run it again to resume, or
+``mc_cloud.move_abandon``). After the switch, running it again finishes it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping
+
+import mccloud
+
+from mccloud.drivers import lxc
+from mccloud.orchestration import dnspub, minions, transport
+from mccloud.orchestration.deploy import node_routes
+from mccloud.orchestration.runner import Env, Outcome, Step
+
+#: Backings a move copies as a directory tree.
+COPYABLE = ("dir",)
+#: Held while a move renders its nodes' routes.
+ROUTES = threading.Lock()
+
+
+def node_call(env: Env, target: str, fun: str, *args: Any, wait: float = 3600) -> Step:
+    """Runs execution function ``fun`` on minion ``target``: its answer as
+    a step (``result`` false with why when it failed or did not answer)."""
+    with transport.local_client(env.opts["conf_file"]) as client:
+        ret = transport.one_return(client, target, fun, wait, arg=list(args))
+    if ret is None:
+        return {"result": False, "comment": transport.nothing_returned(target, int(wait))}
+    answer = ret.get("ret")
+    if ret.get("retcode") or not isinstance(answer, dict):
+        return {"result": False, "comment": f"{fun} on {target}: {answer}"}
+    return {"result": True, **answer}
+
+
+def machine_ids(env: Env, a: str, b: str) -> list[Any]:
+    """The ``machine_id`` grains of minions ``a`` and ``b`` (None: no answer)."""
+    ids = []
+    with transport.local_client(env.opts["conf_file"]) as client:
+        for m in (a, b):
+            ret = transport.one_return(client, m, "grains.get", 60, arg=["machine_id"])
+            ids.append((ret or {}).get("ret") or None)
+    return ids
+
+
+def reload(env: Env) -> None:
+    """Forgets the registry and what was read through it: the next use
+    opens a session that sees the move."""
+    for key in [k for k in env.context if k.startswith("mccloud.") and k != "mccloud.pillar"]:
+        env.context.pop(key, None)
+
+
+def refusal(env: Env, vm: str, source: str, target: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """Why the VM cannot move there (nothing done to it yet), or None."""
+    if new.get("vt") != "lxc":
+        return f"{vm} is a {new.get('vt')} VM: only lxc VMs move yet"
+    if str(new.get("backing") or "dir") not in COPYABLE:
+        return f"{vm} is on backing {new.get('backing')}: only {', '.join(COPYABLE)} containers move yet"
+    if old.get("idmap_base") != new.get("idmap_base"):
+        return (f"{vm} runs unprivileged with host ids {old.get('idmap_base')} on {source}, and that block is "
+                f"taken on {target} (it would get {new.get('idmap_base')}): its files would need shifting, which "
+                "moves do not do yet")
+    ids = machine_ids(env, source, target)
+    for node, answer in zip((source, target), ids):
+        if answer is None:
+            return f"compute node {node} did not answer (grains.get machine_id): is its minion up?"
+    if ids[0] != ids[1]:
+        return f"{source} and {target} are two machines: moves between machines are not done yet"
+    return None
+
+
+def move(env: Env, vm: str, target: str) -> Outcome:
+    """See the module's documentation."""
+    out = Outcome()
+    held = env.registry.moves().get(vm)
+    if held and held.get("phase") == "switched":
+        # Switched already: only what follows the switch is left.
+        if str(held["to"]) != target:
+            return out.fail(f"{vm} moved to {held['to']} already (switched): finish that move with "
+                            f"mc_cloud.move {vm} {held['to']}")
+        return finish(env, out, vm, str(held["from"]), target)
+    record = env.registry.begin_move(vm, target)
+    source, new = str(record["from"]), record["settings"]
+    out.add("planned", {"result": True, "comment": f"{vm}: allocations on {target} ({new['ip']}"
+                        f"{', its IP kept' if record.get('ip_kept') else ''})"})
+    reload(env)
+    old = env.registry.vm_settings(source, vm)
+    why = refusal(env, vm, source, target, old, new)
+    if why is not None:
+        if record.get("phase") == "planned":
+            # Nothing was done to the guest: what the move took on the target goes.
+            env.registry.abandon_move(vm)
+            return out.fail(f"{why}; nothing moved, the allocations it took on {target} are freed")
+        return out.fail(f"{why} (mc_cloud.move_abandon {vm} leaves it on {source})")
+    src = f"{lxc.vm_data(env, vm, source, old)['lxc_path']}/{vm}"
+    dst = f"{lxc.vm_data(env, vm, target, new)['lxc_path']}/{vm}"
+    stopped_before = record.get("phase") in ("stopped", "started")
+    if not stopped_before:
+        env.registry.move_phase(vm, "copying")
+        env.progress(f"{vm}: copying {source}:{src} to {target}:{dst} while it runs")
+        if not out.add("copy", node_call(env, target, "mc_cloud_lxc.move_copy", src, dst)):
+            return out
+    stopped = time.monotonic()
+    try:
+        if stopped_before:
+            # Resumed once the source had stopped: the target's copy may run; it is stopped and made exact again.
+            if not out.add("target stopped", node_call(env, target, "mc_cloud_lxc.guest_stop",
+                                                       dst.rsplit("/", 1)[0], vm)):
+                return back(env, out, vm, source, src, target, dst)
+        if not out.add("stop", node_call(env, source, "mc_cloud_lxc.guest_stop", src.rsplit("/", 1)[0], vm)):
+            return back(env, out, vm, source, src, target, dst)
+        env.registry.move_phase(vm, "stopped")
+        steps = [("last copy", "mc_cloud_lxc.move_copy", (src, dst)),
+                 ("repoint", "mc_cloud_lxc.move_repoint", (f"{dst}/config", src, dst))]
+        master = (new.get("master"), new.get("master_port"))
+        if master != (old.get("master"), old.get("master_port")):
+            # The VM reaches its master another way from the target (the
+            # master runs on one of the nodes: through its gateway).
+            mode = minions.check_mode(new.get("mode") or "salt")
+            steps.append(("master address", "mc_cloud_lxc.move_minion_config",
+                          (f"{dst}/rootfs", f"{minions.conf_dir(mode)}/minion.d/mccloud.conf",
+                           minions.minion_config(vm, mode, new))))
+        for name, fun, args in steps:
+            if not out.add(name, node_call(env, target, fun, *args)):
+                return back(env, out, vm, source, src, target, dst)
+        if not out.add("start", dict(lxc.vm_step(env, vm, target, "spawn").as_dict())):
+            return back(env, out, vm, source, src, target, dst)
+        env.registry.move_phase(vm, "started")
+        ssh = node_call(env, target, "mc_cloud_lxc.wait_port", str(new["ip"]), 22, 120)
+        if not out.add("sshd", ssh):
+            return back(env, out, vm, source, src, target, dst)
+    except Exception as exc:  # the VM must run somewhere: on its source again
+        out.add("error", {"result": False, "comment": f"{type(exc).__name__}: {exc}"})
+        return back(env, out, vm, source, src, target, dst)
+    out.add("downtime", {"result": True, "seconds": round(time.monotonic() - stopped, 3),
+                         "comment": f"{vm} stopped on {source} until its sshd answered on {target}"})
+    env.registry.switch_move(vm)
+    return finish(env, out, vm, source, target)
+
+
+def source_lxc_path(env: Env, vm: str, source: str) -> str:
+    """The lxc path the VM used on its source: its own ``lxc_path`` when it
+    declares one (the same on every node), else the source node's."""
+    node = env.config.node_of(vm)
+    merged = str(env.config.vm_declared_settings(node, vm)["lxc_path"])
+    if merged != str(env.config.node_defaults("lxc", node)["lxc_path"]):
+        return merged
+    return str(env.config.node_defaults("lxc", source)["lxc_path"])
+
+
+def back(env: Env, out: Outcome, vm: str, source: str, src: str, target: str, dst: str) -> Outcome:
+    """After a failure before the switch: the target's copy stopped (it
+    must not run beside the source, perhaps with the same IP), then the
+    source container started again. The move stays recorded."""
+    failed = out.comment
+    try:
+        halted = node_call(env, target, "mc_cloud_lxc.guest_stop", dst.rsplit("/", 1)[0], vm)
+        out.add("target copy stopped", halted)
+        started = (node_call(env, source, "mc_cloud_lxc.guest_start", src.rsplit("/", 1)[0], vm)
+                   if halted.get("result") else {"result": False, "comment": "not tried: the target's copy may run"})
+    except Exception as exc:  # said, not raised: the operator must read what state the VM is in
+        started = {"result": False, "comment": f"{type(exc).__name__}: {exc}"}
+    out.add("restarted on source", started)
+    out.result = False
+    out.comment = (f"{failed}; {vm} runs on {source} again (run the move again to resume it, or "
+                   f"mc_cloud.move_abandon {vm})" if started.get("result")
+                   else f"{failed}; {vm} could not be started on {source} again: {started.get('comment')}")
+    return out
+
+
+def finish(env: Env, out: Outcome, vm: str, source: str, target: str) -> Outcome:
+    """From the switch on: both nodes' routes, DNS, the source container
+    removed, the source's allocations freed. A failure is said with how
+    to go on: the move runs again from here."""
+    done = finishing(env, out, vm, source, target)
+    if not done.result:
+        done.comment = (f"{done.comment}; {vm} lives on {target} (switched): run mc_cloud.move {vm} {target} "
+                        "again to finish the move")
+    return done
+
+
+def finishing(env: Env, out: Outcome, vm: str, source: str, target: str) -> Outcome:
+    """See :func:`finish`."""
+    out.add("switched", {"result": True, "comment": f"{vm} lives on {target}"})
+    reload(env)
+    # Moves run side by side (evacuate) render their nodes' routes one at
+    # a time: each render reads every switch made before it.
+    with ROUTES:
+        for node in (target, source):
+            if not out.add_all((f"{node} {name}", step) for name, step in node_routes(env, node)):
+                return out
+    step = dnspub.vm_step(env.registry, env.config, target, vm, env.progress)
+    if step is not None and not out.add("dns", step):
+        return out
+    lxc_path = source_lxc_path(env, vm, source)
+    keep = f"{lxc.vm_data(env, vm, target, env.registry.vm_settings(target, vm))['lxc_path']}/{vm}"
+    if not out.add("source removed", node_call(env, source, "mc_cloud_lxc.guest_remove", lxc_path, vm, keep)):
+        return out
+    freed = env.registry.finish_move(vm)
+    out.add("freed on source", {"result": True, "comment": f"freed on {source}: {freed.get('freed') or 'nothing'}"})
+    out.comment = f"{vm} moved from {source} to {target}"
+    return out
+
+
+def evacuate(env: Env, node: str, concurrency: Any = 1, explain: Any = False) -> Outcome:
+    """Drains ``node``, then moves every VM it holds to where placement
+    puts it (:meth:`mccloud.Registry.destinations`), ``concurrency`` at a
+    time. Nothing moves when a VM fits nowhere (each says why); a move
+    that fails leaves its VM running where it was, and the others go on."""
+    from mccloud.orchestration import nodestate, parallel
+
+    n = parallel.concurrency_of(env, concurrency)
+    nodestate.known_node(env, node)
+    out = Outcome()
+    out.add("drained", dict(nodestate.set_state(env, node, "drained").as_dict()))
+    plan = env.registry.destinations(node, bool(explain))
+    unplaced = {vm: d["why"] for vm, d in plan.items() if "node" not in d}
+    if unplaced:
+        for vm, why in unplaced.items():
+            out.add(f"{vm} placed", {"result": False, "comment": f"{vm}: {why}"})
+        return out.fail(f"{node} is drained; nothing moved: {len(unplaced)} of its {len(plan)} VM(s) fit on no "
+                        "other node (mc_cloud.move <vm> <node> moves one where you say)")
+    if not plan:
+        out.comment = f"{node} is drained and holds no VM"
+        return out
+    env.progress(f"{node}: moving {len(plan)} VM(s), {n} at a time: "
+                 + ", ".join(f"{vm} to {d['node']}" for vm, d in plan.items()))
+
+    def one(vm: str) -> Outcome:
+        child = env.for_vm(vm)
+        # Its own registry and caches: a move reopens them as it goes.
+        child.context = {"mccloud.pillar": env.pillar}
+        try:
+            return move(child, vm, str(plan[vm]["node"]))
+        except Exception as exc:  # one VM's failure is its own: the others' results stand
+            return Outcome().fail(f"{type(exc).__name__}: {exc}" if not isinstance(exc, mccloud.MccloudError)
+                                  else str(exc))
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        done = dict(zip(plan, pool.map(one, plan)))
+    moved = []
+    for vm, res in done.items():
+        step = dict(res.as_dict())
+        step["target"] = plan[vm]["node"]
+        if "scores" in plan[vm]:
+            step["scores"] = plan[vm]["scores"]
+        if out.add(f"{vm} moved", step):
+            moved.append(vm)
+    reload(env)
+    if len(moved) != len(plan):
+        return out.fail(f"{node}: {len(moved)} of {len(plan)} VM(s) moved; the others run where they were "
+                        "(see each one's steps; run mc_cloud.evacuate again to go on)")
+    out.comment = f"{node} is drained and empty: {len(moved)} VM(s) moved (mc_cloud.unlink {node} forgets it)"
+    return out
+
+
+def unlink(env: Env, node: str) -> Outcome:
+    """Forgets drained, empty compute node ``node``: its proxy and firewall
+    emptied when it still answers and is declared, its minion key deleted
+    (when mccloud made it), its state record forgotten (journaled)."""
+    from mccloud.orchestration import nodestate
+
+    nodestate.known_node(env, node)
+    out = Outcome()
+    env.registry.unlink_node(node, True)  # refuses, saying why, before anything is done
+    declared = node in (env.config.compute_node_settings().get("targets") or {})
+    if declared:
+        with transport.local_client(env.opts["conf_file"]) as client:
+            answers = transport.one_return(client, node, "test.ping", 30) is not None
+        if answers:
+            if not out.add_all((f"{node} {name}", step) for name, step in node_routes(env, node)):
+                return out.fail(f"{node}: its proxy and firewall could not be emptied; nothing is unlinked")
+        else:
+            out.add("routes", {"result": True, "comment": f"{node} does not answer: its proxy and firewall are "
+                                                          "left as they are"})
+    done = env.registry.unlink_node(node, False)
+    gone = minions.forget(env.opts, node)
+    out.add("key", {"result": True, "comment": (f"{node}'s key deleted from the {', '.join(gone)} master"
+                                                if gone else f"no key mccloud made for {node}: none deleted")})
+    out.changes = {node: {"unlinked": done}}
+    out.comment = f"{node} is unlinked" + (
+        f"; the pillar still declares it: remove its keys (makina-states.cloud.<type>.vms.{node}, "
+        f"makina-states.cloud.compute_node.conf.{node}, capacity.{node})" if declared else "")
+    return out

@@ -1,0 +1,83 @@
+"""The node's side of a move: an exact copy of a container's directory
+(hard links, modes, numeric owners, deletions on the second pass) and the
+copy's root filesystem path, refused when it names another."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mccloud import lxcmove
+
+
+def test_a_container_directory_is_copied_exactly_and_a_second_pass_follows_changes(tmp_path: Path) -> None:
+    src, dst = tmp_path / "lxc1" / "vm", tmp_path / "lxc2" / "vm"
+    (src / "rootfs" / "etc").mkdir(parents=True)
+    (tmp_path / "lxc2").mkdir()
+    (src / "rootfs" / "etc" / "hostname").write_text("vm\n")
+    os.link(src / "rootfs" / "etc" / "hostname", src / "rootfs" / "etc" / "alias")
+    (src / "rootfs" / "gone").write_text("x")
+    os.chown(src / "rootfs" / "etc" / "hostname", 1000065536, 1000065536)
+    os.chmod(src / "rootfs" / "etc" / "hostname", 0o640)
+    first = lxcmove.copy(str(src), str(dst))
+    assert first["seconds"] >= 0 and first["bytes"]
+    st = os.stat(dst / "rootfs" / "etc" / "hostname")
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777, st.st_nlink) == (1000065536, 1000065536, 0o640, 2)
+    (src / "rootfs" / "gone").unlink()
+    (src / "rootfs" / "new").write_text("written while running")
+    lxcmove.copy(str(src), str(dst))
+    assert not (dst / "rootfs" / "gone").exists() and (dst / "rootfs" / "new").read_text() == "written while running"
+    with pytest.raises(lxcmove.MoveError, match="does not exist: deploy the target node first"):
+        lxcmove.copy(str(src), str(tmp_path / "nowhere" / "vm"))
+    with pytest.raises(lxcmove.MoveError, match="not an absolute path"):
+        lxcmove.copy("relative", str(dst))
+
+
+def test_the_copy_names_its_own_files(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text("lxc.uts.name = vm\nlxc.rootfs.path = dir:/srv/lxc1/vm/rootfs\n"
+                      "lxc.include = /srv/lxc1/vm/mccloud.conf\nlxc.include = /srv/lxc2/vm/mccloud.conf\n")
+    assert lxcmove.repoint(str(config), "/srv/lxc1/vm", "/srv/lxc2/vm") is True
+    assert config.read_text() == ("lxc.uts.name = vm\nlxc.rootfs.path = dir:/srv/lxc2/vm/rootfs\n"
+                                  "lxc.include = /srv/lxc2/vm/mccloud.conf\n")
+    assert lxcmove.repoint(str(config), "/srv/lxc1/vm", "/srv/lxc2/vm") is False
+    config.write_text("lxc.rootfs.path = dir:/elsewhere/rootfs\n")
+    with pytest.raises(lxcmove.MoveError, match="neither"):
+        lxcmove.repoint(str(config), "/srv/lxc1/vm", "/srv/lxc2/vm")
+
+
+def test_a_second_copy_into_a_directory_waits_for_the_first(tmp_path: Path) -> None:
+    """A move killed on the controller leaves its copy running on the node:
+    the resumed move's copy waits for it instead of writing beside it."""
+    import fcntl
+    import threading
+
+    src, dst = tmp_path / "lxc1" / "vm", tmp_path / "lxc2" / "vm"
+    (src / "rootfs").mkdir(parents=True)
+    (tmp_path / "lxc2").mkdir()
+    (src / "rootfs" / "f").write_text("x")
+    held = os.open(tmp_path / "lxc2" / ".vm.mccloud-move", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    with pytest.raises(lxcmove.MoveError, match="another copy into .* still runs"):
+        lxcmove.copy(str(src), str(dst), timeout=0.5)
+    assert not (dst / "rootfs").exists()
+    threading.Timer(0.5, os.close, [held]).start()
+    assert lxcmove.copy(str(src), str(dst), timeout=30)["seconds"] >= 0.3
+    assert (dst / "rootfs" / "f").read_text() == "x"
+
+
+def test_a_copy_never_writes_over_a_directory_no_move_made_nor_into_its_own_source(tmp_path: Path) -> None:
+    src = tmp_path / "lxc1" / "vm"
+    (src / "rootfs").mkdir(parents=True)
+    (tmp_path / "lxc2" / "vm" / "rootfs").mkdir(parents=True)
+    (tmp_path / "lxc2" / "vm" / "rootfs" / "theirs").write_text("kept")
+    with pytest.raises(lxcmove.MoveError, match="exists and no move made it"):
+        lxcmove.copy(str(src), str(tmp_path / "lxc2" / "vm"))
+    assert (tmp_path / "lxc2" / "vm" / "rootfs" / "theirs").read_text() == "kept"
+    # Two nodes whose lxc paths are one directory (a link): refused.
+    (tmp_path / "same").symlink_to(tmp_path / "lxc1")
+    with pytest.raises(lxcmove.MoveError, match="are one directory: give the target node an lxc path"):
+        lxcmove.copy(str(src), str(tmp_path / "same" / "vm"))
+    assert list((src / "rootfs").iterdir()) == []
