@@ -410,7 +410,9 @@ def render_move(data: dict[str, Any]) -> str:
     if not m:
         return "No move figures recorded yet: run ./run bench move."
     rows = ["| move of an idle container: measure | median (min–max) | goal |", "|---|---|---|"]
-    for key, fig in m["figures"].items():
+    order = ["downtime", "copy", "last copy", "move call", "rsync by hand", "rsync again"]
+    figures = sorted(m["figures"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    for key, fig in figures:
         goal = ""
         if key == "downtime":
             goal = (f"< {GOAL_MOVE_DOWNTIME_S:g} s "
