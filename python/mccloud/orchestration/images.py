@@ -24,6 +24,7 @@ def on_controller_machine(env: Env, target: str) -> bool:
     ``machine_id`` grain is this machine's ``/etc/machine-id``): a node
     beside the controller reads the images where the controller built
     them, and nothing is copied."""
+    from mccloud import saltcompat
     from mccloud.orchestration import transport
 
     try:
@@ -31,9 +32,16 @@ def on_controller_machine(env: Env, target: str) -> bool:
             here = f.read().strip()
     except OSError:
         return False
-    with transport.local_client(env.opts["conf_file"]) as client:
-        ret = transport.one_return(client, target, "grains.get", 60, arg=["machine_id"])
-    return bool(here) and (ret or {}).get("ret") == here
+    if not here:
+        return False
+    # The copy itself needs no Salt (ssh): a node that cannot be asked is
+    # taken as another machine, and the copy goes on as it would.
+    try:
+        with transport.local_client(env.opts["conf_file"]) as client:
+            ret = transport.one_return(client, target, "grains.get", 15, arg=["machine_id"])
+    except (saltcompat.exceptions().SaltClientError, OSError):
+        return False
+    return (ret or {}).get("ret") == here
 
 
 def local_version(path: str) -> str | None:
