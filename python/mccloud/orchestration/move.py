@@ -123,15 +123,19 @@ def move(env: Env, vm: str, target: str) -> Outcome:
         env.progress(f"{vm}: copying {source}:{src} to {target}:{dst} while it runs")
         if not out.add("copy", node_call(env, target, "mc_cloud_lxc.move_copy", src, dst)):
             return out
+
+    def undo() -> Outcome:
+        return back(env, out, vm, source, src, target, dst)
+
     stopped = time.monotonic()
     try:
         if stopped_before:
             # Resumed once the source had stopped: the target's copy may run; it is stopped and made exact again.
             if not out.add("target stopped", node_call(env, target, "mc_cloud_lxc.guest_stop",
                                                        dst.rsplit("/", 1)[0], vm)):
-                return back(env, out, vm, source, src, target, dst)
+                return undo()
         if not out.add("stop", node_call(env, source, "mc_cloud_lxc.guest_stop", src.rsplit("/", 1)[0], vm)):
-            return back(env, out, vm, source, src, target, dst)
+            return undo()
         env.registry.move_phase(vm, "stopped")
         steps = [("last copy", "mc_cloud_lxc.move_copy", (src, dst)),
                  ("repoint", "mc_cloud_lxc.move_repoint", (f"{dst}/config", src, dst))]
@@ -145,16 +149,16 @@ def move(env: Env, vm: str, target: str) -> Outcome:
                            minions.minion_config(vm, mode, new))))
         for name, fun, args in steps:
             if not out.add(name, node_call(env, target, fun, *args)):
-                return back(env, out, vm, source, src, target, dst)
+                return undo()
         if not out.add("start", dict(lxc.vm_step(env, vm, target, "spawn").as_dict())):
-            return back(env, out, vm, source, src, target, dst)
+            return undo()
         env.registry.move_phase(vm, "started")
         ssh = node_call(env, target, "mc_cloud_lxc.wait_port", str(new["ip"]), 22, 120)
         if not out.add("sshd", ssh):
-            return back(env, out, vm, source, src, target, dst)
+            return undo()
     except Exception as exc:  # the VM must run somewhere: on its source again
         out.add("error", {"result": False, "comment": f"{type(exc).__name__}: {exc}"})
-        return back(env, out, vm, source, src, target, dst)
+        return undo()
     out.add("downtime", {"result": True, "seconds": round(time.monotonic() - stopped, 3),
                          "comment": f"{vm} stopped on {source} until its sshd answered on {target}"})
     env.registry.switch_move(vm)
