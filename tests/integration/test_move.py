@@ -186,6 +186,10 @@ def test_evacuate_empties_a_node_and_unlink_forgets_it(two: tuple[Cloud, str]) -
     cloud.set_vms({VM: dirs}, **{**base, f"makina-states.cloud.lxc.vms.{NODE2}": {vm: dirs for vm in MORE}})
     # Declared VMs, then the node's deploy (its subordinate ids cover them), then provisioned.
     ok(cloud, "mc_cloud_compute_node.deploy", NODE2)
+    # On one machine the last node deployed holds the reserved ports (see
+    # the pillar reference): the evacuation's target is deployed last, so
+    # that no outgoing connection takes one of its proxy ports.
+    ok(cloud, "mc_cloud_compute_node.deploy", NODE)
     ok(cloud, "mc_cloud_vm.orchestrate", NODE2, f"skip={VM}", "skip_steps=bootstrap,initial_highstate,ping")
     lxc2 = Path(cloud.root / "lxc2")
 
