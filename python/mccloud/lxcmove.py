@@ -7,12 +7,13 @@ on the node by the execution module ``mc_cloud_lxc`` (``move_copy``,
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
 import subprocess
 import time
-from typing import Any
+from typing import Any, Iterator
 
 #: rsync's options: archive, hard links, ACLs, extended attributes, numeric
 #: ids (the container's host ids, never mapped by name), deletions (a
@@ -33,19 +34,13 @@ def _dir(path: str, what: str) -> str:
     return path.rstrip("/") or "/"
 
 
-def copy(src: str, dst: str, timeout: float = 3600) -> dict[str, Any]:
-    """Copies directory ``src`` (a container's) to ``dst`` on this node,
-    exactly; returns ``seconds`` and ``bytes`` sent. ``dst``'s parent
-    must exist; ``dst`` itself is made (0700 while it is copied)."""
-    src, dst = _dir(src, "source"), _dir(dst, "target")
-    if not os.path.isdir(src):
-        raise MoveError(f"no container directory {src} to copy")
+def prepare(dst: str) -> str:
+    """Checks that a move may copy into ``dst`` on this node and marks it
+    as a move's: the mark's path. Refused: a missing lxc path, a directory
+    there that no move made, a running container there."""
+    dst = _dir(dst, "target")
     if not os.path.isdir(os.path.dirname(dst)):
         raise MoveError(f"the target's lxc path {os.path.dirname(dst)} does not exist: deploy the target node first")
-    if src == dst or (os.path.exists(dst) and os.path.samefile(src, dst)) \
-            or os.path.samefile(os.path.dirname(src), os.path.dirname(dst)):
-        raise MoveError(f"source {src} and target {dst} are one directory: give the target node an lxc path of "
-                        "its own (makina-states.cloud.compute_node.conf.<node>.lxc_path)")
     # The mark of a move's copy: a directory there without it is not ours.
     mark = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.mccloud-move")
     if os.path.lexists(dst) and not os.path.exists(mark):
@@ -53,30 +48,85 @@ def copy(src: str, dst: str, timeout: float = 3600) -> dict[str, Any]:
                         "(move it away, or move the VM to another node)")
     if os.path.exists(dst) and running(os.path.dirname(dst), os.path.basename(dst)):
         raise MoveError(f"the container at {dst} runs: a copy never writes under a running container")
-    started = time.monotonic()
-    # One copy into a directory at a time: a move killed on the controller
-    # leaves its copy running here, and the move resumed waits for it.
-    lock = os.open(mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    os.close(os.open(mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
     os.makedirs(dst, mode=0o700, exist_ok=True)
+    return mark
+
+
+@contextlib.contextmanager
+def locked(path: str, what: str, timeout: float) -> Iterator[None]:
+    """Holds the lock file ``path`` (made if missing), waiting up to
+    ``timeout`` seconds for another holder: one copy into a directory at a
+    time (a move killed on the controller leaves its copy running, and the
+    move resumed waits for it)."""
+    started = time.monotonic()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         while True:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() - started > timeout:
-                    raise MoveError(f"another copy into {dst} still runs after {timeout:.0f} s") from None
+                    raise MoveError(f"another copy into {what} still runs after {timeout:.0f} s") from None
                 time.sleep(0.2)
-        p = subprocess.run([*RSYNC, f"{src}/", f"{dst}/"], capture_output=True, text=True, timeout=timeout)
+        yield
     finally:
-        os.close(lock)
+        os.close(fd)
+
+
+def rsync(argv_tail: list[str], what: str, timeout: float) -> dict[str, Any]:
+    """One rsync (``RSYNC`` then ``argv_tail``): ``seconds``, ``bytes`` sent."""
+    started = time.monotonic()
+    p = subprocess.run([*RSYNC, *argv_tail], capture_output=True, text=True, timeout=timeout)
     # 24: files vanished while a running container was copied; the copy
     # made once it is stopped is exact.
     if p.returncode not in (0, 24):
-        raise MoveError(f"rsync {src}/ {dst}/ failed ({p.returncode}): {p.stderr.strip()[-400:]}")
+        raise MoveError(f"rsync {what} failed ({p.returncode}): {p.stderr.strip()[-400:]}")
     sent = re.search(r"Total bytes sent: ([\d,.]+)", p.stdout)
     return {"seconds": round(time.monotonic() - started, 3),
             "bytes": int(re.sub(r"[,.]", "", sent.group(1))) if sent else None}
+
+
+def copy(src: str, dst: str, timeout: float = 3600) -> dict[str, Any]:
+    """Copies directory ``src`` (a container's) to ``dst`` on this node,
+    exactly; returns ``seconds`` and ``bytes`` sent. ``dst``'s parent
+    must exist; ``dst`` itself is made (0700 while it is copied)."""
+    src, dst = _dir(src, "source"), _dir(dst, "target")
+    if not os.path.isdir(src):
+        raise MoveError(f"no container directory {src} to copy")
+    if os.path.isdir(os.path.dirname(dst)) and (
+            src == dst or (os.path.exists(dst) and os.path.samefile(src, dst))
+            or os.path.samefile(os.path.dirname(src), os.path.dirname(dst))):
+        raise MoveError(f"source {src} and target {dst} are one directory: give the target node an lxc path of "
+                        "its own (makina-states.cloud.compute_node.conf.<node>.lxc_path)")
+    started = time.monotonic()
+    mark = prepare(dst)
+    with locked(mark, dst, timeout):
+        done = rsync([f"{src}/", f"{dst}/"], f"{src}/ {dst}/", timeout)
+    done["seconds"] = round(time.monotonic() - started, 3)
+    return done
+
+
+def relay(ssh_source: str, source: str, src: str, ssh_target: str, target: str, dst: str, staging: str,
+          timeout: float = 3600) -> dict[str, Any]:
+    """Copies directory ``src`` of node ``source`` to ``dst`` on node
+    ``target`` from this host (the controller), when the nodes are two
+    machines: rsync over ssh (``ssh_source``, the controller's key) into
+    ``staging``, then from it over ``ssh_target`` to the target, so that
+    each leg of a second pass carries only the changes. The target's
+    ``dst`` was prepared there (:func:`prepare`). Returns ``seconds`` and
+    ``bytes`` sent by the second leg."""
+    src, dst, staging = _dir(src, "source"), _dir(dst, "target"), _dir(staging, "staging")
+    started = time.monotonic()
+    os.makedirs(os.path.dirname(staging), mode=0o700, exist_ok=True)
+    with locked(f"{staging}.lock", staging, timeout):
+        os.makedirs(staging, mode=0o700, exist_ok=True)
+        rsync(["-e", ssh_source, f"root@{source}:{src}/", f"{staging}/"], f"{source}:{src}/ {staging}/", timeout)
+        done = rsync(["-e", ssh_target, f"{staging}/", f"root@{target}:{dst}/"], f"{staging}/ {target}:{dst}/",
+                     timeout)
+    done["seconds"] = round(time.monotonic() - started, 3)
+    return done
 
 
 def repoint(config: str, old: str, new: str) -> bool:

@@ -229,6 +229,12 @@ impl Config {
         out(py, self.inner.saltify_settings())
     }
 
+    /// Compute node `cn`'s own `conf` with its defaults, each value
+    /// checked (`makina-states.cloud.compute_node.conf.<cn>`).
+    fn node_conf(&self, py: Python<'_>, cn: &str) -> PyResult<Py<PyAny>> {
+        out(py, self.inner.node_conf(cn))
+    }
+
     /// The settings of saltify target `name`; an unknown or badly declared
     /// target is an error naming its pillar key.
     fn saltify_target(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {

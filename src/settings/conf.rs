@@ -27,7 +27,9 @@ impl Config {
     /// certificate is the node's own, from the CA), `haproxy_config` `/etc/haproxy/haproxy.cfg`,
     /// `haproxy_service` true, `hosts_file` `/etc/hosts`, `sysctl_file`,
     /// `firewall_chain` `MCCLOUD-INPUT`; `public_ip` (none: the address
-    /// the node's names are published with, see [`Config::node_public_ips`]).
+    /// the node's names are published with, see [`Config::node_public_ips`]);
+    /// `ssh_host` and `ssh_port` (none: the controller reaches the node's
+    /// sshd at its minion id, port 22, to copy images and moving VMs).
     pub fn node_conf(&self, cn: &str) -> Result<Value> {
         let defaults = json!({
             "bind_address": "*",
@@ -130,7 +132,10 @@ fn check_node_conf(cn: &str, conf: &Value) -> Result<()> {
                     checks::host(&what(k), a)?;
                 }
             }
-            "http_port" | "https_port" => {
+            "ssh_host" => {
+                checks::host(&what(k), checks::string(&what(k), v, false)?)?;
+            }
+            "http_port" | "https_port" | "ssh_port" => {
                 checks::port(&what(k), v)?;
             }
             "ssl_cert" | "ssl_certs_dir" | "haproxy_config" | "hosts_file" | "sysctl_file"

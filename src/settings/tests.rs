@@ -1493,6 +1493,33 @@ fn the_firewall_chain_is_mccloud_s_own() {
 }
 
 #[test]
+fn the_node_s_ssh_address_is_a_host_and_a_port() {
+    let conf = |k: &str, v: Value| json!({ format!("{COMPUTE_NODE}.conf.{CN}.{k}"): v });
+    invalid(
+        config(conf("ssh_host", json!("a b;reboot"))).node_conf(CN),
+        &["ssh_host", CN],
+    );
+    invalid(
+        config(conf("ssh_port", json!(70000))).node_conf(CN),
+        &["ssh_port", CN],
+    );
+    invalid(
+        config(conf("ssh_port", json!("22; x"))).node_conf(CN),
+        &["ssh_port"],
+    );
+    let ok = config(json!({
+        format!("{COMPUTE_NODE}.conf.{CN}.ssh_host"): "10.0.0.2",
+        format!("{COMPUTE_NODE}.conf.{CN}.ssh_port"): 2222,
+    }))
+    .node_conf(CN)
+    .unwrap();
+    assert_eq!(
+        (&ok["ssh_host"], &ok["ssh_port"]),
+        (&json!("10.0.0.2"), &json!(2222))
+    );
+}
+
+#[test]
 fn lxc_vms_run_unprivileged_where_their_root_filesystem_allows_it() {
     // A dir VM: unprivileged, its block mapped and its rootfs idmapped.
     let s = one_vm(CN, json!({})).unwrap();

@@ -7,6 +7,7 @@ allocations are free."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,11 +18,15 @@ from typing import Any, Iterator
 import pytest
 
 from tests.integration.conftest import CHAIN, NET, NODE, Cloud, running_minion
+from tests.support import sshd
 from tests.support.net import bridge_up, ssh_banner
 
 NODE2 = "mccloud-node2"
 NET2 = "10.199.8"
 CHAIN2 = "MCCLOUD-TEST2"
+#: Both nodes' sshd, as the controller reaches them (the pillar's
+#: ``ssh_host``/``ssh_port``): a real OpenSSH server on loopback.
+SSH_PORT = 18022
 VM = "mv1.test.lan"
 MORE = ("mv2.test.lan", "mv3.test.lan")
 
@@ -57,12 +62,14 @@ def pillar(cloud: Cloud, bridge2: str) -> dict[str, Any]:
         "bridge": bridge2, "lxc_path": str(cloud.root / "lxc2"),
         "ssh_port_range_start": 42000, "ssh_port_range_end": 42009,
         "snmp_port_range_start": 32000, "snmp_port_range_end": 32009,
+        "ssh_host": "127.0.0.1", "ssh_port": SSH_PORT,
     }
     conf1 = {
         "bind_address": "127.0.0.1", "http_port": 18080, "https_port": 18443,
         "ssl_certs_dir": str(etc / "ssl" / "certs"), "haproxy_config": str(etc / "haproxy" / "haproxy.cfg"),
         "haproxy_service": False, "haproxy_pidfile": str(etc / "haproxy-node1.pid"),
         "hosts_file": str(etc / "hosts"), "sysctl_file": str(etc / "sysctl-mccloud.conf"), "firewall_chain": CHAIN,
+        "ssh_host": "127.0.0.1", "ssh_port": SSH_PORT,
     }
     return {
         f"makina-states.cloud.lxc.vms.{NODE2}": {},
@@ -82,7 +89,7 @@ def two(cloud: Cloud) -> Iterator[tuple[Cloud, str]]:
             "mccloud_store_dir": str(cloud.root / "store"), "master": f"{NET}.1",
             "mccloud_registry_dir": str(cloud.root / "etc" / "makina-states-2")})
         seed_key(cloud.master, factory)
-        with factory.started(start_timeout=120):
+        with factory.started(start_timeout=120), sshd.sshd(cloud.root / "sshd", SSH_PORT):
             cloud.set_vms({VM: {"profile_type": "dir"}}, **pillar(cloud, bridge2))
             yield cloud, bridge2
             for vm in (VM, *MORE):
@@ -96,6 +103,25 @@ def two(cloud: Cloud) -> Iterator[tuple[Cloud, str]]:
                        f"iptables -t nat -D PREROUTING -j {CHAIN2}; "
                        f"iptables -t nat -D OUTPUT -m addrtype --dst-type LOCAL -j {CHAIN2}; "
                        f"iptables -t nat -F {CHAIN2}; iptables -t nat -X {CHAIN2}", shell=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def another_machine(cloud: Cloud) -> Iterator[None]:
+    """NODE2 says it runs on another machine (its ``machine_id`` grain),
+    then its own again: a move between them goes through the controller,
+    over ssh to each node's sshd."""
+    key = cloud.root / "etc" / "ssh" / "id_mccloud.pub"  # the controller's key, as the suite's pillar names it
+    (cloud.root / "sshd" / "authorized_keys").write_text(key.read_text())
+    salt = cloud.master.salt_cli(timeout=60)
+    ret = salt.run("grains.setval", "machine_id", "another-machine", minion_tgt=NODE2)
+    assert ret.returncode == 0, ret.stderr
+    try:
+        yield
+    finally:
+        salt.run("grains.delkey", "machine_id", force=True, minion_tgt=NODE2)
+        salt.run("saltutil.refresh_grains", minion_tgt=NODE2)
+        here = Path("/etc/machine-id").read_text().strip()
+        assert salt.run("grains.get", "machine_id", minion_tgt=NODE2).data == here
 
 
 def kill_while_copying(cloud: Cloud) -> bool:
@@ -144,17 +170,24 @@ def test_a_running_container_moves_to_another_node(two: tuple[Cloud, str], e2e_t
     subprocess.run(["lxc-attach", "-P", lxc1, "-n", VM, "--", "sh", "-c",
                     f"mkdir -p {minion_d} && echo 'master: old' > {minion_d}/mccloud.conf"], check=True)
 
-    # A move killed while it copies leaves the VM running on its source;
-    # run again, it resumes.
-    killed = kill_while_copying(cloud)
-    assert killed, "the move ended before it could be killed while copying"
-    state = subprocess.run(["lxc-info", "-P", lxc1, "-n", VM, "-s"], capture_output=True, text=True).stdout
-    assert "RUNNING" in state, state
-    assert ssh_banner("127.0.0.1", before["ssh_reverse_proxy_port"]).startswith(b"SSH-")
-    moves = cloud.run("mc_cloud.moves")[1]
-    assert moves[VM]["phase"] == "copying" and moves[VM]["to"] == NODE2, moves
+    owner = os.stat(Path(lxc1, VM, "rootfs", "root", "marker")).st_uid
+    # The two nodes say they are two machines: the copy goes through the
+    # controller, over ssh to each node's sshd (a real OpenSSH server).
+    with another_machine(cloud):
+        # A move killed while it copies leaves the VM running on its
+        # source; run again, it resumes.
+        killed = kill_while_copying(cloud)
+        assert killed, "the move ended before it could be killed while copying"
+        state = subprocess.run(["lxc-info", "-P", lxc1, "-n", VM, "-s"], capture_output=True, text=True).stdout
+        assert "RUNNING" in state, state
+        assert ssh_banner("127.0.0.1", before["ssh_reverse_proxy_port"]).startswith(b"SSH-")
+        moves = cloud.run("mc_cloud.moves")[1]
+        assert moves[VM]["phase"] == "copying" and moves[VM]["to"] == NODE2, moves
 
-    done = ok(cloud, "mc_cloud.move", VM, NODE2)
+        done = ok(cloud, "mc_cloud.move", VM, NODE2)
+    copied = [s for s in done["steps"] if s["name"] in ("copy", "last copy")]
+    assert [s.get("via") for s in copied] == ["controller", "controller"], copied
+    assert not (cloud.root / "store" / "moves" / VM).exists(), "the controller's copy is left behind"
     assert cloud.run("mc_cloud.moves")[1] == {}
     downtime = next(s for s in done["steps"] if s["name"] == "downtime")
     after = cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", NODE2, VM).data
@@ -164,6 +197,7 @@ def test_a_running_container_moves_to_another_node(two: tuple[Cloud, str], e2e_t
     p = subprocess.run(["lxc-attach", "-P", lxc2, "-n", VM, "--", "cat", "/root/marker"],
                        capture_output=True, text=True)
     assert p.stdout.strip() == "moved", p.stderr
+    assert os.stat(Path(lxc2, VM, "rootfs", "root", "marker")).st_uid == owner, "the file changed owners"
     assert ssh_banner("127.0.0.1", after["ssh_reverse_proxy_port"]).startswith(b"SSH-")
     with pytest.raises(AssertionError):
         ssh_banner("127.0.0.1", before["ssh_reverse_proxy_port"], deadline=3)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import mccloud
 from mccloud import lxcmove
 
 
@@ -81,3 +82,56 @@ def test_a_copy_never_writes_over_a_directory_no_move_made_nor_into_its_own_sour
     with pytest.raises(lxcmove.MoveError, match="are one directory: give the target node an lxc path"):
         lxcmove.copy(str(src), str(tmp_path / "same" / "vm"))
     assert list((src / "rootfs").iterdir()) == []
+
+
+def test_between_two_machines_the_controller_relays_the_copy_in_two_legs(tmp_path: Path) -> None:
+    """The relay's two rsync legs through the controller's staging
+    directory, exact (owners, hard links, deletions on the second pass).
+    The remote shell here runs rsync's server side on this host (the
+    integration test goes through a real sshd)."""
+    rsh = tmp_path / "rsh"
+    rsh.write_text('#!/bin/sh\n# [-l user] <host> <command...>: the command, here\n'
+                   'if [ "$1" = -l ]; then shift 2; fi\nshift\nexec "$@"\n')
+    rsh.chmod(0o755)
+    src, dst, staging = tmp_path / "n1" / "vm", tmp_path / "n2" / "vm", tmp_path / "store" / "moves" / "vm"
+    (src / "rootfs").mkdir(parents=True)
+    (tmp_path / "n2").mkdir()
+    (src / "rootfs" / "a").write_text("a")
+    os.link(src / "rootfs" / "a", src / "rootfs" / "b")
+    os.chown(src / "rootfs" / "a", 1000065536, 1000065536)
+    (src / "rootfs" / "gone").write_text("x")
+    lxcmove.prepare(str(dst))
+    done = lxcmove.relay(str(rsh), "node1", str(src), str(rsh), "node2", str(dst), str(staging))
+    assert done["bytes"] and done["seconds"] >= 0
+    st = os.stat(dst / "rootfs" / "a")
+    assert (st.st_uid, st.st_nlink) == (1000065536, 2)
+    (src / "rootfs" / "gone").unlink()
+    (src / "rootfs" / "new").write_text("written while running")
+    lxcmove.relay(str(rsh), "node1", str(src), str(rsh), "node2", str(dst), str(staging))
+    assert not (dst / "rootfs" / "gone").exists() and (dst / "rootfs" / "new").read_text() == "written while running"
+    assert not (staging / "rootfs" / "gone").exists()
+    # A failing leg says which, with rsync's message.
+    with pytest.raises(lxcmove.MoveError, match=r"rsync node1:.*failed"):
+        lxcmove.relay(str(rsh), "node1", str(tmp_path / "missing"), str(rsh), "node2", str(dst), str(staging))
+
+
+def test_the_controller_reaches_a_node_where_its_pillar_says() -> None:
+    from mccloud.orchestration import images
+
+    class Env:
+        def __init__(self, pillar: dict[str, object]) -> None:
+            self.config = mccloud.Config({"minion_id": "ctl"}, pillar)
+
+    conf = "makina-states.cloud.compute_node.conf"
+    assert images.node_address(Env({}), "n1") == ("n1", 22)  # type: ignore[arg-type]
+    own = Env({f"{conf}.n1.ssh_host": "10.0.0.5", f"{conf}.n1.ssh_port": 2222})
+    assert images.node_address(own, "n1") == ("10.0.0.5", 2222)  # type: ignore[arg-type]
+    ssh = images.ssh_command(own, "n1")  # type: ignore[arg-type]
+    assert "-o HostName=10.0.0.5 -p 2222" in ssh and "UserKnownHostsFile=" in ssh
+    assert "HostName" not in images.ssh_command(Env({}), "n1")  # type: ignore[arg-type]
+    # A bare-metal node saltified by the controller: its target's address.
+    metal = Env({"makina-states.cloud.saltify.targets.n1": {"ssh_host": "192.0.2.7", "ssh_port": 2200,
+                                                             "password": "x"}})
+    assert images.node_address(metal, "n1") == ("192.0.2.7", 2200)  # type: ignore[arg-type]
+    with pytest.raises(mccloud.MccloudError, match="ssh_port"):
+        images.node_address(Env({f"{conf}.n1.ssh_port": "22;reboot"}), "n1")  # type: ignore[arg-type]

@@ -358,7 +358,7 @@ def sync_images(env: Env, target: str) -> Outcome:
                                 "images are local"})
         return out
     imgs = images_settings(env)
-    ssh = image_copy.ssh_command(env)
+    ssh = image_copy.ssh_command(env, target)
     used = used_images(env, target)
     for name, img in used.items():
         if not image_copy.sync_version(env, out, target, name, image_dir(imgs["images_root"], name, img), ssh):

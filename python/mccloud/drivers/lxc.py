@@ -284,7 +284,7 @@ def sync_images(env: Env, target: str) -> Outcome:
                                 "images are local"})
         return out
     data = sls_data(env, target)
-    ssh = image_sync_ssh(env)
+    ssh = image_sync_ssh(env, target)
     for name in data["images"]:
         if not image_copy.sync_dir(env, out, target, name, os.path.join(data["lxc_path"], name), ssh):
             return out
@@ -292,9 +292,10 @@ def sync_images(env: Env, target: str) -> Outcome:
     return out
 
 
-def image_sync_ssh(env: Env) -> str:
-    """The ssh command of the image synchronisation (mccloud's key and known hosts)."""
-    return image_copy.ssh_command(env)
+def image_sync_ssh(env: Env, target: str) -> str:
+    """The ssh command of the image synchronisation to node ``target``
+    (mccloud's key and known hosts, the node's sshd address)."""
+    return image_copy.ssh_command(env, target)
 
 
 def upgrade_vt(env: Env, target: str) -> Outcome:

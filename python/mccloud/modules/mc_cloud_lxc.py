@@ -74,6 +74,24 @@ def move_copy(src, dst):
 
 
 @_move_errors
+def move_prepare(dst):
+    """Checks that a move may copy into ``dst`` on this node and marks it
+    as a move's (a directory no move made, or a running container, is
+    refused). Run by ``mc_cloud.move`` before the controller copies into
+    it from another machine.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt node2 mc_cloud_lxc.move_prepare /var/lib/lxc/web.example.net
+    """
+    import mccloud.lxcmove as _lxcmove
+
+    return {"mark": _lxcmove.prepare(str(dst))}
+
+
+@_move_errors
 def move_repoint(config, old, new):
     """Points the lxc configuration ``config`` of a container copied from
     directory ``old`` to ``new`` at its own files (root filesystem,

@@ -5,8 +5,12 @@ virtualisation types' installation, through their drivers."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
-from typing import Any, Mapping
+import os
+from typing import Any, Iterator, Mapping
 
 from mccloud import localreg, saltsupport
 from mccloud.orchestration import dnspub, minions
@@ -97,9 +101,31 @@ def node_routes(env: Env, target: str) -> list[tuple[str, Step]]:
     """Applies the node SLS that follow its VMs (registry, reverse proxy,
     firewall, hosts) for its current registration: what provisioning does
     for a VM the node's last rendering did not hold (a VM declared since
-    the node's deploy, or destroyed and provisioned again)."""
-    env.forget(target)
-    return env.batch(target, [(s, s) for s in NODE_VM_SLS], with_node_registry(env, env.node_data(target)))
+    the node's deploy, or destroyed and provisioned again).
+
+    One rendering of a node at a time on this controller
+    (:func:`routes_lock`): each reads what the one before it wrote, so
+    that two runs (two moves, a move and a provisioning) never leave the
+    node with the routes of the one that read first."""
+    with routes_lock(env, target):
+        env.forget(target)
+        return env.batch(target, [(s, s) for s in NODE_VM_SLS], with_node_registry(env, env.node_data(target)))
+
+
+@contextlib.contextmanager
+def routes_lock(env: Env, target: str) -> Iterator[None]:
+    """Node ``target``'s rendering lock, across this controller's
+    processes and threads: ``<store>/locks/routes-<hash of the node>.lock``."""
+    locks = os.path.join(saltsupport.store_dir(env.opts), "locks")
+    os.makedirs(locks, mode=0o700, exist_ok=True)
+    name = hashlib.sha256(target.encode()).hexdigest()[:16]
+    fd = os.open(os.path.join(locks, f"routes-{name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def node_registry(env: Env, data: Mapping[str, Any]) -> dict[str, Any]:

@@ -53,13 +53,30 @@ def local_version(path: str) -> str | None:
         return None
 
 
-def ssh_command(env: Env) -> str:
-    """The ssh command rsync uses to reach nodes: the controller's key,
-    mccloud's own known-hosts file (never root's)."""
+def ssh_command(env: Env, cn: str) -> str:
+    """The ssh command rsync uses to reach compute node ``cn`` as
+    ``root@<cn>``: the controller's key, mccloud's own known-hosts file
+    (never root's), and the node's sshd address (:func:`node_address`)."""
     key = env.config.controller_settings()["ssh_key"]
     known = shlex.quote(f"{key}.known_hosts")
+    host, port = node_address(env, cn)
+    where = (f" -o HostName={shlex.quote(host)}" if host != cn else "") + (f" -p {port}" if port != 22 else "")
     return (f"ssh -i {shlex.quote(key)} -o BatchMode=yes -o StrictHostKeyChecking=accept-new "
-            f"-o UserKnownHostsFile={known}")
+            f"-o UserKnownHostsFile={known}{where}")
+
+
+def node_address(env: Env, cn: str) -> tuple[str, int]:
+    """Where node ``cn``'s sshd answers: its conf's ``ssh_host`` and
+    ``ssh_port`` (``makina-states.cloud.compute_node.conf.<cn>``), else
+    those of its saltify target when it is one (a bare-metal node), else
+    its minion id and port 22."""
+    conf = env.config.node_conf(cn)
+    host, port = conf.get("ssh_host"), conf.get("ssh_port")
+    if (host is None or port is None) and cn in (env.config.saltify_settings().get("targets") or {}):
+        t = env.config.saltify_target(cn)
+        host = host if host is not None else t.get("ssh_host")
+        port = port if port is not None else t.get("ssh_port")
+    return str(host or cn), int(port or 22)
 
 
 def remote(ssh: str, target: str, command: str, timeout: int = 60) -> subprocess.CompletedProcess[str]:

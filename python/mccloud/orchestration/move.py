@@ -25,15 +25,19 @@ where it was, and the move stays recorded (run it again to resume, or
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import mccloud
+from mccloud import lxcmove, saltsupport
 
 from mccloud.drivers import lxc
-from mccloud.orchestration import dnspub, minions, transport
+from mccloud.orchestration import dnspub, images, minions, transport
 from mccloud.orchestration.deploy import node_routes
 from mccloud.orchestration.runner import Env, Outcome, Step
 
@@ -73,8 +77,10 @@ def reload(env: Env) -> None:
         env.context.pop(key, None)
 
 
-def refusal(env: Env, vm: str, source: str, target: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
-    """Why the VM cannot move there (nothing done to it yet), or None."""
+def refusal(env: Env, vm: str, source: str, target: str, old: Mapping[str, Any], new: Mapping[str, Any],
+            ids: list[str | None]) -> str | None:
+    """Why the VM cannot move there (nothing done to it yet), or None;
+    ``ids`` are the nodes' ``machine_id`` grains (:func:`machine_ids`)."""
     if new.get("vt") != "lxc":
         return f"{vm} is a {new.get('vt')} VM: only lxc VMs move yet"
     if str(new.get("backing") or "dir") not in COPYABLE:
@@ -83,13 +89,48 @@ def refusal(env: Env, vm: str, source: str, target: str, old: Mapping[str, Any],
         return (f"{vm} runs unprivileged with host ids {old.get('idmap_base')} on {source}, and that block is "
                 f"taken on {target} (it would get {new.get('idmap_base')}): its files would need shifting, which "
                 "moves do not do yet")
-    ids = machine_ids(env, source, target)
     for node, answer in zip((source, target), ids):
         if answer is None:
             return f"compute node {node} did not answer (grains.get machine_id): is its minion up?"
-    if ids[0] != ids[1]:
-        return f"{source} and {target} are two machines: moves between machines are not done yet"
     return None
+
+
+def copier(env: Env, vm: str, source: str, src: str, target: str, dst: str, one_machine: bool) -> Callable[[], Step]:
+    """How the container's directory is copied: by the target node when
+    both nodes are one machine; else by the controller, in two legs over
+    ssh (its key, each node's sshd address) through a staging directory
+    of its own (:func:`staging_dir`), so that the second pass of each leg
+    carries only the changes."""
+    if one_machine:
+        return lambda: node_call(env, target, "mc_cloud_lxc.move_copy", src, dst)
+
+    def two_legs() -> Step:
+        prepared = node_call(env, target, "mc_cloud_lxc.move_prepare", dst)
+        if not prepared.get("result"):
+            return prepared
+        try:
+            done = lxcmove.relay(images.ssh_command(env, source), source, src,
+                                 images.ssh_command(env, target), target, dst, staging_dir(env, vm))
+        except lxcmove.MoveError as exc:
+            return {"result": False, "comment": str(exc)}
+        return {"result": True, "via": "controller", **done,
+                "comment": f"copied {source}:{src} to {target}:{dst} through the controller"}
+
+    return two_legs
+
+
+def staging_dir(env: Env, vm: str) -> str:
+    """Where the controller keeps its copy of a VM moving between two
+    machines (``<store>/moves/<vm>``), removed once the move ends."""
+    return os.path.join(saltsupport.store_dir(env.opts), "moves", vm)
+
+
+def drop_staging(env: Env, vm: str) -> None:
+    """Removes the controller's copy of ``vm`` (:func:`staging_dir`) and its lock."""
+    staging = staging_dir(env, vm)
+    shutil.rmtree(staging, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"{staging}.lock")
 
 
 def move(env: Env, vm: str, target: str) -> Outcome:
@@ -108,7 +149,8 @@ def move(env: Env, vm: str, target: str) -> Outcome:
                         f"{', its IP kept' if record.get('ip_kept') else ''})"})
     reload(env)
     old = env.registry.vm_settings(source, vm)
-    why = refusal(env, vm, source, target, old, new)
+    ids = machine_ids(env, source, target)
+    why = refusal(env, vm, source, target, old, new, ids)
     if why is not None:
         if record.get("phase") == "planned":
             # Nothing was done to the guest: what the move took on the target goes.
@@ -118,10 +160,12 @@ def move(env: Env, vm: str, target: str) -> Outcome:
     src = f"{lxc.vm_data(env, vm, source, old)['lxc_path']}/{vm}"
     dst = f"{lxc.vm_data(env, vm, target, new)['lxc_path']}/{vm}"
     stopped_before = record.get("phase") in ("stopped", "started")
+    copy = copier(env, vm, source, src, target, dst, ids[0] == ids[1])
     if not stopped_before:
         env.registry.move_phase(vm, "copying")
-        env.progress(f"{vm}: copying {source}:{src} to {target}:{dst} while it runs")
-        if not out.add("copy", node_call(env, target, "mc_cloud_lxc.move_copy", src, dst)):
+        env.progress(f"{vm}: copying {source}:{src} to {target}:{dst} while it runs"
+                     + ("" if ids[0] == ids[1] else " (two machines: through the controller)"))
+        if not out.add("copy", copy()):
             return out
 
     def undo() -> Outcome:
@@ -137,8 +181,9 @@ def move(env: Env, vm: str, target: str) -> Outcome:
         if not out.add("stop", node_call(env, source, "mc_cloud_lxc.guest_stop", src.rsplit("/", 1)[0], vm)):
             return undo()
         env.registry.move_phase(vm, "stopped")
-        steps = [("last copy", "mc_cloud_lxc.move_copy", (src, dst)),
-                 ("repoint", "mc_cloud_lxc.move_repoint", (f"{dst}/config", src, dst))]
+        if not out.add("last copy", copy()):
+            return undo()
+        steps = [("repoint", "mc_cloud_lxc.move_repoint", (f"{dst}/config", src, dst))]
         master = (new.get("master"), new.get("master_port"))
         if master != (old.get("master"), old.get("master_port")):
             # The VM reaches its master another way from the target (the
@@ -224,6 +269,7 @@ def finishing(env: Env, out: Outcome, vm: str, source: str, target: str) -> Outc
     if not out.add("source removed", node_call(env, source, "mc_cloud_lxc.guest_remove", lxc_path, vm, keep)):
         return out
     freed = env.registry.finish_move(vm)
+    drop_staging(env, vm)
     out.add("freed on source", {"result": True, "comment": f"freed on {source}: {freed.get('freed') or 'nothing'}"})
     out.comment = f"{vm} moved from {source} to {target}"
     return out

@@ -41,7 +41,11 @@ def states(env: Env) -> dict[str, str]:
 
 def abandon(env: Env, vm: str) -> Outcome:
     """Abandons ``vm``'s move that has not switched (see :meth:`mccloud.Registry.abandon_move`)."""
+    from mccloud.orchestration.move import drop_staging
+
     done = env.registry.abandon_move(vm)
+    # The controller's copy of a VM that was moving between two machines.
+    drop_staging(env, vm)
     out = Outcome()
     if done.get("unreadable"):
         out.comment = f"the unreadable record of {vm}'s move is forgotten; {vm} stays where it runs"
