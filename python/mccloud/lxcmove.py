@@ -1,9 +1,11 @@
-"""What a compute node does when a container moves to or from it: copy the
-container's directory (``rsync``, an argument list, never a shell), give
-the copy its own root filesystem path, and say how long each took. Run
-on the node by the execution module ``mc_cloud_lxc`` (``move_copy``,
-``move_rootfs``); the move itself is driven from the controller
-(``mccloud.orchestration.move``)."""
+"""What a compute node does when a guest moves to or from it: copy the
+guest's directory (``rsync``, an argument list, never a shell): a
+container's, or a kvm VM's (``<kvm_path>/vms/<vm>``: its disk overlay,
+kernel copies, seed); give a container's copy its own root filesystem
+path; and say how long each took. Run on the node by the execution
+modules ``mc_cloud_lxc`` and ``mc_cloud_kvm`` (``move_copy``,
+``move_prepare``, ``guest_remove``…); the move itself is driven from the
+controller (``mccloud.orchestration.move``)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from typing import Any, Iterator
 #: second pass makes the copy exact), one file system (nothing mounted
 #: inside the container is followed).
 RSYNC = ["rsync", "-aHAX", "--numeric-ids", "--delete", "--one-file-system", "--stats"]
+#: What a kvm VM's directory holds that belongs to its running QEMU, never
+#: copied: its pidfile and QMP socket.
+KVM_RUNTIME = ("/qemu.pid", "/qmp.sock")
 #: The line of an lxc configuration naming a directory root filesystem.
 ROOTFS = re.compile(r"^(\s*lxc\.rootfs\.path\s*=\s*)(?:dir:)?(\S+)\s*$", re.M)
 
@@ -34,20 +39,25 @@ def _dir(path: str, what: str) -> str:
     return path.rstrip("/") or "/"
 
 
-def prepare(dst: str) -> str:
+def prepare(dst: str, kvm: bool = False) -> str:
     """Checks that a move may copy into ``dst`` on this node and marks it
-    as a move's: the mark's path. Refused: a missing lxc path, a directory
-    there that no move made, a running container there."""
+    as a move's: the mark's path. Refused: a missing lxc (kvm) path, a
+    directory there that no move made, a running guest there. A kvm VM's
+    ``<kvm_path>/vms`` is made when its kvm path exists."""
     dst = _dir(dst, "target")
-    if not os.path.isdir(os.path.dirname(dst)):
-        raise MoveError(f"the target's lxc path {os.path.dirname(dst)} does not exist: deploy the target node first")
+    parent = os.path.dirname(dst)
+    if kvm and os.path.basename(parent) == "vms" and os.path.isdir(os.path.dirname(parent)):
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+    if not os.path.isdir(parent):
+        raise MoveError(f"the target's {'kvm' if kvm else 'lxc'} path {parent} does not exist: deploy the target "
+                        "node first")
     # The mark of a move's copy: a directory there without it is not ours.
     mark = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.mccloud-move")
     if os.path.lexists(dst) and not os.path.exists(mark):
         raise MoveError(f"{dst} exists and no move made it: another container is there; it is left untouched "
                         "(move it away, or move the VM to another node)")
-    if os.path.exists(dst) and running(os.path.dirname(dst), os.path.basename(dst)):
-        raise MoveError(f"the container at {dst} runs: a copy never writes under a running container")
+    if os.path.exists(dst) and (qemu_under(dst) if kvm else running(os.path.dirname(dst), os.path.basename(dst))):
+        raise MoveError(f"the guest at {dst} runs: a copy never writes under a running guest")
     os.close(os.open(mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
     os.makedirs(dst, mode=0o700, exist_ok=True)
     return mark
@@ -88,28 +98,47 @@ def rsync(argv_tail: list[str], what: str, timeout: float) -> dict[str, Any]:
             "bytes": int(re.sub(r"[,.]", "", sent.group(1))) if sent else None}
 
 
-def copy(src: str, dst: str, timeout: float = 3600) -> dict[str, Any]:
-    """Copies directory ``src`` (a container's) to ``dst`` on this node,
-    exactly; returns ``seconds`` and ``bytes`` sent. ``dst``'s parent
-    must exist; ``dst`` itself is made (0700 while it is copied)."""
+def qemu_under(path: str) -> list[int]:
+    """The QEMU processes whose pidfile lies under directory ``path`` (a
+    kvm guest running from it)."""
+    from mccloud import kvmnode
+
+    inside = path.rstrip("/") + "/"
+    return sorted(pid for pid, argv in kvmnode.qemu_processes().items()
+                  if (kvmnode.argv_pidfile(argv) or "").startswith(inside))
+
+
+def excludes(kvm: bool) -> list[str]:
+    """rsync's ``--exclude`` options of a guest's copy: a kvm VM's runtime
+    files (:data:`KVM_RUNTIME`), anchored at the directory's top."""
+    return [f"--exclude={p}" for p in KVM_RUNTIME] if kvm else []
+
+
+def copy(src: str, dst: str, timeout: float = 3600, kvm: bool = False) -> dict[str, Any]:
+    """Copies directory ``src`` (a container's; with ``kvm``, a kvm VM's,
+    its runtime files left out) to ``dst`` on this node, exactly; returns
+    ``seconds`` and ``bytes`` sent. ``dst``'s parent must exist; ``dst``
+    itself is made (0700 while it is copied)."""
     src, dst = _dir(src, "source"), _dir(dst, "target")
+    what = "kvm" if kvm else "lxc"
     if not os.path.isdir(src):
-        raise MoveError(f"no container directory {src} to copy")
+        raise MoveError(f"no {'VM' if kvm else 'container'} directory {src} to copy")
     if os.path.isdir(os.path.dirname(dst)) and (
             src == dst or (os.path.exists(dst) and os.path.samefile(src, dst))
             or os.path.samefile(os.path.dirname(src), os.path.dirname(dst))):
-        raise MoveError(f"source {src} and target {dst} are one directory: give the target node an lxc path of "
-                        "its own (makina-states.cloud.compute_node.conf.<node>.lxc_path)")
+        raise MoveError(f"source {src} and target {dst} are one directory: give the target node "
+                        f"{'a kvm' if kvm else 'an lxc'} path of its own "
+                        f"(makina-states.cloud.compute_node.conf.<node>.{what}_path)")
     started = time.monotonic()
-    mark = prepare(dst)
+    mark = prepare(dst, kvm)
     with locked(mark, dst, timeout):
-        done = rsync([f"{src}/", f"{dst}/"], f"{src}/ {dst}/", timeout)
+        done = rsync([*excludes(kvm), f"{src}/", f"{dst}/"], f"{src}/ {dst}/", timeout)
     done["seconds"] = round(time.monotonic() - started, 3)
     return done
 
 
 def relay(ssh_source: str, source: str, src: str, ssh_target: str, target: str, dst: str, staging: str,
-          timeout: float = 3600) -> dict[str, Any]:
+          timeout: float = 3600, kvm: bool = False) -> dict[str, Any]:
     """Copies directory ``src`` of node ``source`` to ``dst`` on node
     ``target`` from this host (the controller), when the nodes are two
     machines: rsync over ssh (``ssh_source``, the controller's key) into
@@ -122,7 +151,8 @@ def relay(ssh_source: str, source: str, src: str, ssh_target: str, target: str, 
     os.makedirs(os.path.dirname(staging), mode=0o700, exist_ok=True)
     with locked(f"{staging}.lock", staging, timeout):
         os.makedirs(staging, mode=0o700, exist_ok=True)
-        rsync(["-e", ssh_source, f"root@{source}:{src}/", f"{staging}/"], f"{source}:{src}/ {staging}/", timeout)
+        rsync([*excludes(kvm), "-e", ssh_source, f"root@{source}:{src}/", f"{staging}/"],
+              f"{source}:{src}/ {staging}/", timeout)
         done = rsync(["-e", ssh_target, f"{staging}/", f"root@{target}:{dst}/"], f"{staging}/ {target}:{dst}/",
                      timeout)
     done["seconds"] = round(time.monotonic() - started, 3)
@@ -194,3 +224,42 @@ def wait_port(host: str, port: int, timeout: float) -> dict[str, Any]:
             last = exc
             time.sleep(0.1)
     raise MoveError(f"{host}:{port} did not answer within {timeout:.0f} s ({last})")
+
+
+def remove_kvm(name: str, vm_dir: str, keep: str | None = None) -> dict[str, Any]:
+    """Removes kvm VM ``name``'s directory ``vm_dir`` (``<kvm_path>/vms/<name>``)
+    on the node it moved away from, and its taps still attached to the
+    bridge that directory names (``bridge``, as its spawn wrote it): on
+    one machine the VM's taps, named after it, serve its new node's
+    bridge now and are left. Refuses a guest running from the directory,
+    and the directory ``keep`` (the moved VM's, under another path)."""
+    import shutil
+
+    vm_dir = _dir(vm_dir, "kvm VM directory")
+    if os.path.basename(vm_dir) != name or os.path.basename(os.path.dirname(vm_dir)) != "vms":
+        raise MoveError(f"{vm_dir} is not the directory of kvm VM {name} (<kvm_path>/vms/{name}): not removed")
+    if not os.path.isdir(vm_dir) or os.path.islink(vm_dir):
+        return {"seconds": 0.0, "comment": f"no kvm VM {name} at {vm_dir}"}
+    if keep and os.path.exists(keep) and os.path.samefile(vm_dir, keep):
+        raise MoveError(f"{vm_dir} is the moved VM's own directory ({keep}): not removed")
+    if qemu_under(vm_dir):
+        raise MoveError(f"kvm VM {name} runs from {vm_dir}: not removed")
+    started = time.monotonic()
+    removed = []
+
+    def read(f: str) -> list[str]:
+        try:
+            with open(os.path.join(vm_dir, f)) as fh:
+                return [line.strip() for line in fh if line.strip()]
+        except OSError:
+            return []
+
+    bridge = (read("bridge") or [""])[0]
+    for tap in read("taps"):
+        shown = subprocess.run(["ip", "-o", "link", "show", "dev", tap], capture_output=True, text=True, timeout=60)
+        if bridge and shown.returncode == 0 and f" master {bridge} " in shown.stdout:
+            lxc(["ip", "link", "del", "dev", tap], f"deleting tap {tap}")
+            removed.append(tap)
+    shutil.rmtree(vm_dir)
+    return {"seconds": round(time.monotonic() - started, 3),
+            "comment": f"removed {vm_dir}" + (f" and taps {', '.join(removed)}" if removed else "")}

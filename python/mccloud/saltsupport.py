@@ -110,7 +110,7 @@ def cloud_pillar(pillar: Mapping[str, Any]) -> dict[str, Any]:
 
 #: What opening the registry does with the VMs declared without a compute
 #: node (see :func:`open_registry`).
-Placing = Literal["declared", "stored", "rest", "existing"]
+Placing = Literal["declared", "moves", "stored", "rest", "existing"]
 
 
 def open_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], via: str | None = None,
@@ -129,7 +129,8 @@ def open_registry(opts: Mapping[str, Any], pillar: Mapping[str, Any], via: str |
     calls documented as allocating ask for it. ``store_key``, when given,
     is the key file of the store's secrets (else :func:`store_key`'s, else
     the core's default beside the CA). ``existing`` places only in a
-    store that exists already; ``declared`` leaves them on no node. Only
+    store that exists already; ``declared`` leaves them on no node, and
+    ``moves`` too, reading the moves (a moved VM on its new node). Only
     the controller (its master's runners and its own minion), which holds
     the store, reads or makes placements.
 
@@ -170,7 +171,8 @@ def place(opts: Mapping[str, Any], pillar: Mapping[str, Any], vm: Any, explain: 
     """Places ``vm`` (declared without a compute node) by policy, or tells
     where it is; see ``mc_cloud.place``."""
     explain = boolean("explain", explain)
-    return open_registry(opts, pillar, via, place="declared").place(str(vm), explain)
+    # The moves read: a moved VM weighs on the node it runs on.
+    return open_registry(opts, pillar, via, place="moves").place(str(vm), explain)
 
 
 def store_location(opts: Mapping[str, Any], given: str | None = None, postgres: bool = True) -> str:

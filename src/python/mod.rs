@@ -313,7 +313,8 @@ impl Registry {
     /// The front door: the registry of the configuration `context` and
     /// `pillar` make, over the store `location`, its changes journaled as
     /// made by `caller`. `place` says what becomes of the VMs declared
-    /// without a compute node: `declared` (on no node), `stored` (on the
+    /// without a compute node: `declared` (on no node), `moves` (on no node,
+    /// the VMs moves took elsewhere on their new node), `stored` (on the
     /// nodes the store placed them on; reads only), `rest` (those, then the
     /// others placed by policy: a write) or `existing` (`rest` when the
     /// store exists, else `stored`). Only the controller reads or makes

@@ -20,6 +20,10 @@ use crate::settings::{Config, Context};
 pub enum Place {
     /// They stay on no node; the store is not read for them.
     Declared,
+    /// As [`Place::Declared`], with the moves the store records read (the
+    /// controller's sessions only): a moved VM is on its new node.
+    /// What `mc_cloud.place` opens, which places one VM itself.
+    Moves,
     /// They are on the nodes the store placed them on; those not placed
     /// yet stay on no node. Reads only (nothing is created).
     Stored,
@@ -33,16 +37,17 @@ pub enum Place {
 }
 
 impl Place {
-    /// The placing named `name`: `declared`, `stored`, `rest` or
-    /// `existing` ([`Place::RestIfStored`]).
+    /// The placing named `name`: `declared`, `moves`, `stored`, `rest`
+    /// or `existing` ([`Place::RestIfStored`]).
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "declared" => Ok(Place::Declared),
+            "moves" => Ok(Place::Moves),
             "stored" => Ok(Place::Stored),
             "rest" => Ok(Place::Rest),
             "existing" => Ok(Place::RestIfStored),
             other => Err(Error::argument(format!(
-                "place={other:?}: give 'declared', 'stored', 'rest' or 'existing'"
+                "place={other:?}: give 'declared', 'moves', 'stored', 'rest' or 'existing'"
             ))),
         }
     }
@@ -129,6 +134,9 @@ impl Registry {
                 }),
             }
         }
+        if session.placing == Place::Moves {
+            return Ok((registry, notes));
+        }
         let anywhere = match registry.config.anywhere() {
             Ok(anywhere) => anywhere,
             Err(e) => {
@@ -181,7 +189,7 @@ impl Registry {
     /// The placements `placing` asks for (see [`Registry::session`]).
     fn placements(&self, placing: Place) -> Result<Placements> {
         let place = match placing {
-            Place::Declared | Place::Stored => false,
+            Place::Declared | Place::Moves | Place::Stored => false,
             Place::Rest => true,
             Place::RestIfStored => self.store_exists(),
         };

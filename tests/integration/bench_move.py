@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.integration.conftest import NODE, Cloud
 from tests.integration.test_move import NODE2, VM, ok, two  # noqa: F401  (the fixture)
@@ -39,8 +40,8 @@ def figure(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f})"
 
 
-def test_move_figures(two: tuple[Cloud, str]) -> None:
-    cloud, _ = two
+def test_move_figures(two: tuple[Cloud, str, Any]) -> None:
+    cloud, _, _ = two
     ok(cloud, "mc_cloud_controller.deploy")
     ok(cloud, "mc_cloud_compute_node.deploy", NODE)
     ok(cloud, "mc_cloud_compute_node.deploy", NODE2)

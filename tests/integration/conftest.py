@@ -265,6 +265,26 @@ def running_minion(master: Any, node: str, cloud_root: Path, **more: Any) -> Ite
         yield factory
 
 
+def seed_key(master: Any, minion: Any) -> None:
+    """The second node's key, made and accepted before it starts (the
+    package's master accepts only the first node's by itself)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pki = Path(minion.config["pki_dir"])
+    pki.mkdir(parents=True, exist_ok=True)
+    (pki / "minion.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                       serialization.PrivateFormat.TraditionalOpenSSL,
+                                                       serialization.NoEncryption()))
+    (pki / "minion.pem").chmod(0o400)
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (pki / "minion.pub").write_bytes(pub)
+    accepted = Path(master.config["pki_dir"]) / "minions"
+    accepted.mkdir(parents=True, exist_ok=True)
+    (accepted / minion.id).write_bytes(pub)
+
+
 @pytest.fixture(scope="session")
 def slapd() -> Iterator[Any]:
     """The LDAP server of the API's users (:mod:`tests.support.ldapserver`),

@@ -33,8 +33,9 @@ import pytest
 import yaml
 
 from mccloud.drivers.kvm import tap_name
-from tests.integration.conftest import NET, NFT_TABLE, NO_IMAGE_SYNC, Cloud, running_master, running_minion
-from tests.support.net import ssh_banner
+from tests.integration.conftest import (GATEWAY, NET, NFT_TABLE, NO_IMAGE_SYNC, Cloud, running_master,
+                                       running_minion, seed_key)
+from tests.support.net import bridge_up, ssh_banner
 from tests.support.kvm import qemu_pids
 from tests.support.postgres import Postgres
 
@@ -380,8 +381,9 @@ def check_secret_kept(cloud: PgCloud) -> None:
     assert [f for f in files if SECRET.encode() in f.read_bytes()] == []
 
 
-def drift_kinds(cloud: Cloud, fun: str, *args: str) -> tuple[int, set[tuple[str, str]], dict[str, Any]]:
-    rc, data, out = cloud.run(fun, *args, "nodes=True", f"target={cloud.node}")
+def drift_kinds(cloud: Cloud, fun: str, *args: str, node: str | None = None
+                ) -> tuple[int, set[tuple[str, str]], dict[str, Any]]:
+    rc, data, out = cloud.run(fun, *args, "nodes=True", f"target={node or cloud.node}")
     assert data and "Traceback" not in out, out
     return rc, {(f["vm"], f["kind"]) for f in data.get("findings", data.get("steps", []))}, data
 
@@ -593,12 +595,65 @@ KVM_IMAGE = "mccloud-e2e-kvm"
 #: destroyed, and a destroyed VM stays out of its node's registration until
 #: provisioned again).
 KVM_CT = "e2e6.test.lan"
+#: A second compute node on this machine, that the KVM VM and the container
+#: move to: its own bridge, network, ports, paths, proxy and nftables table.
+NODE2, NET2, TABLE2 = "mccloud-pg-node2", "10.199.9", f"{NFT_TABLE}_e2e2"
 
 
-def kvm_pillar(cloud: Cloud) -> dict[str, Any]:
+def node2_conf(cloud: Cloud, bridge2: str) -> dict[str, Any]:
+    etc = cloud.root / "etc"
+    return {
+        "bind_address": "127.0.0.1", "http_port": 18087, "https_port": 18450,
+        "ssl_certs_dir": str(etc / "ssl" / "e2e2-certs"), "haproxy_config": str(etc / "haproxy" / "e2e2.cfg"),
+        "haproxy_service": False, "haproxy_pidfile": str(etc / "haproxy-e2e2.pid"),
+        "hosts_file": str(etc / "hosts-e2e2"), "sysctl_file": str(etc / "sysctl-mccloud-e2e2.conf"),
+        "firewall_driver": "nftables", "firewall_table": TABLE2,
+        "network": f"{NET2}.0", "netmask": "24", "gateway": f"{NET2}.1", "bridge": bridge2,
+        "lxc_path": str(cloud.root / "lxc-e2e2"), "kvm_path": str(cloud.root / "kvm2"),
+        "ssh_port_range_start": 42100, "ssh_port_range_end": 42109,
+        "snmp_port_range_start": 32100, "snmp_port_range_end": 32109,
+    }
+
+
+@pytest.fixture(scope="module")
+def node2(e2e: tuple[PgCloud, Path, dict[str, float]]) -> Iterator[str]:
+    """:data:`NODE2`'s minion, on the module's master and registry; yields
+    its bridge. Its pillar comes with the test's declarations."""
+    cloud = e2e[0]
+    bridge2 = "mcbr" + uuid.uuid4().hex[:6]
+    bridge_up(bridge2, f"{NET2}.1/24")
+    try:
+        for d in ("lxc-e2e2", "kvm2"):
+            (cloud.root / d).mkdir(mode=0o711, exist_ok=True)
+        (cloud.root / "etc" / "hosts-e2e2").write_text("127.0.0.1 localhost\n")
+        store = {k: cloud.minion.config[k] for k in ("mccloud_store", "mccloud_store_dir")}
+        factory = cloud.master.salt_minion_daemon(NODE2, overrides={
+            **store, "master": GATEWAY, "mccloud_registry_dir": str(cloud.root / "etc" / "makina-states-e2e2")})
+        seed_key(cloud.master, factory)
+        with factory.started(start_timeout=120):
+            yield bridge2
+            cloud.master.salt_key_cli().run("--yes", "--delete", NODE2)
+    finally:
+        for vm in (KVM_VM, KVM_CT):
+            for pid in qemu_pids(vm):
+                os.kill(pid, signal.SIGKILL)
+            sh("lxc-stop", "-P", str(cloud.root / "lxc-e2e2"), "-n", vm, "-k")
+            sh("lxc-destroy", "-P", str(cloud.root / "lxc-e2e2"), "-n", vm)
+        pid = cloud.root / "etc" / "haproxy-e2e2.pid"
+        if pid.exists():
+            sh("kill", pid.read_text().split()[0])
+        sh("nft", "delete", "table", "inet", TABLE2)
+        sh("ip", "link", "del", bridge2)
+        shutil.rmtree(cloud.root / "kvm2", ignore_errors=True)
+        shutil.rmtree(cloud.root / "lxc-e2e2", ignore_errors=True)
+
+
+def kvm_pillar(cloud: Cloud, node: str | None = None) -> dict[str, Any]:
     """The kvm type on the e2e node, in flat dotted keys as deployments
-    write them: its VMs on the lxc bridge and network, its image made from
-    the e2e template's tree (Salt included)."""
+    write them: its VMs on the lxc bridge and network (declared on
+    ``node``, the e2e node by default), its image made from the e2e
+    template's tree (Salt included). Its minion reaches the master at the
+    first node's gateway, from either node."""
     kvm = cloud.root / "kvm"
     return {
         "makina-states.cloud.kvm": True,
@@ -607,8 +662,8 @@ def kvm_pillar(cloud: Cloud) -> dict[str, Any]:
         "makina-states.cloud.kvm.defaults.gateway": f"{NET}.1",
         "makina-states.cloud.kvm.defaults.bridge": cloud.bridge,
         "makina-states.cloud.kvm.defaults.kvm_path": str(kvm),
-        "makina-states.cloud.kvm.vms." + cloud.node: {
-            KVM_VM: {"accel": "tcg", "cpus": 1, "memory": "512M", "size": "2G"}},
+        "makina-states.cloud.kvm.vms." + (node or cloud.node): {
+            KVM_VM: {"accel": "tcg", "cpus": 1, "memory": "512M", "size": "2G", "master": GATEWAY}},
         "makina-states.cloud.images.kvm": {
             "default": KVM_IMAGE, "images_root": str(kvm / "images"),
             "images": {KVM_IMAGE: {"from": TEMPLATE}}, **NO_IMAGE_SYNC},
@@ -616,18 +671,29 @@ def kvm_pillar(cloud: Cloud) -> dict[str, Any]:
 
 
 
-def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str, float]]) -> None:
+def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str, float]], node2: str) -> None:
     """One node declaring a container and a KVM VM: its deploy installs
     both types and builds the KVM image from the template's tree; both are
     provisioned together; the VM's sshd answers through the node's proxy
-    port and it is a minion of the master, listed as kvm; drift finds it
-    stopped and a QEMU nobody declared; destroy removes its process, taps,
-    directory and key and frees what it held."""
+    port and it is a minion of the master, listed as kvm. Both move to a
+    second node while they run, where each answers ssh through that
+    node's proxy and test.ping, the KVM VM's disk with them. Drift finds
+    the KVM VM stopped and a QEMU nobody declared; destroy removes its
+    process, taps, directory and key and frees what it held."""
     cloud, lxc, phases = e2e
     container = KVM_CT
     kvm = cloud.root / "kvm"
-    cloud.e2e_declare(without=VMS, more={  # type: ignore[attr-defined]
-        **kvm_pillar(cloud), "makina-states.cloud.lxc.vms." + cloud.node: {container: dict(UNCONFINED)}})
+
+    def declare(node: str) -> None:
+        """Both VMs declared on ``node``, and the second node."""
+        cloud.e2e_declare(without=VMS, more={  # type: ignore[attr-defined]
+            # Both nodes declare both types (empty), then the VMs where they are.
+            **{f"makina-states.cloud.{vt}.vms.{n}": {} for vt in ("lxc", "kvm") for n in (cloud.node, NODE2)},
+            **kvm_pillar(cloud, node),
+            "makina-states.cloud.lxc.vms." + node: {container: {**UNCONFINED, "master": GATEWAY}},
+            "makina-states.cloud.compute_node.conf." + NODE2: node2_conf(cloud, node2)})
+
+    declare(cloud.node)
     sh("lxc-stop", "-P", str(lxc), "-n", METAL, "-k")  # the saltify test's stand-in, undeclared now
     sh("lxc-destroy", "-P", str(lxc), "-n", METAL)
     stray: subprocess.Popen[bytes] | None = None
@@ -667,11 +733,38 @@ def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str
         assert f"root:{s['password_hash']}:" in shadow
         vms = {v["name"]: v for v in cloud.run("mc_cloud_api.vms")[1]["data"]}
         assert (vms[KVM_VM]["type"], vms[container]["type"]) == ("kvm", "lxc"), vms
+
+        # Both move to the second node while they run: the KVM VM cold (it
+        # stops; its directory, disk overlay included, is copied; it starts
+        # there with that node's network), the container warm.
+        timed(phases, "second node deploy (its lxc image made, the kvm image local)", cloud,
+              "mc_cloud_compute_node.deploy", NODE2)
+        for vm, what in ((KVM_VM, "the KVM VM"), (container, "the container")):
+            done = timed(phases, f"move {what} to the second node", cloud, "mc_cloud.move", vm, NODE2)
+            phases[f"  {what}'s downtime (stop to sshd on the target)"] = next(
+                x["seconds"] for x in done["steps"] if x["name"] == "downtime")
+        s = cloud.call_cli.run("mc_cloud_kvm.get_settings_for_vm", NODE2, KVM_VM).data
+        c2 = cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", NODE2, container).data
+        for v in (s, c2):
+            assert v["ip"].startswith(NET2 + ".") and 42100 <= v["ssh_reverse_proxy_port"] <= 42109, v
+            assert ssh_banner("127.0.0.1", v["ssh_reverse_proxy_port"]).startswith(b"SSH-2.0-OpenSSH")
+        assert answers(cloud.master, KVM_VM, deadline=120), f"{KVM_VM} does not answer test.ping once moved"
+        assert answers(cloud.master, container, deadline=60), f"{container} does not answer test.ping once moved"
+        marker = salt.run("file.read", "/root/mccloud-highstate-marker", minion_tgt=KVM_VM).data
+        assert marker.strip() == KVM_VM, marker
+        [pid] = qemu_pids(KVM_VM)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert f"mac={s['mac']}".encode() in b",".join(argv), argv
+        assert f"master {node2}" in sh("ip", "-o", "link", "show", tap).stdout
+        assert not (kvm / "vms" / KVM_VM).exists() and not (lxc / container).exists()
+        assert cloud.run("mc_cloud.moves")[1] == {}
+        # The operator declares them where they are now.
+        declare(NODE2)
         # drift: nothing about these two; then the guest stopped by hand and a
         # QEMU nobody declared (what the earlier tests left is not this one's)
         def mine(found: set[tuple[str, str]]) -> set[tuple[str, str]]:
             return {f for f in found if f[0] in (KVM_VM, container, "qemu:alien")}
-        rc, found, out = drift_kinds(cloud, "mc_cloud.drift")
+        rc, found, out = drift_kinds(cloud, "mc_cloud.drift", node=NODE2)
         assert mine(found) == set(), out
         stray = subprocess.Popen(["qemu-system-x86_64", "-name", "guest=alien", "-machine", "none",
                                   "-nodefaults", "-display", "none", "-S"])
@@ -680,19 +773,21 @@ def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str
             if not qemu_pids(KVM_VM):
                 break
             time.sleep(0.1)
-        rc, found, out = drift_kinds(cloud, "mc_cloud.drift")
+        rc, found, out = drift_kinds(cloud, "mc_cloud.drift", node=NODE2)
         assert mine(found) == {(KVM_VM, "guest_stopped"), ("qemu:alien", "stray_guest")}, out
         start = time.monotonic()
         rc, data, out = cloud.run("mc_cloud_vm.destroy", KVM_VM)
         phases["destroy the KVM VM (mc_cloud_vm.destroy)"] = time.monotonic() - start
         assert rc == 0 and data["result"] is True and s["ip"] in data["comment"], out
-        assert not (kvm / "vms" / KVM_VM).exists() and sh("ip", "link", "show", tap).returncode != 0
+        assert not (cloud.root / "kvm2" / "vms" / KVM_VM).exists() and sh("ip", "link", "show", tap).returncode != 0
         assert stray.poll() is None  # never touched: mccloud did not make it
-        assert f"listen lst_{KVM_VM}" not in (cloud.root / "etc" / "haproxy" / "e2e.cfg").read_text()
-        assert KVM_VM not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", cloud.node).data["ips"]
+        for cfg in ("e2e.cfg", "e2e2.cfg"):
+            assert f"listen lst_{KVM_VM}" not in (cloud.root / "etc" / "haproxy" / cfg).read_text()
+        for node in (cloud.node, NODE2):
+            assert KVM_VM not in cloud.call_cli.run("mc_cloud_compute_node.get_allocated_ips", node).data["ips"]
         keys = cloud.master.salt_key_cli().run("--list", "all", "--out=json").data
         assert not any(KVM_VM in ids for ids in keys.values()), keys
-        assert KVM_VM not in cloud.pg.allocations(DB, cloud.node)
+        assert KVM_VM not in cloud.pg.allocations(DB, cloud.node) and KVM_VM not in cloud.pg.allocations(DB, NODE2)
         rc, data, out = cloud.run("mc_cloud_vm.destroy", container)
         assert rc == 0 and data["result"] is True, out
     finally:

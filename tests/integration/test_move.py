@@ -17,8 +17,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.integration.conftest import CHAIN, NET, NODE, Cloud, running_minion
+from tests.integration.conftest import CHAIN, NET, NODE, Cloud, seed_key
 from tests.support import sshd
+from tests.support.dnsservers import Bind
 from tests.support.net import bridge_up, ssh_banner
 
 NODE2 = "mccloud-node2"
@@ -31,27 +32,7 @@ VM = "mv1.test.lan"
 MORE = ("mv2.test.lan", "mv3.test.lan")
 
 
-def seed_key(master: Any, minion: Any) -> None:
-    """The second node's key, made and accepted before it starts (the
-    package's master accepts only the first node's by itself)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pki = Path(minion.config["pki_dir"])
-    pki.mkdir(parents=True, exist_ok=True)
-    (pki / "minion.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                       serialization.PrivateFormat.TraditionalOpenSSL,
-                                                       serialization.NoEncryption()))
-    (pki / "minion.pem").chmod(0o400)
-    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    (pki / "minion.pub").write_bytes(pub)
-    accepted = Path(master.config["pki_dir"]) / "minions"
-    accepted.mkdir(parents=True, exist_ok=True)
-    (accepted / minion.id).write_bytes(pub)
-
-
-def pillar(cloud: Cloud, bridge2: str) -> dict[str, Any]:
+def pillar(cloud: Cloud, bridge2: str, dns: Bind) -> dict[str, Any]:
     etc = cloud.root / "etc"
     conf2 = {
         "bind_address": "127.0.0.1", "http_port": 18086, "https_port": 18449,
@@ -62,16 +43,19 @@ def pillar(cloud: Cloud, bridge2: str) -> dict[str, Any]:
         "bridge": bridge2, "lxc_path": str(cloud.root / "lxc2"),
         "ssh_port_range_start": 42000, "ssh_port_range_end": 42009,
         "snmp_port_range_start": 32000, "snmp_port_range_end": 32009,
-        "ssh_host": "127.0.0.1", "ssh_port": SSH_PORT,
+        "ssh_host": "127.0.0.1", "ssh_port": SSH_PORT, "public_ip": f"{NET2}.251",
     }
     conf1 = {
         "bind_address": "127.0.0.1", "http_port": 18080, "https_port": 18443,
         "ssl_certs_dir": str(etc / "ssl" / "certs"), "haproxy_config": str(etc / "haproxy" / "haproxy.cfg"),
         "haproxy_service": False, "haproxy_pidfile": str(etc / "haproxy-node1.pid"),
         "hosts_file": str(etc / "hosts"), "sysctl_file": str(etc / "sysctl-mccloud.conf"), "firewall_chain": CHAIN,
-        "ssh_host": "127.0.0.1", "ssh_port": SSH_PORT,
+        "ssh_host": "127.0.0.1", "ssh_port": SSH_PORT, "public_ip": f"{NET}.251",
     }
+    assert dns.secondary is not None
     return {
+        # The session's nameservers: a VM's internal name follows its address.
+        **dns.pillar(nameservers=[dns, dns.secondary]),
         f"makina-states.cloud.lxc.vms.{NODE2}": {},
         f"makina-states.cloud.compute_node.conf.{NODE}": conf1,
         f"makina-states.cloud.compute_node.conf.{NODE2}": conf2,
@@ -79,7 +63,7 @@ def pillar(cloud: Cloud, bridge2: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def two(cloud: Cloud) -> Iterator[tuple[Cloud, str]]:
+def two(cloud: Cloud, dns_bind: Bind) -> Iterator[tuple[Cloud, str, Bind]]:
     bridge2 = "mcbr" + uuid.uuid4().hex[:6]
     bridge_up(bridge2, f"{NET2}.1/24")
     try:
@@ -90,8 +74,8 @@ def two(cloud: Cloud) -> Iterator[tuple[Cloud, str]]:
             "mccloud_registry_dir": str(cloud.root / "etc" / "makina-states-2")})
         seed_key(cloud.master, factory)
         with factory.started(start_timeout=120), sshd.sshd(cloud.root / "sshd", SSH_PORT):
-            cloud.set_vms({VM: {"profile_type": "dir"}}, **pillar(cloud, bridge2))
-            yield cloud, bridge2
+            cloud.set_vms({VM: {"profile_type": "dir"}}, **pillar(cloud, bridge2, dns_bind))
+            yield cloud, bridge2, dns_bind
             for vm in (VM, *MORE):
                 cloud.run("mc_cloud_vm.destroy", vm)
             cloud.master.salt_key_cli().run("--yes", "--delete", NODE2)
@@ -155,13 +139,21 @@ def ok(cloud: Cloud, fun: str, *args: str) -> dict[str, Any]:
     return data
 
 
-def test_a_running_container_moves_to_another_node(two: tuple[Cloud, str], e2e_timings: list[str]) -> None:
-    cloud, _ = two
+def internal_a(dns: Bind, vm: str) -> list[list[str]]:
+    """What both nameservers answer for ``vm``'s internal name (its address)."""
+    assert dns.secondary is not None
+    name = f"{vm.split('.')[0]}.vms.cloud.test."
+    return [s.answers(name, "A") for s in (dns, dns.secondary)]
+
+
+def test_a_running_container_moves_to_another_node(two: tuple[Cloud, str, Bind], e2e_timings: list[str]) -> None:
+    cloud, _, dns = two
     ok(cloud, "mc_cloud_controller.deploy")
     ok(cloud, "mc_cloud_compute_node.deploy", NODE)
     ok(cloud, "mc_cloud_compute_node.deploy", NODE2)
     ok(cloud, "mc_cloud_vm.provision", VM, "skip=bootstrap,initial_highstate,ping")
     before = cloud.call_cli.run("mc_cloud_lxc.get_settings_for_vm", NODE, VM).data
+    assert internal_a(dns, VM) == [[before["ip"]]] * 2
     lxc1 = str(cloud.root / "lxc")
     subprocess.run(["lxc-attach", "-P", lxc1, "-n", VM, "--", "sh", "-c", "echo moved > /root/marker"], check=True)
     assert ssh_banner("127.0.0.1", before["ssh_reverse_proxy_port"]).startswith(b"SSH-")
@@ -199,6 +191,8 @@ def test_a_running_container_moves_to_another_node(two: tuple[Cloud, str], e2e_t
     assert p.stdout.strip() == "moved", p.stderr
     assert os.stat(Path(lxc2, VM, "rootfs", "root", "marker")).st_uid == owner, "the file changed owners"
     assert ssh_banner("127.0.0.1", after["ssh_reverse_proxy_port"]).startswith(b"SSH-")
+    # DNS answers its new address, on both nameservers.
+    assert internal_a(dns, VM) == [[after["ip"]]] * 2
     with pytest.raises(AssertionError):
         ssh_banner("127.0.0.1", before["ssh_reverse_proxy_port"], deadline=3)
     conf = Path(lxc2, VM, "rootfs", minion_d.lstrip("/"), "mccloud.conf").read_text()
@@ -212,10 +206,10 @@ def test_a_running_container_moves_to_another_node(two: tuple[Cloud, str], e2e_t
     assert downtime["seconds"] < 60, downtime
 
 
-def test_evacuate_empties_a_node_and_unlink_forgets_it(two: tuple[Cloud, str]) -> None:
-    cloud, bridge2 = two
+def test_evacuate_empties_a_node_and_unlink_forgets_it(two: tuple[Cloud, str, Bind]) -> None:
+    cloud, bridge2, dns = two
     dirs = {"profile_type": "dir"}
-    base = {**pillar(cloud, bridge2), "makina-states.cloud.compute_node.capacity": {NODE: {"vms": 10}}}
+    base = {**pillar(cloud, bridge2, dns), "makina-states.cloud.compute_node.capacity": {NODE: {"vms": 10}}}
     # The first test moved VM to NODE2; two more are declared there.
     cloud.set_vms({VM: dirs}, **{**base, f"makina-states.cloud.lxc.vms.{NODE2}": {vm: dirs for vm in MORE}})
     # Declared VMs, then the node's deploy (its subordinate ids cover them), then provisioned.

@@ -135,3 +135,35 @@ def test_the_controller_reaches_a_node_where_its_pillar_says() -> None:
     assert images.node_address(metal, "n1") == ("192.0.2.7", 2200)  # type: ignore[arg-type]
     with pytest.raises(mccloud.MccloudError, match="ssh_port"):
         images.node_address(Env({f"{conf}.n1.ssh_port": "22;reboot"}), "n1")  # type: ignore[arg-type]
+
+
+def test_a_kvm_vm_directory_is_copied_without_its_qemu_s_runtime_files(tmp_path: Path) -> None:
+    src = tmp_path / "k1" / "vms" / "vm"
+    src.mkdir(parents=True)
+    (src / "disk.qcow2").write_bytes(b"QFI\xfb" + b"\0" * 4096)
+    (src / "qemu.pid").write_text("12345\n")
+    (src / "domain.json").write_text("{}")
+    (tmp_path / "k2").mkdir()  # the target's kvm path: its vms/ is made
+    dst = tmp_path / "k2" / "vms" / "vm"
+    lxcmove.copy(str(src), str(dst), kvm=True)
+    assert sorted(p.name for p in dst.iterdir()) == ["disk.qcow2", "domain.json"]
+    assert (dst / "disk.qcow2").read_bytes() == (src / "disk.qcow2").read_bytes()
+    with pytest.raises(lxcmove.MoveError, match="kvm path .* does not exist"):
+        lxcmove.copy(str(src), str(tmp_path / "nowhere" / "vms" / "vm"), kvm=True)
+
+
+def test_a_moved_kvm_vm_s_old_directory_goes_and_nothing_else(tmp_path: Path) -> None:
+    vm_dir = tmp_path / "kvm" / "vms" / "vm"
+    vm_dir.mkdir(parents=True)
+    (vm_dir / "disk.qcow2").write_text("disk")
+    # Its taps file names a tap that does not exist, on a bridge of none:
+    # nothing to delete there, the directory goes.
+    (vm_dir / "taps").write_text("mcknotatap0\n")
+    (vm_dir / "bridge").write_text("mcbrnone\n")
+    with pytest.raises(lxcmove.MoveError, match="not the directory of kvm VM other"):
+        lxcmove.remove_kvm("other", str(vm_dir))
+    with pytest.raises(lxcmove.MoveError, match="own directory"):
+        lxcmove.remove_kvm("vm", str(vm_dir), keep=str(vm_dir))
+    done = lxcmove.remove_kvm("vm", str(vm_dir), keep=str(tmp_path / "elsewhere"))
+    assert not vm_dir.exists() and "taps" not in done["comment"]
+    assert lxcmove.remove_kvm("vm", str(vm_dir))["comment"].startswith("no kvm VM vm")

@@ -128,3 +128,73 @@ def stop(name, dir, timeout=60):  # noqa: A002 - the VM directory, as the states
 
 def _invocation_error(message):
     return _saltcompat.exceptions().SaltInvocationError(message)
+
+
+def _move(func):
+    """A refused move step is Salt's CommandExecutionError, naming why."""
+    import functools
+
+    import mccloud.lxcmove as _lxcmove
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **{k: v for k, v in kwargs.items() if not k.startswith("__")})
+        except (_lxcmove.MoveError, _kvmnode.KvmNodeError) as exc:
+            raise _saltcompat.exceptions().CommandExecutionError(str(exc)) from None
+
+    return wrapper
+
+
+@_move
+def move_copy(src, dst):
+    """Copies kvm VM directory ``src`` (``<kvm_path>/vms/<vm>``: its disk
+    overlay, kernel copies, seed) to ``dst`` on this node, exactly, its
+    QEMU's pidfile and QMP socket left out; ``seconds`` and ``bytes``
+    sent. Never into a directory no move made, nor under a running guest.
+    Run by ``mc_cloud.move``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt node2 mc_cloud_kvm.move_copy /var/lib/mccloud/kvm/vms/vm1.example.net /srv/kvm2/vms/vm1.example.net
+    """
+    import mccloud.lxcmove as _lxcmove
+
+    return _lxcmove.copy(str(src), str(dst), kvm=True)
+
+
+@_move
+def move_prepare(dst):
+    """Checks that a move may copy kvm VM directory ``dst`` into this node
+    and marks it as a move's; run by ``mc_cloud.move`` before the
+    controller copies into it from another machine.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt node2 mc_cloud_kvm.move_prepare /srv/kvm2/vms/vm1.example.net
+    """
+    import mccloud.lxcmove as _lxcmove
+
+    return {"mark": _lxcmove.prepare(str(dst), kvm=True)}
+
+
+@_move
+def guest_remove(name, dir, keep=None):  # noqa: A002 - the VM directory, as the states name it
+    """Removes kvm VM ``name``'s directory ``dir`` once the VM moved away,
+    and its taps still on the bridge that directory names. Refuses a guest
+    running from it, and the directory ``keep`` (the moved VM's own).
+    Run by ``mc_cloud.move`` after its switch.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt node1 mc_cloud_kvm.guest_remove vm1.example.net /var/lib/mccloud/kvm/vms/vm1.example.net
+    """
+    import mccloud.lxcmove as _lxcmove
+
+    return _lxcmove.remove_kvm(str(name), str(dir), str(keep) if keep else None)

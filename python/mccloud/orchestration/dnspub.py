@@ -182,6 +182,20 @@ def vm_step(reg: mccloud.Registry, config: mccloud.Config, cn: str, vm: str, say
     return publish(reg, settings, scope(reg, cn, vm), f"names of {vm}", say)
 
 
+def move_step(reg: mccloud.Registry, config: mccloud.Config, source: str, target: str, vm: str,
+              say: Say) -> dict[str, Any] | None:
+    """Publishes VM ``vm``'s names once it moved from node ``source`` to
+    ``target``: what it published from ``source`` is its own too, replaced
+    or removed (its address changed), never taken for someone else's. A
+    step, or None when DNS publishing is not configured."""
+    settings = settings_of(config)
+    if settings is None:
+        return None
+    sc = scope(reg, target, vm)
+    before, orphans = _in_zones(reg, [dict(r) for r in reg.dns_owned(cn=source, vm=vm)])
+    return publish(reg, settings, Scope(sc.desired, sc.owned + before, sc.warnings + orphans), f"names of {vm}", say)
+
+
 def node_step(reg: mccloud.Registry, config: mccloud.Config, cn: str, say: Say) -> dict[str, Any] | None:
     """Publishes compute node ``cn``'s own names (its deploy): a step, or
     None when DNS publishing is not configured."""

@@ -1,24 +1,28 @@
-"""Moving an lxc VM to another compute node (``mc_cloud.move``).
+"""Moving an lxc or kvm VM to another compute node (``mc_cloud.move``).
 
 The registry keeps the move (:meth:`mccloud.Registry.begin_move` and the
 rest); this drives the guest, each phase recorded:
 
 1. ``planned``: the VM's allocations on the target (``begin_move``).
-2. ``copying``: the container's directory is copied while it runs (on the
+2. ``copying``: the guest's directory is copied while it runs (on the
    target node, when both nodes are one machine: their ``machine_id``
-   grains agree).
-3. ``stopped``: the source container stops; the last changes are copied.
-4. ``started``: the copy is given its own root filesystem, then the lxc
-   spawn SLS with the target's data (an existing container is configured,
-   not cloned: its network, MAC and IP are the target's) starts it; the
-   target node waits for its sshd. The downtime runs from the stop until
-   then.
+   grains agree; else by the controller, through a staging directory).
+   A kvm VM's image is synchronised to the target first: its disk is an
+   overlay of it.
+3. ``stopped``: the source guest stops; the last changes are copied.
+4. ``started``: a container's copy is given its own root filesystem, then
+   the lxc spawn SLS with the target's data (an existing container is
+   configured, not cloned: its network, MAC and IP are the target's)
+   starts it; a kvm VM gets the target's spawn (taps on its bridge,
+   domain files; its disk kept) and start (its seed, with the target's
+   network, applied at boot). The target node waits for its sshd. The
+   downtime runs from the stop until then.
 5. ``switched``: one journaled step in the registry; then both nodes'
    routes (proxy, firewall, hosts) and the VM's DNS names.
-6. The source container is removed, then its allocations freed
+6. The source guest's directory is removed, then its allocations freed
    (``finish_move``).
 
-A failure before the switch starts the source container again: the VM runs
+A failure before the switch starts the source guest again: the VM runs
 where it was, and the move stays recorded (run it again to resume, or
 ``mc_cloud.move_abandon``). After the switch, running it again finishes it.
 """
@@ -36,7 +40,7 @@ from typing import Any, Callable, Mapping
 import mccloud
 from mccloud import lxcmove, saltsupport
 
-from mccloud.drivers import lxc
+from mccloud.drivers import kvm, lxc
 from mccloud.orchestration import dnspub, images, minions, transport
 from mccloud.orchestration.deploy import node_routes
 from mccloud.orchestration.runner import Env, Outcome, Step
@@ -45,6 +49,72 @@ from mccloud.orchestration.runner import Env, Outcome, Step
 COPYABLE = ("dir",)
 #: Held while a move renders its nodes' routes.
 ROUTES = threading.Lock()
+
+
+class Guest:
+    """What differs between the types a move handles: where a guest's
+    directory is on a node, and how it is stopped, started, spawned from
+    its copy and removed (the node functions of ``mc_cloud_lxc`` and
+    ``mc_cloud_kvm``)."""
+
+    def __init__(self, env: Env, vm: str, vt: str) -> None:
+        self.env, self.vm, self.vt = env, vm, vt
+        self.kvm = vt == "kvm"
+        self.module = "mc_cloud_kvm" if self.kvm else "mc_cloud_lxc"
+
+    def dir(self, node: str, settings: Mapping[str, Any] | None = None) -> str:
+        """The guest's directory on ``node`` (its settings there, else its
+        declaration: the source's once the move switched)."""
+        if self.kvm:
+            if settings is None:
+                return f"{kvm.norm_kvm_path(source_path(self.env, self.vm, node, 'kvm'))}/vms/{self.vm}"
+            return str(kvm.vm_data(self.env, self.vm, node, settings)["dir"])
+        if settings is None:
+            return f"{source_path(self.env, self.vm, node, 'lxc')}/{self.vm}"
+        return f"{lxc.vm_data(self.env, self.vm, node, settings)['lxc_path']}/{self.vm}"
+
+    def conf_root(self, vm_dir: str) -> str:
+        """The tree the guest's minion configuration is written into: a
+        container's root filesystem; a kvm VM's seed staging tree, packed
+        into the seed it applies at each boot."""
+        return f"{vm_dir}/seed-root" if self.kvm else f"{vm_dir}/rootfs"
+
+    def stop(self, node: str, vm_dir: str) -> Step:
+        if self.kvm:
+            return node_call(self.env, node, "mc_cloud_kvm.stop", self.vm, vm_dir, 60)
+        return node_call(self.env, node, "mc_cloud_lxc.guest_stop", vm_dir.rsplit("/", 1)[0], self.vm)
+
+    def start_again(self, node: str, vm_dir: str) -> Step:
+        """Starts the guest again on ``node`` where it was (a kvm VM's
+        spawn puts its taps back on that node's bridge first)."""
+        if self.kvm:
+            return steps_of(self.env, [(kvm.vm_step, "spawn"), (lambda e, v, t, _: kvm.vm_start(e, v, t), "start")],
+                            self.vm, node)
+        return node_call(self.env, node, "mc_cloud_lxc.guest_start", vm_dir.rsplit("/", 1)[0], self.vm)
+
+    def spawn(self, node: str) -> Step:
+        """The copy made a guest of ``node``: the type's spawn (and start)."""
+        if self.kvm:
+            return steps_of(self.env, [(kvm.vm_step, "spawn"), (lambda e, v, t, _: kvm.vm_start(e, v, t), "start")],
+                            self.vm, node)
+        return dict(lxc.vm_step(self.env, self.vm, node, "spawn").as_dict())
+
+    def remove(self, node: str, vm_dir: str, keep: str) -> Step:
+        if self.kvm:
+            return node_call(self.env, node, "mc_cloud_kvm.guest_remove", self.vm, vm_dir, keep)
+        return node_call(self.env, node, "mc_cloud_lxc.guest_remove", vm_dir.rsplit("/", 1)[0], self.vm, keep)
+
+
+def steps_of(env: Env, steps: list[tuple[Callable[..., Outcome], str]], vm: str, node: str) -> Step:
+    """Runs driver steps one after another (each ``fun(env, vm, node,
+    step)``), until one fails: one step of them all."""
+    done: list[dict[str, Any]] = []
+    for fun, name in steps:
+        res = dict(fun(env, vm, node, name).as_dict())
+        done.append({"name": name, **res})
+        if not res.get("result"):
+            return {"result": False, "comment": f"{name} on {node}: {res.get('comment')}", "steps": done}
+    return {"result": True, "comment": f"{', '.join(n for _, n in steps)} on {node}", "steps": done}
 
 
 def node_call(env: Env, target: str, fun: str, *args: Any, wait: float = 3600) -> Step:
@@ -81,9 +151,9 @@ def refusal(env: Env, vm: str, source: str, target: str, old: Mapping[str, Any],
             ids: list[str | None]) -> str | None:
     """Why the VM cannot move there (nothing done to it yet), or None;
     ``ids`` are the nodes' ``machine_id`` grains (:func:`machine_ids`)."""
-    if new.get("vt") != "lxc":
-        return f"{vm} is a {new.get('vt')} VM: only lxc VMs move yet"
-    if str(new.get("backing") or "dir") not in COPYABLE:
+    if new.get("vt") not in ("lxc", "kvm"):
+        return f"{vm} is a {new.get('vt')} VM: only lxc and kvm VMs move"
+    if new.get("vt") == "lxc" and str(new.get("backing") or "dir") not in COPYABLE:
         return f"{vm} is on backing {new.get('backing')}: only {', '.join(COPYABLE)} containers move yet"
     if old.get("idmap_base") != new.get("idmap_base"):
         return (f"{vm} runs unprivileged with host ids {old.get('idmap_base')} on {source}, and that block is "
@@ -95,22 +165,24 @@ def refusal(env: Env, vm: str, source: str, target: str, old: Mapping[str, Any],
     return None
 
 
-def copier(env: Env, vm: str, source: str, src: str, target: str, dst: str, one_machine: bool) -> Callable[[], Step]:
+def copier(env: Env, guest: Guest, source: str, src: str, target: str, dst: str,
+           one_machine: bool) -> Callable[[], Step]:
     """How the container's directory is copied: by the target node when
     both nodes are one machine; else by the controller, in two legs over
     ssh (its key, each node's sshd address) through a staging directory
     of its own (:func:`staging_dir`), so that the second pass of each leg
     carries only the changes."""
     if one_machine:
-        return lambda: node_call(env, target, "mc_cloud_lxc.move_copy", src, dst)
+        return lambda: node_call(env, target, f"{guest.module}.move_copy", src, dst)
 
     def two_legs() -> Step:
-        prepared = node_call(env, target, "mc_cloud_lxc.move_prepare", dst)
+        prepared = node_call(env, target, f"{guest.module}.move_prepare", dst)
         if not prepared.get("result"):
             return prepared
         try:
             done = lxcmove.relay(images.ssh_command(env, source), source, src,
-                                 images.ssh_command(env, target), target, dst, staging_dir(env, vm))
+                                 images.ssh_command(env, target), target, dst, staging_dir(env, guest.vm),
+                                 kvm=guest.kvm)
         except lxcmove.MoveError as exc:
             return {"result": False, "comment": str(exc)}
         return {"result": True, "via": "controller", **done,
@@ -157,10 +229,17 @@ def move(env: Env, vm: str, target: str) -> Outcome:
             env.registry.abandon_move(vm)
             return out.fail(f"{why}; nothing moved, the allocations it took on {target} are freed")
         return out.fail(f"{why} (mc_cloud.move_abandon {vm} leaves it on {source})")
-    src = f"{lxc.vm_data(env, vm, source, old)['lxc_path']}/{vm}"
-    dst = f"{lxc.vm_data(env, vm, target, new)['lxc_path']}/{vm}"
+    guest = Guest(env, vm, str(new.get("vt")))
+    src, dst = guest.dir(source, old), guest.dir(target, new)
     stopped_before = record.get("phase") in ("stopped", "started")
-    copy = copier(env, vm, source, src, target, dst, ids[0] == ids[1])
+    copy = copier(env, guest, source, src, target, dst, ids[0] == ids[1])
+    if guest.kvm and not out.add("image on target", dict(kvm.sync_images(env, target).as_dict())):
+        if record.get("phase") == "planned":
+            # Nothing was done to the guest: what the move took on the target goes.
+            env.registry.abandon_move(vm)
+            return out.fail(f"{vm}'s image could not be synchronised to {target}; nothing moved, the allocations "
+                            f"the move took on {target} are freed")
+        return out
     if not stopped_before:
         env.registry.move_phase(vm, "copying")
         env.progress(f"{vm}: copying {source}:{src} to {target}:{dst} while it runs"
@@ -169,66 +248,69 @@ def move(env: Env, vm: str, target: str) -> Outcome:
             return out
 
     def undo() -> Outcome:
-        return back(env, out, vm, source, src, target, dst)
+        return back(env, out, guest, source, src, target, dst)
 
     stopped = time.monotonic()
     try:
         if stopped_before:
             # Resumed once the source had stopped: the target's copy may run; it is stopped and made exact again.
-            if not out.add("target stopped", node_call(env, target, "mc_cloud_lxc.guest_stop",
-                                                       dst.rsplit("/", 1)[0], vm)):
+            if not out.add("target stopped", guest.stop(target, dst)):
                 return undo()
-        if not out.add("stop", node_call(env, source, "mc_cloud_lxc.guest_stop", src.rsplit("/", 1)[0], vm)):
+        if not out.add("stop", guest.stop(source, src)):
             return undo()
         env.registry.move_phase(vm, "stopped")
         if not out.add("last copy", copy()):
             return undo()
-        steps = [("repoint", "mc_cloud_lxc.move_repoint", (f"{dst}/config", src, dst))]
+        steps = [] if guest.kvm else [("repoint", "mc_cloud_lxc.move_repoint", (f"{dst}/config", src, dst))]
         master = (new.get("master"), new.get("master_port"))
         if master != (old.get("master"), old.get("master_port")):
             # The VM reaches its master another way from the target (the
             # master runs on one of the nodes: through its gateway).
             mode = minions.check_mode(new.get("mode") or "salt")
             steps.append(("master address", "mc_cloud_lxc.move_minion_config",
-                          (f"{dst}/rootfs", f"{minions.conf_dir(mode)}/minion.d/mccloud.conf",
+                          (guest.conf_root(dst), f"{minions.conf_dir(mode)}/minion.d/mccloud.conf",
                            minions.minion_config(vm, mode, new))))
         for name, fun, args in steps:
             if not out.add(name, node_call(env, target, fun, *args)):
                 return undo()
-        if not out.add("start", dict(lxc.vm_step(env, vm, target, "spawn").as_dict())):
+        if not out.add("start", guest.spawn(target)):
             return undo()
         env.registry.move_phase(vm, "started")
-        ssh = node_call(env, target, "mc_cloud_lxc.wait_port", str(new["ip"]), 22, 120)
+        # A kvm guest boots a kernel (slower still without acceleration).
+        ssh = node_call(env, target, "mc_cloud_lxc.wait_port", str(new["ip"]), 22, 600 if guest.kvm else 120)
         if not out.add("sshd", ssh):
             return undo()
     except Exception as exc:  # the VM must run somewhere: on its source again
         out.add("error", {"result": False, "comment": f"{type(exc).__name__}: {exc}"})
         return undo()
     out.add("downtime", {"result": True, "seconds": round(time.monotonic() - stopped, 3),
-                         "comment": f"{vm} stopped on {source} until its sshd answered on {target}"})
+                         "comment": f"{vm} stopped on {source} until its sshd answered on {target}"
+                         + (" (a cold move: live migration is not done, the guest restarted)" if guest.kvm else "")})
     env.registry.switch_move(vm)
     return finish(env, out, vm, source, target)
 
 
-def source_lxc_path(env: Env, vm: str, source: str) -> str:
-    """The lxc path the VM used on its source: its own ``lxc_path`` when it
-    declares one (the same on every node), else the source node's."""
+def source_path(env: Env, vm: str, source: str, vt: str) -> str:
+    """The lxc (kvm) path the VM used on its source: its own ``lxc_path``
+    (``kvm_path``) when it declares one (the same on every node), else
+    the source node's."""
+    key = f"{vt}_path"
     node = env.config.node_of(vm)
-    merged = str(env.config.vm_declared_settings(node, vm)["lxc_path"])
-    if merged != str(env.config.node_defaults("lxc", node)["lxc_path"]):
+    merged = str(env.config.vm_declared_settings(node, vm).get(key) or "")
+    if merged and merged != str(env.config.node_defaults(vt, node).get(key) or ""):
         return merged
-    return str(env.config.node_defaults("lxc", source)["lxc_path"])
+    return str(env.config.node_defaults(vt, source)[key])
 
 
-def back(env: Env, out: Outcome, vm: str, source: str, src: str, target: str, dst: str) -> Outcome:
+def back(env: Env, out: Outcome, guest: Guest, source: str, src: str, target: str, dst: str) -> Outcome:
     """After a failure before the switch: the target's copy stopped (it
     must not run beside the source, perhaps with the same IP), then the
-    source container started again. The move stays recorded."""
-    failed = out.comment
+    source guest started again. The move stays recorded."""
+    failed, vm = out.comment, guest.vm
     try:
-        halted = node_call(env, target, "mc_cloud_lxc.guest_stop", dst.rsplit("/", 1)[0], vm)
+        halted = guest.stop(target, dst)
         out.add("target copy stopped", halted)
-        started = (node_call(env, source, "mc_cloud_lxc.guest_start", src.rsplit("/", 1)[0], vm)
+        started = (guest.start_again(source, src)
                    if halted.get("result") else {"result": False, "comment": "not tried: the target's copy may run"})
     except Exception as exc:  # said, not raised: the operator must read what state the VM is in
         started = {"result": False, "comment": f"{type(exc).__name__}: {exc}"}
@@ -261,12 +343,12 @@ def finishing(env: Env, out: Outcome, vm: str, source: str, target: str) -> Outc
         for node in (target, source):
             if not out.add_all((f"{node} {name}", step) for name, step in node_routes(env, node)):
                 return out
-    step = dnspub.vm_step(env.registry, env.config, target, vm, env.progress)
+    step = dnspub.move_step(env.registry, env.config, source, target, vm, env.progress)
     if step is not None and not out.add("dns", step):
         return out
-    lxc_path = source_lxc_path(env, vm, source)
-    keep = f"{lxc.vm_data(env, vm, target, env.registry.vm_settings(target, vm))['lxc_path']}/{vm}"
-    if not out.add("source removed", node_call(env, source, "mc_cloud_lxc.guest_remove", lxc_path, vm, keep)):
+    guest = Guest(env, vm, env.vm_type(vm, target))
+    keep = guest.dir(target, env.registry.vm_settings(target, vm))
+    if not out.add("source removed", guest.remove(source, guest.dir(source), keep)):
         return out
     freed = env.registry.finish_move(vm)
     drop_staging(env, vm)

@@ -481,3 +481,43 @@ fn an_evacuation_run_again_sends_a_move_under_way_to_its_target() {
     let why = out["db.test"]["why"].as_str().unwrap();
     assert!(why.contains("mc_cloud.move db.test <node>"), "{why}");
 }
+
+#[test]
+fn placement_weighs_a_moved_vm_on_the_node_it_moved_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = placement_pillar(3);
+    p.insert("makina-states.cloud.master".into(), json!("ctl"));
+    let reg = controller(&dir, p.clone());
+    reg.vm_settings(CN, "fixed.test", true).unwrap();
+    reg.begin_move("fixed.test", CN2).unwrap();
+    reg.move_phase("fixed.test", "started").unwrap();
+    reg.switch_move("fixed.test").unwrap();
+    reg.finish_move("fixed.test").unwrap();
+    let used = |placing: Place| -> Vec<(String, Value)> {
+        let reg = session_at(&dir, p.clone(), "ctl", placing, true).0;
+        let out = reg.place("a.test", true).unwrap();
+        let mut rows: Vec<(String, Value)> = out["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["node"].as_str().unwrap().to_owned(),
+                    s["used"]["vms"].clone(),
+                )
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    };
+    // A session reading no moves weighs it on the node the pillar names.
+    assert_eq!(
+        used(Place::Declared),
+        vec![(CN.to_owned(), json!(1)), (CN2.to_owned(), json!(0))]
+    );
+    // What `mc_cloud.place` opens: the VM weighs on CN2, where it runs.
+    assert_eq!(
+        used(Place::Moves),
+        vec![(CN.to_owned(), json!(0)), (CN2.to_owned(), json!(1))]
+    );
+}
