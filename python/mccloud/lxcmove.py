@@ -22,9 +22,13 @@ from typing import Any, Iterator
 #: second pass makes the copy exact), one file system (nothing mounted
 #: inside the container is followed).
 RSYNC = ["rsync", "-aHAX", "--numeric-ids", "--delete", "--one-file-system", "--stats"]
-#: What a kvm VM's directory holds that belongs to its running QEMU, never
-#: copied: its pidfile and QMP socket.
-KVM_RUNTIME = ("/qemu.pid", "/qmp.sock")
+#: What a kvm VM's directory holds that belongs to its node, never copied:
+#: its QEMU's pidfile and QMP socket, and what its node's spawn writes
+#: there (the domain, naming the source's paths; the argv; the autostart
+#: mark: a copy never boots with its node before it is the VM).
+KVM_RUNTIME = ("/qemu.pid", "/qmp.sock", "/domain.json", "/qemu.argv", "/autostart")
+#: An lxc configuration's autostart line.
+START_AUTO = re.compile(r"^(\s*lxc\.start\.auto\s*=\s*)\S+\s*$", re.M)
 #: The line of an lxc configuration naming a directory root filesystem.
 ROOTFS = re.compile(r"^(\s*lxc\.rootfs\.path\s*=\s*)(?:dir:)?(\S+)\s*$", re.M)
 
@@ -64,11 +68,12 @@ def prepare(dst: str, kvm: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def locked(path: str, what: str, timeout: float) -> Iterator[None]:
+def locked(path: str, what: str, timeout: float) -> Iterator[int]:
     """Holds the lock file ``path`` (made if missing), waiting up to
     ``timeout`` seconds for another holder: one copy into a directory at a
     time (a move killed on the controller leaves its copy running, and the
-    move resumed waits for it)."""
+    move resumed waits for it). Yields the lock's descriptor, which the
+    copy's rsync inherits: the lock outlives a process killed alone."""
     started = time.monotonic()
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
@@ -80,15 +85,20 @@ def locked(path: str, what: str, timeout: float) -> Iterator[None]:
                 if time.monotonic() - started > timeout:
                     raise MoveError(f"another copy into {what} still runs after {timeout:.0f} s") from None
                 time.sleep(0.2)
-        yield
+        yield fd
     finally:
         os.close(fd)
 
 
-def rsync(argv_tail: list[str], what: str, timeout: float) -> dict[str, Any]:
-    """One rsync (``RSYNC`` then ``argv_tail``): ``seconds``, ``bytes`` sent."""
+def rsync(argv_tail: list[str], what: str, timeout: float, lock: int | None = None) -> dict[str, Any]:
+    """One rsync (``RSYNC`` then ``argv_tail``), holding ``lock`` (a
+    descriptor it inherits): ``seconds``, ``bytes`` sent."""
     started = time.monotonic()
-    p = subprocess.run([*RSYNC, *argv_tail], capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run([*RSYNC, *argv_tail], capture_output=True, text=True, timeout=timeout,
+                           pass_fds=(lock,) if lock is not None else ())
+    except subprocess.TimeoutExpired:
+        raise MoveError(f"rsync {what} did not end within {timeout:.0f} s") from None
     # 24: files vanished while a running container was copied; the copy
     # made once it is stopped is exact.
     if p.returncode not in (0, 24):
@@ -131,10 +141,30 @@ def copy(src: str, dst: str, timeout: float = 3600, kvm: bool = False) -> dict[s
                         f"(makina-states.cloud.compute_node.conf.<node>.{what}_path)")
     started = time.monotonic()
     mark = prepare(dst, kvm)
-    with locked(mark, dst, timeout):
-        done = rsync([*excludes(kvm), f"{src}/", f"{dst}/"], f"{src}/ {dst}/", timeout)
+    with locked(mark, dst, timeout) as lock:
+        done = rsync([*excludes(kvm), f"{src}/", f"{dst}/"], f"{src}/ {dst}/", timeout, lock)
+        if not kvm:
+            no_autostart(os.path.join(dst, "config"))
     done["seconds"] = round(time.monotonic() - started, 3)
     return done
+
+
+def no_autostart(config: str) -> None:
+    """Sets ``lxc.start.auto = 0`` in a container copy's configuration:
+    the copy never starts with its node's boot before it is the VM (the
+    target's spawn writes the VM's own configuration)."""
+    try:
+        with open(config) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return
+    out = START_AUTO.sub(lambda m: f"{m.group(1)}0", text)
+    if out != text:
+        tmp = f"{config}.mccloud-tmp"
+        with open(tmp, "w") as f:
+            f.write(out)
+        os.chmod(tmp, os.stat(config).st_mode & 0o7777)
+        os.replace(tmp, config)
 
 
 def relay(ssh_source: str, source: str, src: str, ssh_target: str, target: str, dst: str, staging: str,
@@ -149,12 +179,14 @@ def relay(ssh_source: str, source: str, src: str, ssh_target: str, target: str, 
     src, dst, staging = _dir(src, "source"), _dir(dst, "target"), _dir(staging, "staging")
     started = time.monotonic()
     os.makedirs(os.path.dirname(staging), mode=0o700, exist_ok=True)
-    with locked(f"{staging}.lock", staging, timeout):
+    with locked(f"{staging}.lock", staging, timeout) as lock:
         os.makedirs(staging, mode=0o700, exist_ok=True)
         rsync([*excludes(kvm), "-e", ssh_source, f"root@{source}:{src}/", f"{staging}/"],
-              f"{source}:{src}/ {staging}/", timeout)
+              f"{source}:{src}/ {staging}/", timeout, lock)
+        if not kvm:
+            no_autostart(os.path.join(staging, "config"))
         done = rsync(["-e", ssh_target, f"{staging}/", f"root@{target}:{dst}/"], f"{staging}/ {target}:{dst}/",
-                     timeout)
+                     timeout, lock)
     done["seconds"] = round(time.monotonic() - started, 3)
     return done
 
@@ -229,10 +261,12 @@ def wait_port(host: str, port: int, timeout: float) -> dict[str, Any]:
 def remove_kvm(name: str, vm_dir: str, keep: str | None = None) -> dict[str, Any]:
     """Removes kvm VM ``name``'s directory ``vm_dir`` (``<kvm_path>/vms/<name>``)
     on the node it moved away from, and its taps still attached to the
-    bridge that directory names (``bridge``, as its spawn wrote it): on
-    one machine the VM's taps, named after it, serve its new node's
-    bridge now and are left. Refuses a guest running from the directory,
-    and the directory ``keep`` (the moved VM's, under another path)."""
+    bridge that directory names (``bridge``, as its spawn wrote it) that
+    no running QEMU uses. ``keep`` (the moved VM's directory) is given
+    when both nodes are one machine: then the VM's taps, named after it,
+    serve its new node and none is deleted, and ``keep`` itself is
+    refused (the moved VM's directory under another path). Refuses a
+    guest running from the directory."""
     import shutil
 
     vm_dir = _dir(vm_dir, "kvm VM directory")
@@ -255,7 +289,17 @@ def remove_kvm(name: str, vm_dir: str, keep: str | None = None) -> dict[str, Any
             return []
 
     bridge = (read("bridge") or [""])[0]
-    for tap in read("taps"):
+    # On one machine (``keep`` is here) the VM's taps, named after it,
+    # serve its new node: none is deleted. A tap a running QEMU names
+    # never is.
+    one_machine = bool(keep) and os.path.exists(str(keep))
+    from mccloud import kvmnode
+
+    in_use = {part[len("ifname="):] for argv in kvmnode.qemu_processes().values() for arg in argv
+              for part in arg.split(",") if part.startswith("ifname=")}
+    for tap in [] if one_machine else read("taps"):
+        if tap in in_use:
+            continue
         shown = subprocess.run(["ip", "-o", "link", "show", "dev", tap], capture_output=True, text=True, timeout=60)
         if bridge and shown.returncode == 0 and f" master {bridge} " in shown.stdout:
             lxc(["ip", "link", "del", "dev", tap], f"deleting tap {tap}")

@@ -146,8 +146,12 @@ def test_a_kvm_vm_directory_is_copied_without_its_qemu_s_runtime_files(tmp_path:
     (tmp_path / "k2").mkdir()  # the target's kvm path: its vms/ is made
     dst = tmp_path / "k2" / "vms" / "vm"
     lxcmove.copy(str(src), str(dst), kvm=True)
-    assert sorted(p.name for p in dst.iterdir()) == ["disk.qcow2", "domain.json"]
+    # The domain names the source's paths: the target's spawn writes its own.
+    assert sorted(p.name for p in dst.iterdir()) == ["disk.qcow2"]
     assert (dst / "disk.qcow2").read_bytes() == (src / "disk.qcow2").read_bytes()
+    (src / "autostart").write_text("")
+    lxcmove.copy(str(src), str(dst), kvm=True)
+    assert not (dst / "autostart").exists(), "a copy would boot with its node before it is the VM"
     with pytest.raises(lxcmove.MoveError, match="kvm path .* does not exist"):
         lxcmove.copy(str(src), str(tmp_path / "nowhere" / "vms" / "vm"), kvm=True)
 
@@ -167,3 +171,13 @@ def test_a_moved_kvm_vm_s_old_directory_goes_and_nothing_else(tmp_path: Path) ->
     done = lxcmove.remove_kvm("vm", str(vm_dir), keep=str(tmp_path / "elsewhere"))
     assert not vm_dir.exists() and "taps" not in done["comment"]
     assert lxcmove.remove_kvm("vm", str(vm_dir))["comment"].startswith("no kvm VM vm")
+
+
+def test_a_container_copy_never_starts_with_its_node(tmp_path: Path) -> None:
+    src, dst = tmp_path / "lxc1" / "vm", tmp_path / "lxc2" / "vm"
+    (src / "rootfs").mkdir(parents=True)
+    (tmp_path / "lxc2").mkdir()
+    (src / "config").write_text("lxc.uts.name = vm\nlxc.start.auto = 1\nlxc.rootfs.path = dir:/x/rootfs\n")
+    lxcmove.copy(str(src), str(dst))
+    assert "lxc.start.auto = 0" in (dst / "config").read_text()
+    assert "lxc.start.auto = 1" in (src / "config").read_text()

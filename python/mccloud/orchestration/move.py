@@ -99,7 +99,7 @@ class Guest:
                             self.vm, node)
         return dict(lxc.vm_step(self.env, self.vm, node, "spawn").as_dict())
 
-    def remove(self, node: str, vm_dir: str, keep: str) -> Step:
+    def remove(self, node: str, vm_dir: str, keep: str | None) -> Step:
         if self.kvm:
             return node_call(self.env, node, "mc_cloud_kvm.guest_remove", self.vm, vm_dir, keep)
         return node_call(self.env, node, "mc_cloud_lxc.guest_remove", vm_dir.rsplit("/", 1)[0], self.vm, keep)
@@ -131,13 +131,20 @@ def node_call(env: Env, target: str, fun: str, *args: Any, wait: float = 3600) -
 
 
 def machine_ids(env: Env, a: str, b: str) -> list[Any]:
-    """The ``machine_id`` grains of minions ``a`` and ``b`` (None: no answer)."""
+    """The ``machine_id`` grains of minions ``a`` and ``b`` (None: no
+    answer; ``""``: a minion that has none)."""
     ids = []
     with transport.local_client(env.opts["conf_file"]) as client:
         for m in (a, b):
             ret = transport.one_return(client, m, "grains.get", 60, arg=["machine_id"])
-            ids.append((ret or {}).get("ret") or None)
+            ids.append(None if ret is None else str(ret.get("ret") or ""))
     return ids
+
+
+def one_machine(ids: list[Any]) -> bool:
+    """Whether two nodes whose ``machine_id`` grains are ``ids`` are one
+    machine (a node without one is taken as a machine of its own)."""
+    return bool(ids[0]) and ids[0] == ids[1]
 
 
 def reload(env: Env) -> None:
@@ -223,27 +230,28 @@ def move(env: Env, vm: str, target: str) -> Outcome:
     old = env.registry.vm_settings(source, vm)
     ids = machine_ids(env, source, target)
     why = refusal(env, vm, source, target, old, new, ids)
-    if why is not None:
+    stopped_before = record.get("phase") in ("stopped", "started")
+    guest = Guest(env, vm, str(new.get("vt")))
+    src, dst = guest.dir(source, old), guest.dir(target, new)
+
+    def refused(why: str) -> Outcome:
         if record.get("phase") == "planned":
             # Nothing was done to the guest: what the move took on the target goes.
             env.registry.abandon_move(vm)
             return out.fail(f"{why}; nothing moved, the allocations it took on {target} are freed")
-        return out.fail(f"{why} (mc_cloud.move_abandon {vm} leaves it on {source})")
-    guest = Guest(env, vm, str(new.get("vt")))
-    src, dst = guest.dir(source, old), guest.dir(target, new)
-    stopped_before = record.get("phase") in ("stopped", "started")
-    copy = copier(env, guest, source, src, target, dst, ids[0] == ids[1])
+        out.fail(f"{why} (mc_cloud.move_abandon {vm} leaves it on {source})")
+        # Resumed once its source had stopped: the VM runs there again.
+        return back(env, out, guest, source, src, target, dst) if stopped_before else out
+
+    if why is not None:
+        return refused(why)
+    copy = copier(env, guest, source, src, target, dst, one_machine(ids))
     if guest.kvm and not out.add("image on target", dict(kvm.sync_images(env, target).as_dict())):
-        if record.get("phase") == "planned":
-            # Nothing was done to the guest: what the move took on the target goes.
-            env.registry.abandon_move(vm)
-            return out.fail(f"{vm}'s image could not be synchronised to {target}; nothing moved, the allocations "
-                            f"the move took on {target} are freed")
-        return out
+        return refused(f"{vm}'s image could not be synchronised to {target}")
     if not stopped_before:
         env.registry.move_phase(vm, "copying")
         env.progress(f"{vm}: copying {source}:{src} to {target}:{dst} while it runs"
-                     + ("" if ids[0] == ids[1] else " (two machines: through the controller)"))
+                     + ("" if one_machine(ids) else " (two machines: through the controller)"))
         if not out.add("copy", copy()):
             return out
 
@@ -347,7 +355,15 @@ def finishing(env: Env, out: Outcome, vm: str, source: str, target: str) -> Outc
     if step is not None and not out.add("dns", step):
         return out
     guest = Guest(env, vm, env.vm_type(vm, target))
-    keep = guest.dir(target, env.registry.vm_settings(target, vm))
+    # On one machine the moved guest's directory is never removed under
+    # another name; on two, the same path on the source is the old copy.
+    ids = machine_ids(env, source, target)
+    if None in ids:
+        out.add("source removed", {"result": False, "comment": f"not tried: {source} or {target} did not answer "
+                                   "(grains.get machine_id), and whether they are one machine decides what the "
+                                   "removal must spare"})
+        return out
+    keep = guest.dir(target, env.registry.vm_settings(target, vm)) if one_machine(ids) else None
     if not out.add("source removed", guest.remove(source, guest.dir(source), keep)):
         return out
     freed = env.registry.finish_move(vm)
