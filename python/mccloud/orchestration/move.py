@@ -231,32 +231,35 @@ def move(env: Env, vm: str, target: str) -> Outcome:
     ids = machine_ids(env, source, target)
     why = refusal(env, vm, source, target, old, new, ids)
     stopped_before = record.get("phase") in ("stopped", "started")
-    guest = Guest(env, vm, str(new.get("vt")))
-    src, dst = guest.dir(source, old), guest.dir(target, new)
 
-    def refused(why: str) -> Outcome:
+    def refused(why: str, restart: Callable[[], Outcome] | None = None) -> Outcome:
         if record.get("phase") == "planned":
             # Nothing was done to the guest: what the move took on the target goes.
             env.registry.abandon_move(vm)
             return out.fail(f"{why}; nothing moved, the allocations it took on {target} are freed")
         out.fail(f"{why} (mc_cloud.move_abandon {vm} leaves it on {source})")
         # Resumed once its source had stopped: the VM runs there again.
-        return back(env, out, guest, source, src, target, dst) if stopped_before else out
+        return restart() if stopped_before and restart is not None else out
+
+    if why is not None and new.get("vt") not in ("lxc", "kvm"):
+        return refused(why)
+    guest = Guest(env, vm, str(new.get("vt")))
+    src, dst = guest.dir(source, old), guest.dir(target, new)
+
+    def undo() -> Outcome:
+        return back(env, out, guest, source, src, target, dst)
 
     if why is not None:
-        return refused(why)
+        return refused(why, undo)
     copy = copier(env, guest, source, src, target, dst, one_machine(ids))
     if guest.kvm and not out.add("image on target", dict(kvm.sync_images(env, target).as_dict())):
-        return refused(f"{vm}'s image could not be synchronised to {target}")
+        return refused(f"{vm}'s image could not be synchronised to {target}", undo)
     if not stopped_before:
         env.registry.move_phase(vm, "copying")
         env.progress(f"{vm}: copying {source}:{src} to {target}:{dst} while it runs"
                      + ("" if one_machine(ids) else " (two machines: through the controller)"))
         if not out.add("copy", copy()):
             return out
-
-    def undo() -> Outcome:
-        return back(env, out, guest, source, src, target, dst)
 
     stopped = time.monotonic()
     try:
