@@ -108,10 +108,6 @@ def node_routes(env: Env, target: str) -> list[tuple[str, Step]]:
     that two runs (two moves, a move and a provisioning) never leave the
     node with the routes of the one that read first."""
     with routes_lock(env, target):
-        # What the node holds is read under the lock, by a session opened
-        # now: a session opened earlier would not see a move switched since.
-        for key in ("mccloud.registry", "mccloud.config"):
-            env.context.pop(key, None)
         env.forget(target)
         return env.batch(target, [(s, s) for s in NODE_VM_SLS], with_node_registry(env, env.node_data(target)))
 
