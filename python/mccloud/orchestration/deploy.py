@@ -104,9 +104,11 @@ def node_routes(env: Env, target: str) -> list[tuple[str, Step]]:
     the node's deploy, or destroyed and provisioned again).
 
     One rendering of a node at a time on this controller
-    (:func:`routes_lock`): each reads what the one before it wrote, so
-    that two runs (two moves, a move and a provisioning) never leave the
-    node with the routes of the one that read first."""
+    (:func:`routes_lock`): two runs (two moves, a move and a provisioning)
+    never apply a node's SLS interleaved. Each reads the node through the
+    registry session it opened: a run opened before another's move
+    switched renders the node as it was then, until the next rendering
+    (drift reports it as ``node_config_drift``)."""
     with routes_lock(env, target):
         env.forget(target)
         return env.batch(target, [(s, s) for s in NODE_VM_SLS], with_node_registry(env, env.node_data(target)))
