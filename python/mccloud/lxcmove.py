@@ -160,11 +160,7 @@ def no_autostart(config: str) -> None:
         return
     out = START_AUTO.sub(lambda m: f"{m.group(1)}0", text)
     if out != text:
-        tmp = f"{config}.mccloud-tmp"
-        with open(tmp, "w") as f:
-            f.write(out)
-        os.chmod(tmp, os.stat(config).st_mode & 0o7777)
-        os.replace(tmp, config)
+        _replace(config, out)
 
 
 def relay(ssh_source: str, source: str, src: str, ssh_target: str, target: str, dst: str, staging: str,
@@ -218,12 +214,17 @@ def repoint(config: str, old: str, new: str) -> bool:
     out = "".join(kept)
     if out == text:
         return False
-    tmp = f"{config}.mccloud-tmp"
-    with open(tmp, "w") as f:
-        f.write(out)
-    os.chmod(tmp, os.stat(config).st_mode & 0o7777)
-    os.replace(tmp, config)
+    _replace(config, out)
     return True
+
+
+def _replace(config: str, text: str) -> None:
+    """Replaces an lxc configuration file at once, keeping its mode."""
+    from pathlib import Path
+
+    from mccloud import durable
+
+    durable.write(Path(config), text.encode(), os.stat(config).st_mode & 0o7777)
 
 
 def lxc(argv: list[str], what: str, allow: frozenset[int] | set[int] = frozenset()) -> dict[str, Any]:
