@@ -88,8 +88,7 @@ class Guest:
         """Starts the guest again on ``node`` where it was (a kvm VM's
         spawn puts its taps back on that node's bridge first)."""
         if self.kvm:
-            return steps_of(self.env, [(kvm.vm_step, "spawn"), (lambda e, v, t, _: kvm.vm_start(e, v, t), "start")],
-                            self.vm, node)
+            return self.spawn(node)
         return node_call(self.env, node, "mc_cloud_lxc.guest_start", vm_dir.rsplit("/", 1)[0], self.vm)
 
     def spawn(self, node: str) -> Step:
