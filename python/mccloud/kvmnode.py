@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -309,6 +310,24 @@ def stop(name: str, vm_dir: str, timeout: float = 60, proc: str = "/proc",
             late = f" after {timeout:g} s without powering down" if not why else why
             return {"stopped": True, "how": how, "comment": f"guest {name} stopped by SIG{how.upper()}{late}"}
     raise KvmNodeError(f"guest {name} (pid {pid}) is still running after SIGKILL")
+
+
+def console_tail(vm_dir: str, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines (at most 200) of the serial console log of
+    the guest of ``vm_dir`` (what its kernel and init printed last), its
+    control characters and escape sequences left out; empty without a
+    log."""
+    n = max(1, min(int(lines), 200))
+    domain = read_domain(vm_dir)
+    path = str(domain.get("console") or os.path.join(vm_dir, "console.log"))
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]", "", text.replace("\r\n", "\n"))
+    return [line.rstrip() for line in text.split("\n") if line.strip()][-n:]
 
 
 def stale(vm_dir: str) -> bool:

@@ -20,8 +20,11 @@ from typing import Any, Iterator
 #: rsync's options: archive, hard links, ACLs, extended attributes, numeric
 #: ids (the container's host ids, never mapped by name), deletions (a
 #: second pass makes the copy exact), one file system (nothing mounted
-#: inside the container is followed).
-RSYNC = ["rsync", "-aHAX", "--numeric-ids", "--delete", "--one-file-system", "--stats"]
+#: inside the container is followed), and modification times compared to
+#: the nanosecond: by default rsync compares whole seconds, and skips a
+#: file of the same size written again within the second its first pass
+#: copied it (the second pass would leave it half old).
+RSYNC = ["rsync", "-aHAX", "--numeric-ids", "--delete", "--one-file-system", "--modify-window=-1", "--stats"]
 #: What a kvm VM's directory holds that belongs to its node, never copied:
 #: its QEMU's pidfile and QMP socket, and what its node's spawn writes
 #: there (the domain, naming the source's paths; the argv; the autostart
@@ -119,9 +122,13 @@ def qemu_under(path: str) -> list[int]:
 
 
 def excludes(kvm: bool) -> list[str]:
-    """rsync's ``--exclude`` options of a guest's copy: a kvm VM's runtime
-    files (:data:`KVM_RUNTIME`), anchored at the directory's top."""
-    return [f"--exclude={p}" for p in KVM_RUNTIME] if kvm else []
+    """rsync's options of a guest's copy beyond :data:`RSYNC`. For a kvm
+    VM: ``--exclude`` of its runtime files (:data:`KVM_RUNTIME`, anchored
+    at the directory's top), and ``--ignore-times``: its disk is one file
+    that QEMU writes in place while the first pass reads it, so no size
+    and time can tell that the copy is exact; every file is sent again
+    (over ssh, only the blocks that differ)."""
+    return [f"--exclude={p}" for p in KVM_RUNTIME] + ["--ignore-times"] if kvm else []
 
 
 def copy(src: str, dst: str, timeout: float = 3600, kvm: bool = False) -> dict[str, Any]:
@@ -181,8 +188,8 @@ def relay(ssh_source: str, source: str, src: str, ssh_target: str, target: str, 
               f"{source}:{src}/ {staging}/", timeout, lock)
         if not kvm:
             no_autostart(os.path.join(staging, "config"))
-        done = rsync(["-e", ssh_target, f"{staging}/", f"root@{target}:{dst}/"], f"{staging}/ {target}:{dst}/",
-                     timeout, lock)
+        done = rsync([*excludes(kvm), "-e", ssh_target, f"{staging}/", f"root@{target}:{dst}/"],
+                     f"{staging}/ {target}:{dst}/", timeout, lock)
     done["seconds"] = round(time.monotonic() - started, 3)
     return done
 

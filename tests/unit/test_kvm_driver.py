@@ -181,6 +181,30 @@ def test_stop_of_a_guest_not_running_does_nothing(tmp_path: Path) -> None:
     assert kvmnode.accel(str(tmp_path / "no-kvm")) == "tcg"
 
 
+def test_a_guest_s_console_tail_is_its_last_lines_without_control_characters(tmp_path: Path) -> None:
+    """What a silent guest said last on its serial console (a failed move
+    shows it): the last lines, escape sequences and carriage returns out."""
+    vm_dir = fake_vm(tmp_path, "v", None, "00:16:3e:00:00:01")
+    assert kvmnode.console_tail(str(vm_dir)) == []  # no log yet
+    lines = [f"[ {i}.000] line {i}" for i in range(300)]
+    (vm_dir / "console.log").write_bytes(("\r\n".join(lines) + "\r\n\x1b[0;32m  OK  \x1b[0m Started ssh\r\n"
+                                           "\r\nv login: ").encode())
+    assert kvmnode.console_tail(str(vm_dir), 3) == ["[ 299.000] line 299", "  OK   Started ssh", "v login:"]
+    assert len(kvmnode.console_tail(str(vm_dir), 10_000)) == 200
+    (vm_dir / "domain.json").write_text(json.dumps({"console": str(tmp_path / "elsewhere.log")}))
+    (tmp_path / "elsewhere.log").write_text("the domain's own log\n")
+    assert kvmnode.console_tail(str(vm_dir)) == ["the domain's own log"]
+
+
+def test_a_move_s_stop_timeout_is_checked() -> None:
+    from mccloud.orchestration import move
+
+    assert move.stop_timeout_of("0") == 0 and move.stop_timeout_of(120) == 120
+    for bad in ("-1", "soon", None, 3601):
+        with pytest.raises(mccloud.ArgumentError, match="stop_timeout .* is not a number of seconds from 0 to 3600"):
+            move.stop_timeout_of(bad)
+
+
 def test_an_image_version_directory_is_copied_once_and_never_rewritten(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from mccloud.orchestration import images as image_copy

@@ -115,6 +115,58 @@ def test_between_two_machines_the_controller_relays_the_copy_in_two_legs(tmp_pat
         lxcmove.relay(str(rsh), "node1", str(tmp_path / "missing"), str(rsh), "node2", str(dst), str(staging))
 
 
+def rewrite_within_its_second(path: Path, data: bytes, ns: int | None = None) -> None:
+    """``path`` written again with ``data`` (the same size), its
+    modification time then set back: to ``ns`` nanoseconds, else to a
+    later instant of the same second (what a running guest's write right
+    after a first pass reads it can leave)."""
+    before = os.stat(path).st_mtime_ns
+    path.write_bytes(data)
+    when = ns if ns is not None else before - before % 10**9 + min(before % 10**9 + 1, 10**9 - 1)
+    os.utime(path, ns=(when, when))
+
+
+def test_a_second_pass_copies_a_file_written_again_within_the_same_second(tmp_path: Path) -> None:
+    """rsync compares whole seconds unless told otherwise: the file written
+    again in the second its first pass copied it would be left half old."""
+    src, dst = tmp_path / "lxc1" / "vm", tmp_path / "lxc2" / "vm"
+    (src / "rootfs").mkdir(parents=True)
+    (tmp_path / "lxc2").mkdir()
+    db = src / "rootfs" / "db"
+    db.write_bytes(b"a" * 4096)
+    os.utime(db, ns=(1_700_000_000_100_000_000,) * 2)
+    lxcmove.copy(str(src), str(dst))
+    rewrite_within_its_second(db, b"b" * 4096)
+    lxcmove.copy(str(src), str(dst))
+    assert (dst / "rootfs" / "db").read_bytes() == b"b" * 4096
+
+
+def test_a_kvm_disk_written_after_its_first_pass_is_copied_again_even_with_the_same_time(tmp_path: Path) -> None:
+    """QEMU writes the disk in place while the first pass reads it: the
+    second pass sends it whatever its size and time say, on one machine
+    and through the controller's two legs."""
+    rsh = tmp_path / "rsh"
+    rsh.write_text('#!/bin/sh\nif [ "$1" = -l ]; then shift 2; fi\nshift\nexec "$@"\n')
+    rsh.chmod(0o755)
+    src = tmp_path / "k1" / "vms" / "vm"
+    src.mkdir(parents=True)
+    for k in ("k2", "k3"):
+        (tmp_path / k).mkdir()
+    disk = src / "disk.qcow2"
+    disk.write_bytes(b"QFI\xfb" + b"\0" * 8192)
+    stamp = os.stat(disk).st_mtime_ns
+    local, remote = tmp_path / "k2" / "vms" / "vm", tmp_path / "k3" / "vms" / "vm"
+    lxcmove.copy(str(src), str(local), kvm=True)
+    lxcmove.prepare(str(remote), kvm=True)
+    staging = tmp_path / "store" / "moves" / "vm"
+    lxcmove.relay(str(rsh), "n1", str(src), str(rsh), "n3", str(remote), str(staging), kvm=True)
+    rewrite_within_its_second(disk, b"QFI\xfb" + b"\1" * 8192, ns=stamp)
+    lxcmove.copy(str(src), str(local), kvm=True)
+    lxcmove.relay(str(rsh), "n1", str(src), str(rsh), "n3", str(remote), str(staging), kvm=True)
+    for copied in (local, remote):
+        assert (copied / "disk.qcow2").read_bytes() == disk.read_bytes(), copied
+
+
 def test_the_controller_reaches_a_node_where_its_pillar_says() -> None:
     from mccloud.orchestration import images
 

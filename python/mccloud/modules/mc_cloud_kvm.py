@@ -126,6 +126,25 @@ def stop(name, dir, timeout=60):  # noqa: A002 - the VM directory, as the states
         raise _saltcompat.exceptions().CommandExecutionError(str(exc)) from None
 
 
+def console(dir, lines=20):  # noqa: A002 - the VM directory, as the states name it
+    """The last ``lines`` lines (at most 200) of the serial console log of
+    the kvm guest whose VM directory is ``dir``: what its kernel and init
+    said last (a guest that does not answer on the network says why
+    there). Answers ``{"lines": [...]}``.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt node1 mc_cloud_kvm.console /var/lib/mccloud/kvm/vms/vm1.example.net lines=50
+    """
+    try:
+        n = int(lines)
+    except (TypeError, ValueError):
+        raise _invocation_error(f"lines must be a number of lines, not {lines!r}") from None
+    return {"lines": _kvmnode.console_tail(str(dir), n)}
+
+
 def _invocation_error(message):
     return _saltcompat.exceptions().SaltInvocationError(message)
 

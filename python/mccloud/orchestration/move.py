@@ -57,8 +57,8 @@ class Guest:
     its copy and removed (the node functions of ``mc_cloud_lxc`` and
     ``mc_cloud_kvm``)."""
 
-    def __init__(self, env: Env, vm: str, vt: str) -> None:
-        self.env, self.vm, self.vt = env, vm, vt
+    def __init__(self, env: Env, vm: str, vt: str, stop_timeout: float = 60) -> None:
+        self.env, self.vm, self.vt, self.stop_timeout = env, vm, vt, stop_timeout
         self.kvm = vt == "kvm"
         self.module = "mc_cloud_kvm" if self.kvm else "mc_cloud_lxc"
 
@@ -81,7 +81,7 @@ class Guest:
 
     def stop(self, node: str, vm_dir: str) -> Step:
         if self.kvm:
-            return node_call(self.env, node, "mc_cloud_kvm.stop", self.vm, vm_dir, 60)
+            return node_call(self.env, node, "mc_cloud_kvm.stop", self.vm, vm_dir, self.stop_timeout)
         return node_call(self.env, node, "mc_cloud_lxc.guest_stop", vm_dir.rsplit("/", 1)[0], self.vm)
 
     def start_again(self, node: str, vm_dir: str) -> Step:
@@ -211,8 +211,24 @@ def drop_staging(env: Env, vm: str) -> None:
         os.unlink(f"{staging}.lock")
 
 
-def move(env: Env, vm: str, target: str) -> Outcome:
-    """See the module's documentation."""
+def stop_timeout_of(value: Any) -> float:
+    """``stop_timeout=``: the seconds a kvm guest is given to power down
+    (ACPI) before its QEMU is stopped by SIGTERM (a power cut: its file
+    systems recover from their journals at the next boot)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise mccloud.ArgumentError(f"stop_timeout {value!r} is not a number of seconds from 0 to 3600 (the time a "
+                                    "kvm guest is given to power down before it is stopped by SIGTERM)")
+    return seconds
+
+
+def move(env: Env, vm: str, target: str, stop_timeout: Any = 60) -> Outcome:
+    """See the module's documentation; ``stop_timeout``: see
+    :func:`stop_timeout_of`."""
+    timeout = stop_timeout_of(stop_timeout)
     out = Outcome()
     held = env.registry.moves().get(vm)
     if held and held.get("phase") == "switched":
@@ -242,7 +258,7 @@ def move(env: Env, vm: str, target: str) -> Outcome:
 
     if why is not None and new.get("vt") not in ("lxc", "kvm"):
         return refused(why)
-    guest = Guest(env, vm, str(new.get("vt")))
+    guest = Guest(env, vm, str(new.get("vt")), timeout)
     src, dst = guest.dir(source, old), guest.dir(target, new)
 
     def undo() -> Outcome:
@@ -288,6 +304,12 @@ def move(env: Env, vm: str, target: str) -> Outcome:
         env.registry.move_phase(vm, "started")
         # A kvm guest boots a kernel (slower still without acceleration).
         ssh = node_call(env, target, "mc_cloud_lxc.wait_port", str(new["ip"]), 22, 600 if guest.kvm else 120)
+        if not ssh.get("result") and guest.kvm:
+            # What the guest said last on its serial console (why it is silent).
+            said = node_call(env, target, "mc_cloud_kvm.console", dst, 15, wait=60)
+            if said.get("lines"):
+                ssh = {**ssh, "console": said["lines"]}
+                ssh["comment"] = f"{ssh.get('comment')} (its console's last lines: in this step's console)"
         if not out.add("sshd", ssh):
             return undo()
     except Exception as exc:  # the VM must run somewhere: on its source again
@@ -375,7 +397,7 @@ def finishing(env: Env, out: Outcome, vm: str, source: str, target: str) -> Outc
     return out
 
 
-def evacuate(env: Env, node: str, concurrency: Any = 1, explain: Any = False) -> Outcome:
+def evacuate(env: Env, node: str, concurrency: Any = 1, explain: Any = False, stop_timeout: Any = 60) -> Outcome:
     """Drains ``node``, then moves every VM it holds to where placement
     puts it (:meth:`mccloud.Registry.destinations`), ``concurrency`` at a
     time. Nothing moves when a VM fits nowhere (each says why); a move
@@ -383,6 +405,7 @@ def evacuate(env: Env, node: str, concurrency: Any = 1, explain: Any = False) ->
     from mccloud.orchestration import nodestate, parallel
 
     n = parallel.concurrency_of(env, concurrency)
+    stop_timeout_of(stop_timeout)
     nodestate.known_node(env, node)
     out = Outcome()
     out.add("drained", dict(nodestate.set_state(env, node, "drained").as_dict()))
@@ -404,7 +427,7 @@ def evacuate(env: Env, node: str, concurrency: Any = 1, explain: Any = False) ->
         # Its own registry and caches: a move reopens them as it goes.
         child.context = {"mccloud.pillar": env.pillar}
         try:
-            return move(child, vm, str(plan[vm]["node"]))
+            return move(child, vm, str(plan[vm]["node"]), stop_timeout)
         except Exception as exc:  # one VM's failure is its own: the others' results stand
             return Outcome().fail(f"{type(exc).__name__}: {exc}" if not isinstance(exc, mccloud.MccloudError)
                                   else str(exc))

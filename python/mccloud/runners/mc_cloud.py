@@ -348,36 +348,40 @@ def nodes(**kwargs):
 
 
 @_o.strict
-def move(vm, node, **kwargs):
-    """Moves lxc VM ``vm`` to compute node ``node``: its allocations there
-    (its IP kept when both nodes share a network and it is free), its
-    container copied while it runs, stopped, copied again and started on
-    ``node``; then, in one journaled step, the VM lives there: both nodes'
-    proxy, firewall and hosts follow, its DNS names too, the source's
-    container is removed and its allocations freed. A failure before that
-    step starts the VM again where it was. Reports ``downtime`` (from the
-    stop until its sshd answered on ``node``). Run again, it resumes.
+def move(vm, node, stop_timeout=60, **kwargs):
+    """Moves lxc or kvm VM ``vm`` to compute node ``node``: its allocations
+    there (its IP kept when both nodes share a network and it is free),
+    its directory copied while it runs, stopped, copied again and started
+    on ``node``; then, in one journaled step, the VM lives there: both
+    nodes' proxy, firewall and hosts follow, its DNS names too, the
+    source's directory is removed and its allocations freed. A failure
+    before that step starts the VM again where it was. Reports
+    ``downtime`` (from the stop until its sshd answered on ``node``). Run
+    again, it resumes. ``stop_timeout``: the seconds a kvm guest is given
+    to power down (ACPI) before its QEMU is stopped by SIGTERM (default 60).
 
     CLI Example:
 
     .. code-block:: bash
 
         mastersalt-run mc_cloud.move web.example.net node2.example.net
+        mastersalt-run mc_cloud.move vm1.example.net node2.example.net stop_timeout=120
     """
     from mccloud.orchestration import move as _move
 
-    return _o.run("move", _move.move, _env(), str(vm), str(node), **kwargs)
+    return _o.run("move", _move.move, _env(), str(vm), str(node), stop_timeout, **kwargs)
 
 
 @_o.strict
-def evacuate(node, concurrency=1, explain=False, **kwargs):
+def evacuate(node, concurrency=1, explain=False, stop_timeout=60, **kwargs):
     """Empties compute node ``node``: drains it (nothing is placed or moved
     there any more), then moves every VM it holds (``move``) to the node
     placement chooses for it (the policy and the nodes' declared
     capacities; drained nodes never), ``concurrency`` VMs at a time. When
     a VM fits on no other node nothing moves, and each such VM says why.
     A move that fails leaves its VM running where it was; run it again to
-    go on. ``explain=True`` adds every node's score for each VM.
+    go on. ``explain=True`` adds every node's score for each VM;
+    ``stop_timeout`` is each move's (see ``move``).
 
     CLI Example:
 
@@ -387,7 +391,7 @@ def evacuate(node, concurrency=1, explain=False, **kwargs):
     """
     from mccloud.orchestration import move as _move
 
-    return _o.run("evacuate", _move.evacuate, _env(), str(node), concurrency, explain, **kwargs)
+    return _o.run("evacuate", _move.evacuate, _env(), str(node), concurrency, explain, stop_timeout, **kwargs)
 
 
 @_o.strict
