@@ -55,7 +55,7 @@ median, min and max are printed, with the ratios provision / floor,
 destroy / destroy floor and orchestrate-4 / one VM.
 
 Everything runs on a network, bridge, port ranges and firewall chain of its
-own (10.199.9.0/24, MCCLOUD-BENCH, ssh 42000-42049, snmp 32000-32049) so
+own (10.199.14.0/24, MCCLOUD-BENCH, ssh 42000-42049, snmp 32000-32049) so
 the integration tests can run at the same time; every container, mount,
 loop device, bridge and firewall rule it made is removed at the end, also
 on failure. Needs root, LXC, and Debian's package mirror (or the lxc
@@ -92,7 +92,7 @@ import pytest  # noqa: E402
 from tests.support.net import bridge_up, ssh_banner  # noqa: E402
 from tests.integration.conftest import Cloud, accept_only, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
 
-NET = "10.199.9"
+NET = "10.199.14"
 SSH = (42000, 42049)
 SNMP = (32000, 32049)
 CHAIN = "MCCLOUD-BENCH"
