@@ -34,7 +34,7 @@ repeated (``--runs``, 3 by default; the floor and mccloud take turns going
 first) and its median, min and max are printed.
 
 Everything runs on a network, bridge, port ranges and firewall chain of its
-own (10.199.11.0/24, MCCLOUD-BENCHKVM, ssh 42100-42149, snmp 32100-32149),
+own (10.199.15.0/24, MCCLOUD-BENCHKVM, ssh 42400-42449, snmp 32400-32449),
 so other benchmarks and the integration tests can run at the same time;
 every QEMU, tap, container, bridge and firewall rule it made is removed at
 the end, also on failure, and the node-wide files of the kvm deploy
@@ -73,9 +73,9 @@ from tests.support.kvm import qemu_pids  # noqa: E402
 from tests.support.net import bridge_up, ssh_banner  # noqa: E402
 from tests.integration.conftest import NO_IMAGE_SYNC, Cloud, accept_only, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
 
-NET = "10.199.11"
-SSH = (42100, 42149)
-SNMP = (32100, 32149)
+NET = "10.199.15"
+SSH = (42400, 42449)
+SNMP = (32400, 32449)
 CHAIN = "MCCLOUD-BENCHKVM"
 HTTP, HTTPS = 18092, 18455
 TEMPLATE = "mccloud-benchkvm-tmpl"

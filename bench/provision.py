@@ -55,7 +55,7 @@ median, min and max are printed, with the ratios provision / floor,
 destroy / destroy floor and orchestrate-4 / one VM.
 
 Everything runs on a network, bridge, port ranges and firewall chain of its
-own (10.199.14.0/24, MCCLOUD-BENCH, ssh 42000-42049, snmp 32000-32049) so
+own (10.199.14.0/24, MCCLOUD-BENCH, ssh 42300-42349, snmp 32300-32349) so
 the integration tests can run at the same time; every container, mount,
 loop device, bridge and firewall rule it made is removed at the end, also
 on failure. Needs root, LXC, and Debian's package mirror (or the lxc
@@ -93,8 +93,8 @@ from tests.support.net import bridge_up, ssh_banner  # noqa: E402
 from tests.integration.conftest import Cloud, accept_only, salt_factories_config  # noqa: E402,F401  (a fixture: a salt-factories root of its own)
 
 NET = "10.199.14"
-SSH = (42000, 42049)
-SNMP = (32000, 32049)
+SSH = (42300, 42349)
+SNMP = (32300, 32349)
 CHAIN = "MCCLOUD-BENCH"
 HTTP, HTTPS = 18090, 18453
 TEMPLATE = "mccloud-bench-tmpl"
@@ -364,6 +364,9 @@ class Bench:
                                       "packages": ["openssh-server", "iproute2", "ifupdown", "python3",
                                                    "python3-venv"]}},
             },
+            # Room ahead for root's subordinate ids: the benchmark declares
+            # its VMs after the node's deploy, which wrote root's line.
+            "makina-states.cloud.compute_node.capacity." + self.cloud.node: {"vms": 64},
             "makina-states.cloud.compute_node.conf." + self.cloud.node: {
                 "bind_address": "127.0.0.1", "http_port": HTTP, "https_port": HTTPS,
                 "ssl_certs_dir": str(etc / "ssl" / "certs"),

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import signal
+import stat
 import socket
 import time
 from typing import Any, Callable, Iterable
@@ -33,6 +34,13 @@ KVM_GET_API_VERSION, KVM_API_VERSION = 0xAE00, 12
 DEFAULT_KVM_PATH = "/var/lib/mccloud/kvm"
 #: The kvm paths of this node, one a line (written by the install_kvm SLS).
 KVM_PATHS_FILE = "/etc/mccloud/kvm-paths"
+#: What a console log's lines may hold that is no text: escape sequences
+#: (CSI, OSC ended by BEL or ST, two-character ones) and control characters
+#: but tab and line ends.
+ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+                     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC
+                     r"|\x1b[@-Z\\-_]"  # two characters
+                     r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #: What names a QEMU system emulator process (``argv[0]``'s base name starts so).
 QEMU_PREFIX = "qemu-system-"
 
@@ -313,21 +321,25 @@ def stop(name: str, vm_dir: str, timeout: float = 60, proc: str = "/proc",
 
 
 def console_tail(vm_dir: str, lines: int = 20) -> list[str]:
-    """The last ``lines`` lines (at most 200) of the serial console log of
-    the guest of ``vm_dir`` (what its kernel and init printed last), its
-    control characters and escape sequences left out; empty without a
-    log."""
+    """The last ``lines`` lines (at most 200, each cut at 500 characters)
+    of the serial console log ``<vm_dir>/console.log`` of a guest (what
+    its kernel and init printed last), escape sequences and control
+    characters left out; empty without a log. Only a regular file is
+    read (never through a symbolic link), its last 64 KiB."""
     n = max(1, min(int(lines), 200))
-    domain = read_domain(vm_dir)
-    path = str(domain.get("console") or os.path.join(vm_dir, "console.log"))
+    path = os.path.join(vm_dir, "console.log")
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 64 * 1024))
-            text = f.read().decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]", "", text.replace("\r\n", "\n"))
-    return [line.rstrip() for line in text.split("\n") if line.strip()][-n:]
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
+        f.seek(max(0, st.st_size - 64 * 1024))
+        text = f.read(64 * 1024).decode("utf-8", "replace")
+    text = ESCAPES.sub("", text)
+    return [line.rstrip()[:500] for line in re.split(r"\r\n|\r|\n", text) if line.strip()][-n:]
 
 
 def stale(vm_dir: str) -> bool:

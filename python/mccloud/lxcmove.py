@@ -23,7 +23,8 @@ from typing import Any, Iterator
 #: inside the container is followed), and modification times compared to
 #: the nanosecond: by default rsync compares whole seconds, and skips a
 #: file of the same size written again within the second its first pass
-#: copied it (the second pass would leave it half old).
+#: copied it (the second pass would leave it half old); the window left is
+#: the file system's timestamp granularity.
 RSYNC = ["rsync", "-aHAX", "--numeric-ids", "--delete", "--one-file-system", "--modify-window=-1", "--stats"]
 #: What a kvm VM's directory holds that belongs to its node, never copied:
 #: its QEMU's pidfile and QMP socket, and what its node's spawn writes

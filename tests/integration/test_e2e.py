@@ -760,6 +760,8 @@ def test_a_kvm_vm_and_a_container_on_one_node(e2e: tuple[PgCloud, Path, dict[str
             try:
                 done = timed(phases, f"move {what} to the second node", cloud, "mc_cloud.move", vm, NODE2, *more)
             except AssertionError as exc:  # what the KVM guest's consoles said, on both nodes
+                if vm != KVM_VM:
+                    raise
                 raise AssertionError(f"{exc}\n{consoles(cloud, KVM_VM)}") from None
             if vm == KVM_VM:
                 assert next(x for x in done["steps"] if x["name"] == "stop")["how"] == "term", done

@@ -191,9 +191,17 @@ def test_a_guest_s_console_tail_is_its_last_lines_without_control_characters(tmp
                                            "\r\nv login: ").encode())
     assert kvmnode.console_tail(str(vm_dir), 3) == ["[ 299.000] line 299", "  OK   Started ssh", "v login:"]
     assert len(kvmnode.console_tail(str(vm_dir), 10_000)) == 200
-    (vm_dir / "domain.json").write_text(json.dumps({"console": str(tmp_path / "elsewhere.log")}))
-    (tmp_path / "elsewhere.log").write_text("the domain's own log\n")
-    assert kvmnode.console_tail(str(vm_dir)) == ["the domain's own log"]
+    # systemd's redrawn status lines (a lone CR), a title (OSC), a long line
+    (vm_dir / "console.log").write_bytes(b"\x1b]0;title\x07A job is running\rA job is done\n" + b"x" * 900)
+    assert kvmnode.console_tail(str(vm_dir)) == ["A job is running", "A job is done", "x" * 500]
+    # only the log itself: never another file through a link, never a pipe
+    (vm_dir / "console.log").unlink()
+    (vm_dir / "console.log").symlink_to(tmp_path / "secret")
+    (tmp_path / "secret").write_text("not the console\n")
+    assert kvmnode.console_tail(str(vm_dir)) == []
+    (vm_dir / "console.log").unlink()
+    os.mkfifo(vm_dir / "console.log")
+    assert kvmnode.console_tail(str(vm_dir)) == []
 
 
 def test_a_move_s_stop_timeout_is_checked() -> None:
@@ -313,3 +321,28 @@ def test_a_node_builds_and_syncs_only_the_images_its_vms_use() -> None:
     assert sorted(kvm.images(Env())) == ["mccloud-kvm-bookworm", "mine", "other", "unused"]  # type: ignore[arg-type]
     assert sorted(kvm.used_images(Env(), cn)) == ["mine", "other"]  # type: ignore[arg-type]
     assert kvm.used_images(Env(), "elsewhere.local") == {}  # type: ignore[arg-type]
+
+
+def test_a_moved_guest_that_stays_silent_is_reported_with_its_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed step of a moved kvm guest carries what its console said
+    last; a node that cannot tell leaves the step as it was."""
+    from mccloud.orchestration import move
+
+    asked: list[tuple[Any, ...]] = []
+
+    def node_call(env: Any, node: str, fun: str, *args: Any, wait: float = 0) -> dict[str, Any]:
+        asked.append((node, fun, *args))
+        return {"result": True, "lines": ["[  3.1] EXT4-fs (vda): recovery complete", "v login:"]}
+
+    monkeypatch.setattr(move, "node_call", node_call)
+    failed = {"result": False, "comment": "10.0.0.2:22 did not answer within 600 s"}
+    step = move.with_console(None, "n2", "/k/vms/v", failed)  # type: ignore[arg-type]
+    assert asked == [("n2", "mc_cloud_kvm.console", "/k/vms/v", 15)]
+    assert step["result"] is False and step["console"][-1] == "v login:"
+    assert step["comment"].startswith(failed["comment"]) and "console" in step["comment"]
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise OSError("the master's socket is gone")
+
+    monkeypatch.setattr(move, "node_call", broken)
+    assert move.with_console(None, "n2", "/k/vms/v", failed) == failed  # type: ignore[arg-type]

@@ -81,7 +81,10 @@ class Guest:
 
     def stop(self, node: str, vm_dir: str) -> Step:
         if self.kvm:
-            return node_call(self.env, node, "mc_cloud_kvm.stop", self.vm, vm_dir, self.stop_timeout)
+            # The node's stop takes up to the timeout, then 20 s of signals:
+            # the controller waits longer, never restarting a guest still stopping.
+            return node_call(self.env, node, "mc_cloud_kvm.stop", self.vm, vm_dir, self.stop_timeout,
+                             wait=self.stop_timeout + 300)
         return node_call(self.env, node, "mc_cloud_lxc.guest_stop", vm_dir.rsplit("/", 1)[0], self.vm)
 
     def start_again(self, node: str, vm_dir: str) -> Step:
@@ -305,11 +308,7 @@ def move(env: Env, vm: str, target: str, stop_timeout: Any = 60) -> Outcome:
         # A kvm guest boots a kernel (slower still without acceleration).
         ssh = node_call(env, target, "mc_cloud_lxc.wait_port", str(new["ip"]), 22, 600 if guest.kvm else 120)
         if not ssh.get("result") and guest.kvm:
-            # What the guest said last on its serial console (why it is silent).
-            said = node_call(env, target, "mc_cloud_kvm.console", dst, 15, wait=60)
-            if said.get("lines"):
-                ssh = {**ssh, "console": said["lines"]}
-                ssh["comment"] = f"{ssh.get('comment')} (its console's last lines: in this step's console)"
+            ssh = with_console(env, target, dst, ssh)
         if not out.add("sshd", ssh):
             return undo()
     except Exception as exc:  # the VM must run somewhere: on its source again
@@ -320,6 +319,20 @@ def move(env: Env, vm: str, target: str, stop_timeout: Any = 60) -> Outcome:
                          + (" (a cold move: live migration is not done, the guest restarted)" if guest.kvm else "")})
     env.registry.switch_move(vm)
     return finish(env, out, vm, source, target)
+
+
+def with_console(env: Env, node: str, vm_dir: str, step: Step) -> Step:
+    """A failed step of a kvm guest on ``node``, with what the guest said
+    last on its serial console (why it is silent) when the node tells it;
+    the step as it was when it does not."""
+    try:
+        said = node_call(env, node, "mc_cloud_kvm.console", vm_dir, 15, wait=60)
+    except Exception:  # noqa: BLE001 - the failure being reported is the step's, not this one's
+        return step
+    if not said.get("lines"):
+        return step
+    return {**step, "console": said["lines"],
+            "comment": f"{step.get('comment')} (its console's last lines: in this step's console)"}
 
 
 def source_path(env: Env, vm: str, source: str, vt: str) -> str:
