@@ -84,15 +84,22 @@ def test_a_copy_never_writes_over_a_directory_no_move_made_nor_into_its_own_sour
     assert list((src / "rootfs").iterdir()) == []
 
 
+def local_rsh(tmp_path: Path) -> Path:
+    """A remote shell for rsync that runs the command here (``[-l user]
+    <host> <command...>``): the relay's legs without ssh."""
+    rsh = tmp_path / "rsh"
+    rsh.write_text('#!/bin/sh\n# [-l user] <host> <command...>: the command, here\n'
+                   'if [ "$1" = -l ]; then shift 2; fi\nshift\nexec "$@"\n')
+    rsh.chmod(0o755)
+    return rsh
+
+
 def test_between_two_machines_the_controller_relays_the_copy_in_two_legs(tmp_path: Path) -> None:
     """The relay's two rsync legs through the controller's staging
     directory, exact (owners, hard links, deletions on the second pass).
     The remote shell here runs rsync's server side on this host (the
     integration test goes through a real sshd)."""
-    rsh = tmp_path / "rsh"
-    rsh.write_text('#!/bin/sh\n# [-l user] <host> <command...>: the command, here\n'
-                   'if [ "$1" = -l ]; then shift 2; fi\nshift\nexec "$@"\n')
-    rsh.chmod(0o755)
+    rsh = local_rsh(tmp_path)
     src, dst, staging = tmp_path / "n1" / "vm", tmp_path / "n2" / "vm", tmp_path / "store" / "moves" / "vm"
     (src / "rootfs").mkdir(parents=True)
     (tmp_path / "n2").mkdir()
@@ -145,9 +152,7 @@ def test_a_kvm_disk_written_after_its_first_pass_is_copied_again_even_with_the_s
     """QEMU writes the disk in place while the first pass reads it: the
     second pass sends it whatever its size and time say, on one machine
     and through the controller's two legs."""
-    rsh = tmp_path / "rsh"
-    rsh.write_text('#!/bin/sh\nif [ "$1" = -l ]; then shift 2; fi\nshift\nexec "$@"\n')
-    rsh.chmod(0o755)
+    rsh = local_rsh(tmp_path)
     src = tmp_path / "k1" / "vms" / "vm"
     src.mkdir(parents=True)
     for k in ("k2", "k3"):

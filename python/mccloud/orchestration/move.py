@@ -418,7 +418,7 @@ def evacuate(env: Env, node: str, concurrency: Any = 1, explain: Any = False, st
     from mccloud.orchestration import nodestate, parallel
 
     n = parallel.concurrency_of(env, concurrency)
-    stop_timeout_of(stop_timeout)
+    seconds = stop_timeout_of(stop_timeout)  # checked before the node is drained
     nodestate.known_node(env, node)
     out = Outcome()
     out.add("drained", dict(nodestate.set_state(env, node, "drained").as_dict()))
@@ -440,7 +440,7 @@ def evacuate(env: Env, node: str, concurrency: Any = 1, explain: Any = False, st
         # Its own registry and caches: a move reopens them as it goes.
         child.context = {"mccloud.pillar": env.pillar}
         try:
-            return move(child, vm, str(plan[vm]["node"]), stop_timeout)
+            return move(child, vm, str(plan[vm]["node"]), seconds)
         except Exception as exc:  # one VM's failure is its own: the others' results stand
             return Outcome().fail(f"{type(exc).__name__}: {exc}" if not isinstance(exc, mccloud.MccloudError)
                                   else str(exc))
